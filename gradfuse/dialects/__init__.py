@@ -1,0 +1,1 @@
+"""gradfuse's dialects: `tg` (tensor graph) and, later, `kernel`."""

@@ -1,0 +1,83 @@
+"""The `tg` ("tensor graph") dialect: value-semantic tensors, loops and state.
+
+Ops live in three files by family: `tg_compute` (elementwise, dot, reductions,
+composites), `tg_data` (constants and movement) and `tg_program` (params,
+feeders, receivers, loops, grad). This module gathers them into `TG`.
+
+    %w = tg.param "fc.weight" : tensor<4x4xf32>
+    %y = tg.dot %x, %w : tensor<2x4xf32>
+"""
+
+from xdsl.ir import Dialect
+
+from gradfuse.dialects.tg_base import fmt_shape, shape_of, tensor
+from gradfuse.dialects.tg_compute import (
+    AddOp,
+    BinaryOp,
+    CastOp,
+    CmpLtOp,
+    DivOp,
+    DotOp,
+    Exp2Op,
+    Log2Op,
+    MaxOp,
+    MulOp,
+    NegOp,
+    RecipOp,
+    ReduceMaxOp,
+    ReduceOp,
+    ReduceSumOp,
+    ReluOp,
+    SigmoidOp,
+    SinOp,
+    SoftmaxOp,
+    SqrtOp,
+    SubOp,
+    TanhOp,
+    UnaryOp,
+    WhereOp,
+)
+from gradfuse.dialects.tg_data import (
+    BroadcastOp,
+    ConcatOp,
+    ConstantOp,
+    PadOp,
+    PermuteOp,
+    ReshapeOp,
+    SliceOp,
+)
+from gradfuse.dialects.tg_program import (
+    AssignOp,
+    FeederOp,
+    ForOp,
+    GradOp,
+    ParamOp,
+    ReceiverOp,
+    YieldOp,
+)
+
+COMPOSITES = (SigmoidOp, TanhOp, ReluOp, SoftmaxOp)
+"""Ops that `tg-decompose` expands into primitives."""
+
+TG = Dialect(
+    "tg",
+    [
+        AddOp, SubOp, MulOp, DivOp, MaxOp, CmpLtOp,
+        NegOp, Exp2Op, Log2Op, SqrtOp, RecipOp, SinOp,
+        WhereOp, CastOp, DotOp, ReduceSumOp, ReduceMaxOp,
+        SigmoidOp, TanhOp, ReluOp, SoftmaxOp,
+        ConstantOp, ReshapeOp, PermuteOp, BroadcastOp, SliceOp, PadOp, ConcatOp,
+        ParamOp, AssignOp, FeederOp, ReceiverOp, ForOp, YieldOp, GradOp,
+    ],
+    [],
+)  # fmt: skip
+
+__all__ = [
+    "TG", "COMPOSITES", "BinaryOp", "UnaryOp", "ReduceOp", "fmt_shape", "shape_of", "tensor",
+    "AddOp", "SubOp", "MulOp", "DivOp", "MaxOp", "CmpLtOp",
+    "NegOp", "Exp2Op", "Log2Op", "SqrtOp", "RecipOp", "SinOp",
+    "WhereOp", "CastOp", "DotOp", "ReduceSumOp", "ReduceMaxOp",
+    "SigmoidOp", "TanhOp", "ReluOp", "SoftmaxOp",
+    "ConstantOp", "ReshapeOp", "PermuteOp", "BroadcastOp", "SliceOp", "PadOp", "ConcatOp",
+    "ParamOp", "AssignOp", "FeederOp", "ReceiverOp", "ForOp", "YieldOp", "GradOp",
+]  # fmt: skip

@@ -1,0 +1,67 @@
+"""Shared pieces of the tg dialect: shape helpers and the base op class."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    DenseArrayBase,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    TensorType,
+    i64,
+)
+from xdsl.ir import Attribute, SSAValue
+from xdsl.irdl import IRDLOperation
+from xdsl.utils.exceptions import VerifyException
+
+FLOAT_TYPES = (Float16Type, BFloat16Type, Float32Type, Float64Type)
+
+
+# --- helpers shared by the verifiers -------------------------------------------
+
+
+def shape_of(value: SSAValue | Attribute) -> tuple[int, ...]:
+    """The static shape of a tensor value or type."""
+    ty = value.type if isinstance(value, SSAValue) else value
+    if not isinstance(ty, TensorType):
+        raise VerifyException(f"expected a tensor, got {ty}")
+    return tuple(ty.get_shape())
+
+
+def fmt_shape(shape: Sequence[int]) -> str:
+    """`2x255` for (2, 255); `scalar` for ()."""
+    return "x".join(str(d) for d in shape) if shape else "scalar"
+
+
+def tensor(shape: Sequence[int], element: Attribute | None = None) -> TensorType:
+    """Builds `tensor<shape x element>` (f32 by default)."""
+    return TensorType(element or Float32Type(), list(shape))
+
+
+def i64_array(values: Sequence[int]) -> DenseArrayBase:
+    """An `array<i64: ...>` property."""
+    return DenseArrayBase.from_list(i64, list(values))
+
+
+def ints(attr: DenseArrayBase) -> tuple[int, ...]:
+    """The integers of an `array<i64: ...>` property."""
+    return tuple(int(v) for v in attr.iter_values())
+
+
+class TgOp(IRDLOperation):
+    """Base of all tg ops: helpers that make verifier messages name the op."""
+
+    def fail(self, message: str) -> VerifyException:
+        return VerifyException(f"{self.name}: {message}")
+
+    def expect_shape(self, what: str, got: Sequence[int], want: Sequence[int]):
+        if tuple(got) != tuple(want):
+            raise self.fail(f"{what} should be {fmt_shape(want)}, got {fmt_shape(got)}")
+
+    def expect_tensor(self, what: str, value: SSAValue) -> TensorType:
+        if not isinstance(value.type, TensorType):
+            raise self.fail(f"{what} must be a tensor, got {value.type}")
+        return value.type

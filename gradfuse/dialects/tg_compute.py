@@ -1,0 +1,366 @@
+"""tg compute ops: elementwise, contraction, reductions (see `gradfuse.dialects.tg`).
+
+Every op works on builtin ranked tensors (`tensor<2x255xf32>`); masks produced by
+`tg.cmplt` are `tensor<...xi1>`. Broadcasting is explicit (`tg.broadcast`), so
+elementwise ops take operands of one type. Ops verify their shapes and say what is
+wrong in words, naming the op:
+
+    %y = tg.dot %x, %w : tensor<2x255xf32>
+    // tg.dot: inner dimensions differ: 2x255 @ 254x255
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from math import prod
+from typing import ClassVar
+
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    DenseArrayBase,
+    DenseIntOrFPElementsAttr,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    StringAttr,
+    TensorType,
+    i1,
+    i64,
+)
+from xdsl.ir import Attribute, Dialect, Region, SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    irdl_op_definition,
+    operand_def,
+    opt_prop_def,
+    prop_def,
+    region_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+    var_result_def,
+)
+from xdsl.traits import (
+    Commutative,
+    HasParent,
+    IsTerminator,
+    MemoryReadEffect,
+    MemoryWriteEffect,
+    Pure,
+    RecursiveMemoryEffect,
+)
+from xdsl.utils.exceptions import VerifyException
+
+from gradfuse.dialects.tg_base import (
+    TgOp,
+    fmt_shape,
+    i64_array,
+    ints,
+    shape_of,
+    tensor,
+)
+
+
+# --- elementwise ------------------------------------------------------------------
+
+
+class BinaryOp(TgOp):
+    """Elementwise op on two operands of one tensor type."""
+
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    RESULT_IS_MASK: ClassVar[bool] = False
+
+    def __init__(self, lhs: SSAValue, rhs: SSAValue):
+        ty = lhs.type
+        if self.RESULT_IS_MASK and isinstance(ty, TensorType):
+            ty = tensor(ty.get_shape(), i1)
+        super().__init__(operands=[lhs, rhs], result_types=[ty])
+
+    def verify_(self) -> None:
+        if self.lhs.type != self.rhs.type:
+            raise self.fail(
+                f"operand types differ: {self.lhs.type} and {self.rhs.type}"
+                " (broadcast explicitly with tg.broadcast)"
+            )
+        want = self.lhs.type
+        if self.RESULT_IS_MASK:
+            want = tensor(shape_of(self.lhs), i1)
+        if self.result.type != want:
+            raise self.fail(f"result type should be {want}, got {self.result.type}")
+
+
+@irdl_op_definition
+class AddOp(BinaryOp):
+    """Elementwise sum. `%z = tg.add %x, %y : tensor<4xf32>`"""
+
+    name = "tg.add"
+    traits = traits_def(Pure(), Commutative())
+
+
+@irdl_op_definition
+class SubOp(BinaryOp):
+    """Elementwise difference. `%z = tg.sub %x, %y : tensor<4xf32>`"""
+
+    name = "tg.sub"
+
+
+@irdl_op_definition
+class MulOp(BinaryOp):
+    """Elementwise product. `%z = tg.mul %x, %y : tensor<4xf32>`"""
+
+    name = "tg.mul"
+    traits = traits_def(Pure(), Commutative())
+
+
+@irdl_op_definition
+class DivOp(BinaryOp):
+    """Elementwise quotient. `%z = tg.div %x, %y : tensor<4xf32>`"""
+
+    name = "tg.div"
+
+
+@irdl_op_definition
+class MaxOp(BinaryOp):
+    """Elementwise maximum. `%z = tg.max %x, %y : tensor<4xf32>`"""
+
+    name = "tg.max"
+    traits = traits_def(Pure(), Commutative())
+
+
+@irdl_op_definition
+class CmpLtOp(BinaryOp):
+    """Elementwise `lhs < rhs` as a mask. `%m = tg.cmplt %x, %y : tensor<4xi1>`"""
+
+    name = "tg.cmplt"
+    RESULT_IS_MASK: ClassVar[bool] = True
+
+
+class UnaryOp(TgOp):
+    """Elementwise op on one operand; the result has the operand's type."""
+
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def __init__(self, input: SSAValue):
+        super().__init__(operands=[input], result_types=[input.type])
+
+    def verify_(self) -> None:
+        if self.result.type != self.input.type:
+            raise self.fail(
+                f"result type {self.result.type} differs from operand type {self.input.type}"
+            )
+
+
+@irdl_op_definition
+class NegOp(UnaryOp):
+    """`-x`. `%y = tg.neg %x : tensor<4xf32>`"""
+
+    name = "tg.neg"
+
+
+@irdl_op_definition
+class Exp2Op(UnaryOp):
+    """`2**x`. `%y = tg.exp2 %x : tensor<4xf32>`"""
+
+    name = "tg.exp2"
+
+
+@irdl_op_definition
+class Log2Op(UnaryOp):
+    """`log2(x)`. `%y = tg.log2 %x : tensor<4xf32>`"""
+
+    name = "tg.log2"
+
+
+@irdl_op_definition
+class SqrtOp(UnaryOp):
+    """`sqrt(x)`. `%y = tg.sqrt %x : tensor<4xf32>`"""
+
+    name = "tg.sqrt"
+
+
+@irdl_op_definition
+class RecipOp(UnaryOp):
+    """`1/x`. `%y = tg.recip %x : tensor<4xf32>`"""
+
+    name = "tg.recip"
+
+
+@irdl_op_definition
+class SinOp(UnaryOp):
+    """`sin(x)`. `%y = tg.sin %x : tensor<4xf32>`"""
+
+    name = "tg.sin"
+
+
+@irdl_op_definition
+class SigmoidOp(UnaryOp):
+    """Composite `1/(1+exp(-x))`. `%y = tg.sigmoid %x : tensor<4xf32>`"""
+
+    name = "tg.sigmoid"
+
+
+@irdl_op_definition
+class TanhOp(UnaryOp):
+    """Composite `tanh(x)`. `%y = tg.tanh %x : tensor<4xf32>`"""
+
+    name = "tg.tanh"
+
+
+@irdl_op_definition
+class ReluOp(UnaryOp):
+    """Composite `max(x, 0)`. `%y = tg.relu %x : tensor<4xf32>`"""
+
+    name = "tg.relu"
+
+
+@irdl_op_definition
+class WhereOp(TgOp):
+    """`cond ? a : b` elementwise. `%z = tg.where %m, %a, %b : tensor<4xf32>`"""
+
+    name = "tg.where"
+    cond = operand_def(TensorType)
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def __init__(self, cond: SSAValue, lhs: SSAValue, rhs: SSAValue):
+        super().__init__(operands=[cond, lhs, rhs], result_types=[lhs.type])
+
+    def verify_(self) -> None:
+        cond = self.expect_tensor("condition", self.cond)
+        if cond.element_type != i1:
+            raise self.fail(f"condition must be a tensor of i1, got {cond}")
+        if self.lhs.type != self.rhs.type or self.result.type != self.lhs.type:
+            raise self.fail(
+                f"branch and result types differ: {self.lhs.type}, {self.rhs.type}"
+                f" -> {self.result.type}"
+            )
+        self.expect_shape("condition shape", shape_of(cond), shape_of(self.lhs))
+
+
+@irdl_op_definition
+class CastOp(TgOp):
+    """Element type conversion. `%y = tg.cast %m : tensor<4xf32>` (from tensor<4xi1>)"""
+
+    name = "tg.cast"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def __init__(self, input: SSAValue, element: Attribute):
+        super().__init__(operands=[input], result_types=[tensor(shape_of(input), element)])
+
+    def verify_(self) -> None:
+        self.expect_shape("result shape", shape_of(self.result), shape_of(self.input))
+
+
+# --- contraction and reductions ---------------------------------------------------
+
+
+@irdl_op_definition
+class DotOp(TgOp):
+    """Batched matrix product `[..., M, K] @ [..., K, N] -> [..., M, N]`.
+
+    `%y = tg.dot %x, %w : tensor<2x255xf32>` (x: 2x254, w: 254x255)
+    """
+
+    name = "tg.dot"
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def __init__(self, lhs: SSAValue, rhs: SSAValue):
+        a, b = shape_of(lhs), shape_of(rhs)
+        ty = lhs.type
+        assert isinstance(ty, TensorType)
+        super().__init__(operands=[lhs, rhs], result_types=[tensor(a[:-1] + b[-1:], ty.element_type)])
+
+    def verify_(self) -> None:
+        a, b = shape_of(self.lhs), shape_of(self.rhs)
+        if len(a) < 2 or len(a) != len(b):
+            raise self.fail(
+                f"operands must be matrices of one rank (>= 2): {fmt_shape(a)} @ {fmt_shape(b)}"
+            )
+        if a[-1] != b[-2]:
+            raise self.fail(f"inner dimensions differ: {fmt_shape(a)} @ {fmt_shape(b)}")
+        if a[:-2] != b[:-2]:
+            raise self.fail(f"batch dimensions differ: {fmt_shape(a)} @ {fmt_shape(b)}")
+        self.expect_shape("result shape", shape_of(self.result), a[:-1] + b[-1:])
+        if self.lhs.type.element_type != self.rhs.type.element_type:  # type: ignore[union-attr]
+            raise self.fail(f"element types differ: {self.lhs.type} @ {self.rhs.type}")
+
+
+class ReduceOp(TgOp):
+    """Reduction over `dims`; the reduced dims are removed from the shape."""
+
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    dims = prop_def(DenseArrayBase)
+    traits = traits_def(Pure())
+
+    def __init__(self, input: SSAValue, dims: Sequence[int]):
+        shape = shape_of(input)
+        kept = [d for i, d in enumerate(shape) if i not in dims]
+        ty = input.type
+        assert isinstance(ty, TensorType)
+        super().__init__(
+            operands=[input],
+            result_types=[tensor(kept, ty.element_type)],
+            properties={"dims": i64_array(sorted(dims))},
+        )
+
+    def verify_(self) -> None:
+        shape, dims = shape_of(self.input), ints(self.dims)
+        if list(dims) != sorted(set(dims)) or any(d < 0 or d >= len(shape) for d in dims):
+            raise self.fail(
+                f"dims {list(dims)} must be distinct, ascending and within rank {len(shape)}"
+            )
+        kept = [d for i, d in enumerate(shape) if i not in dims]
+        self.expect_shape("result shape", shape_of(self.result), kept)
+
+
+@irdl_op_definition
+class ReduceSumOp(ReduceOp):
+    """Sum over dims. `%s = tg.reduce_sum %x dims=[1] : tensor<2xf32>` (x: 2x255)"""
+
+    name = "tg.reduce_sum"
+
+
+@irdl_op_definition
+class ReduceMaxOp(ReduceOp):
+    """Maximum over dims. `%s = tg.reduce_max %x dims=[0, 1] : tensor<f32>`"""
+
+    name = "tg.reduce_max"
+
+
+@irdl_op_definition
+class SoftmaxOp(TgOp):
+    """Composite softmax along `dim`. `%y = tg.softmax %x dim=1 : tensor<2x8xf32>`"""
+
+    name = "tg.softmax"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    dim = prop_def(IntegerAttr)
+    traits = traits_def(Pure())
+
+    def __init__(self, input: SSAValue, dim: int):
+        super().__init__(
+            operands=[input], result_types=[input.type], properties={"dim": IntegerAttr(dim, i64)}
+        )
+
+    def verify_(self) -> None:
+        rank = len(shape_of(self.input))
+        if not 0 <= self.dim.value.data < rank:
+            raise self.fail(f"dim {self.dim.value.data} is outside rank {rank}")
+        if self.result.type != self.input.type:
+            raise self.fail(f"result type {self.result.type} differs from {self.input.type}")

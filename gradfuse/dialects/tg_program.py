@@ -1,0 +1,223 @@
+"""tg program ops: persistent params, host feeders/receivers, loops and grad."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xdsl.dialects.builtin import (
+    DenseIntOrFPElementsAttr,
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    StringAttr,
+    TensorType,
+    f64,
+    i64,
+)
+from xdsl.ir import Block, Region, SSAValue
+from xdsl.irdl import (
+    lazy_traits_def,
+    irdl_op_definition,
+    operand_def,
+    opt_prop_def,
+    prop_def,
+    region_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+    var_result_def,
+)
+from xdsl.traits import (
+    HasParent,
+    IsTerminator,
+    MemoryReadEffect,
+    MemoryWriteEffect,
+    Pure,
+    RecursiveMemoryEffect,
+)
+
+from gradfuse.dialects.tg_base import TgOp, shape_of
+
+
+@irdl_op_definition
+class ParamOp(TgOp):
+    """Reads the current value of a named persistent parameter.
+
+    The first `tg.param` of a name may give its initial value (`init`, a splat or
+    a dense attribute); all reads of one name agree on its type.
+
+    `%w = tg.param "fc1.weight" init=0.5 : tensor<255x255xf32>`
+    """
+
+    name = "tg.param"
+    key = prop_def(StringAttr)
+    init = opt_prop_def(FloatAttr | DenseIntOrFPElementsAttr)
+    result = result_def(TensorType)
+    traits = traits_def(MemoryReadEffect())
+
+    def __init__(
+        self,
+        key: str,
+        type: TensorType,
+        init: float | DenseIntOrFPElementsAttr | None = None,
+    ):
+        props: dict = {"key": StringAttr(key)}
+        if init is not None:
+            props["init"] = init if isinstance(init, DenseIntOrFPElementsAttr) else FloatAttr(init, f64)
+        super().__init__(result_types=[type], properties=props)
+
+    def verify_(self) -> None:
+        if isinstance(self.init, DenseIntOrFPElementsAttr):
+            self.expect_shape("init shape", tuple(self.init.get_shape()), shape_of(self.result))
+
+
+@irdl_op_definition
+class AssignOp(TgOp):
+    """Overwrites a named parameter in place. `tg.assign "fc1.weight", %w2`"""
+
+    name = "tg.assign"
+    key = prop_def(StringAttr)
+    value = operand_def(TensorType)
+    traits = traits_def(MemoryWriteEffect())
+
+    def __init__(self, key: str, value: SSAValue):
+        super().__init__(operands=[value], properties={"key": StringAttr(key)})
+
+
+@irdl_op_definition
+class FeederOp(TgOp):
+    """Host -> device input: calls the host callback `key` each time it runs.
+
+    `%x = tg.feeder "images" : tensor<2x255xf32>`
+    """
+
+    name = "tg.feeder"
+    key = prop_def(StringAttr)
+    result = result_def(TensorType)
+    traits = traits_def(MemoryWriteEffect())
+
+    def __init__(self, key: str, type: TensorType):
+        super().__init__(result_types=[type], properties={"key": StringAttr(key)})
+
+
+@irdl_op_definition
+class ReceiverOp(TgOp):
+    """Device -> host output: hands its operands to the host callback `key`.
+
+    `tg.receiver "saving params", %w, %b`
+    """
+
+    name = "tg.receiver"
+    key = prop_def(StringAttr)
+    inputs = var_operand_def(TensorType)
+    traits = traits_def(MemoryWriteEffect())
+
+    def __init__(self, key: str, inputs: Sequence[SSAValue]):
+        super().__init__(operands=[inputs], properties={"key": StringAttr(key)})
+
+
+@irdl_op_definition
+class YieldOp(TgOp):
+    """Ends a `tg.for` body, giving the next values of the loop-carried tensors."""
+
+    name = "tg.yield"
+    values = var_operand_def(TensorType)
+    traits = lazy_traits_def(lambda: (IsTerminator(), HasParent(ForOp), Pure()))
+
+    def __init__(self, values: Sequence[SSAValue] = ()):
+        super().__init__(operands=[values])
+
+
+@irdl_op_definition
+class ForOp(TgOp):
+    """Counted loop `lower <= i < upper` by `step`, with loop-carried tensors.
+
+    The body's block arguments are the induction variable (`index`) and the
+    carried values; it ends with `tg.yield`.
+
+    ```
+    %r = tg.for %i = 0 to 1000 step 1 iter(%a = %x) : tensor<4xf32> {
+      %b = tg.add %a, %a : tensor<4xf32>
+      tg.yield %b
+    }
+    ```
+    """
+
+    name = "tg.for"
+    lower = prop_def(IntegerAttr)
+    upper = prop_def(IntegerAttr)
+    step = prop_def(IntegerAttr)
+    inits = var_operand_def(TensorType)
+    results_ = var_result_def(TensorType)
+    body = region_def("single_block")
+    traits = traits_def(RecursiveMemoryEffect())
+
+    def __init__(
+        self, lower: int, upper: int, step: int, inits: Sequence[SSAValue], body: Region | None = None
+    ):
+        if body is None:
+            body = Region(Block(arg_types=[IndexType(), *[v.type for v in inits]]))
+        super().__init__(
+            operands=[inits],
+            result_types=[[v.type for v in inits]],
+            regions=[body],
+            properties={
+                "lower": IntegerAttr(lower, i64),
+                "upper": IntegerAttr(upper, i64),
+                "step": IntegerAttr(step, i64),
+            },
+        )
+
+    @property
+    def trip_count(self) -> int:
+        lo, hi, st = self.lower.value.data, self.upper.value.data, self.step.value.data
+        return max(0, -(-(hi - lo) // st))
+
+    def verify_(self) -> None:
+        if self.step.value.data < 1:
+            raise self.fail(f"step must be positive, got {self.step.value.data}")
+        block = self.body.block
+        want = [IndexType(), *[v.type for v in self.inits]]
+        got = [a.type for a in block.args]
+        if got != want:
+            raise self.fail(
+                "body arguments must be the induction variable (index) and one per carried"
+                f" value ({len(self.inits)}), got {len(got)}"
+            )
+        if [r.type for r in self.results_] != want[1:]:
+            raise self.fail("result types must equal the carried value types")
+        term = block.last_op
+        if not isinstance(term, YieldOp):
+            raise self.fail("body must end with tg.yield")
+        if [v.type for v in term.values] != want[1:]:
+            raise self.fail(
+                f"tg.yield gives {len(term.values)} values; the loop carries {len(self.inits)}"
+                " (types must match the carried values)"
+            )
+
+
+@irdl_op_definition
+class GradOp(TgOp):
+    """d(sum of `output`)/d(`wrt`...): one result per `wrt`, of its type.
+
+    Removed by `tg-autodiff`. `%gw, %gb = tg.grad %loss wrt %w, %b : tensor<4x4xf32>, tensor<4xf32>`
+    """
+
+    name = "tg.grad"
+    output = operand_def(TensorType)
+    wrt = var_operand_def(TensorType)
+    grads = var_result_def(TensorType)
+    traits = traits_def(Pure())
+
+    def __init__(self, output: SSAValue, wrt: Sequence[SSAValue]):
+        super().__init__(operands=[output, wrt], result_types=[[v.type for v in wrt]])
+
+    def verify_(self) -> None:
+        if not self.wrt:
+            raise self.fail("needs at least one value to differentiate with respect to")
+        for g, v in zip(self.grads, self.wrt):
+            if g.type != v.type:
+                raise self.fail(f"gradient type {g.type} differs from the type of its input {v.type}")
+
+
+__all__ = ["ParamOp", "AssignOp", "FeederOp", "ReceiverOp", "ForOp", "YieldOp", "GradOp"]
