@@ -1,0 +1,178 @@
+"""The reference interpreter: runs a `tg` program on NumPy (the numeric oracle).
+
+Every other backend is tested against it. It uses xDSL's interpreter framework:
+`TgFunctions` (in `reference_ops`) implements each tg op, xDSL's `FuncFunctions`
+runs `func.func`, `func.call` and `func.return`.
+
+    result = run(module, args=[x], feeders={"images": batch}, params={"w": w0})
+    result.results[0], result.params["w"], result.received["out"][0]
+
+Host interaction follows the program ops: `tg.feeder "k"` reads `feeders["k"]`,
+`tg.receiver "k"` calls `receivers["k"]` and records into `RunResult.received`,
+`tg.param` / `tg.assign` read and write `params`. Call and iteration numbers in
+messages count from 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.interpreter import Interpreter, OpImplResult, PythonValues
+from xdsl.interpreters.func import FuncFunctions
+from xdsl.ir import Attribute, Operation
+
+from gradfuse.backend.reference_ops import RunState, TgFunctions, dtype_of
+from gradfuse.diagnostics import GradfuseError, position_of
+from gradfuse.dialects import tg
+from gradfuse.dialects.tg_base import fmt_shape
+
+Feeder = Callable[[], np.ndarray] | np.ndarray
+"""A feeder: a callable called once per run of the op, or an array (see `run`)."""
+
+
+@dataclass
+class RunResult:
+    """What a run produced: results, final params and everything received."""
+
+    results: list[np.ndarray]
+    """The entry function's return values."""
+    params: dict[str, np.ndarray]
+    """Final param values (the given ones, updated by `tg.assign`)."""
+    received: dict[str, list[list[np.ndarray]]] = field(default_factory=dict)
+    """Receiver key -> one list of arrays per call of that receiver."""
+
+
+class _TgInterpreter(Interpreter):
+    """An xDSL interpreter that turns any non-diagnostic error into a `GradfuseError`."""
+
+    def _run_op(self, op: Operation, inputs: PythonValues) -> OpImplResult:
+        try:
+            return super()._run_op(op, inputs)
+        except GradfuseError:
+            raise
+        except Exception as err:  # a bug or an unverified module: name the op
+            raise GradfuseError(f"{op.name}: {err}", position_of(op.location)) from err
+
+
+def _find_entry(module: ModuleOp, entry: str) -> func.FuncOp:
+    """The function named `entry`, else the module's only function."""
+    funcs = [op for op in module.walk() if isinstance(op, func.FuncOp)]
+    for f in funcs:
+        if f.sym_name.data == entry:
+            return f
+    if len(funcs) == 1:
+        return funcs[0]
+    names = ", ".join(f"@{f.sym_name.data}" for f in funcs) or "none"
+    raise GradfuseError(f"no entry function @{entry} in the module (functions: {names})")
+
+
+def _collect_params(module: ModuleOp) -> tuple[dict[str, TensorType], dict[str, Attribute]]:
+    """Type and init of every param key; all `tg.param`s of a key must agree on the type."""
+    types: dict[str, TensorType] = {}
+    inits: dict[str, Attribute] = {}
+    for op in module.walk():
+        if not isinstance(op, tg.ParamOp):
+            continue
+        key, ty = op.key.data, op.result.type
+        assert isinstance(ty, TensorType)
+        if key in types and types[key] != ty:
+            raise GradfuseError(
+                f'param "{key}" is read with two types: {types[key]} and {ty}',
+                position_of(op.location),
+            )
+        types[key] = ty
+        if op.init is not None and key not in inits:
+            inits[key] = op.init
+    return types, inits
+
+
+def _check_args(fn: func.FuncOp, args: Sequence[np.ndarray], dtype: type) -> list[np.ndarray]:
+    """The entry arguments, checked against the signature and cast to its element types."""
+    inputs = fn.function_type.inputs.data
+    if len(args) != len(inputs):
+        raise GradfuseError(
+            f"@{fn.sym_name.data} takes {len(inputs)} argument(s), {len(args)} given",
+            position_of(fn.location),
+        )
+    out = []
+    for i, (a, ty) in enumerate(zip(args, inputs, strict=True)):
+        if not isinstance(ty, TensorType):
+            raise GradfuseError(f"argument {i} of @{fn.sym_name.data} is not a tensor: {ty}")
+        arr = np.asarray(a)
+        want = tuple(ty.get_shape())
+        if arr.shape != want or arr.dtype.kind not in "biuf":
+            raise GradfuseError(
+                f"argument {i} of @{fn.sym_name.data}: got {arr.dtype} array of shape"
+                f" {fmt_shape(arr.shape)}, expected {ty}"
+            )
+        out.append(arr.astype(dtype_of(ty, dtype)))
+    return out
+
+
+def run(
+    module: ModuleOp,
+    *,
+    args: Sequence[np.ndarray] = (),
+    feeders: Mapping[str, Feeder] | None = None,
+    receivers: Mapping[str, Callable[..., None]] | None = None,
+    params: dict[str, np.ndarray] | None = None,
+    entry: str = "main",
+    dtype: type = np.float32,
+) -> RunResult:
+    """Runs the entry function of `module` on NumPy and returns what it produced.
+
+    - `args`: the entry function's arguments.
+    - `feeders`: per key a callable (called at every run of the `tg.feeder`), an
+      array of the feeder's shape (returned every time), or an array of shape
+      `(N, *shape)` whose item i is returned at call i (an error after N calls).
+    - `receivers`: per key a callable, called with copies of the arrays as
+      positional arguments; every call is also recorded in `RunResult.received`.
+    - `params`: initial param values (copied, never mutated); a param missing here
+      takes its `init`.
+    - `dtype=np.float64` computes every float value in float64 (for
+      finite-difference checks); the default keeps the program's own types.
+
+    Raises `GradfuseError` for anything wrong, with the op's position; an error
+    inside a `tg.for` names the iteration and leaves the params as they were at the
+    end of the last finished iteration of the outermost loop.
+    """
+    fn = _find_entry(module, entry)
+    types, inits = _collect_params(module)
+    state = RunState(
+        dtype=dtype,
+        param_types=types,
+        param_inits=inits,
+        feeders=dict(feeders or {}),
+        receivers=dict(receivers or {}),
+    )
+    for key, value in (params or {}).items():
+        state.params[key] = state.check_param_value(key, value)
+    call_args = _check_args(fn, args, dtype)
+    interpreter = _TgInterpreter(module)
+    interpreter.register_implementations(FuncFunctions())
+    interpreter.register_implementations(TgFunctions(state))
+    try:
+        with np.errstate(all="ignore"):
+            results = interpreter.call_op(fn, tuple(call_args))
+    except GradfuseError as err:
+        err.__notes__ = []  # xDSL attaches the whole printed module to it
+        raise
+    return RunResult(
+        results=[np.array(r) for r in results],
+        params={k: np.array(v) for k, v in state.params.items()},
+        received=state.received,
+    )
+
+
+def run_value(module: ModuleOp, *args: Any, **kwargs: Any) -> np.ndarray:
+    """The single result of `run(module, args=args, **kwargs)`, for quick checks."""
+    (out,) = run(module, args=args, **kwargs).results
+    return out
+
+
+__all__ = ["RunResult", "run", "run_value", "Feeder"]

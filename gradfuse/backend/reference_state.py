@@ -1,0 +1,180 @@
+"""Run state of the reference interpreter: dtypes, params, feeders and receivers.
+
+`RunState` holds everything a run shares across ops (the param store, feeder
+call counters, what receivers got); `reference_ops` reads and writes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from math import prod
+from typing import Any
+
+import numpy as np
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    DenseIntOrFPElementsAttr,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    FloatAttr,
+    IndexType,
+    IntegerType,
+    TensorType,
+)
+from xdsl.ir import Attribute
+
+from gradfuse.diagnostics import GradfuseError, Position
+from gradfuse.dialects.tg_base import fmt_shape
+
+_FLOATS: dict[type, type] = {
+    Float16Type: np.float16,
+    BFloat16Type: np.float32,  # NumPy has no bfloat16: compute in float32
+    Float32Type: np.float32,
+    Float64Type: np.float64,
+}
+
+
+def dtype_of(ty: Attribute, dtype: type = np.float32) -> np.dtype:
+    """The NumPy dtype for a tensor type (or element type) under the run's `dtype`.
+
+    With `dtype=np.float32` every float type keeps its own width (f16 stays f16);
+    any other `dtype` (np.float64 for gradient checks) replaces every float type.
+    """
+    et = ty.element_type if isinstance(ty, TensorType) else ty
+    if type(et) in _FLOATS:
+        if np.dtype(dtype) != np.float32:
+            return np.dtype(dtype)
+        return np.dtype(_FLOATS[type(et)])
+    if isinstance(et, IntegerType):
+        width = et.width.data
+        return np.dtype(bool) if width == 1 else np.dtype(f"int{max(8, width)}")
+    if isinstance(et, IndexType):
+        return np.dtype(np.int64)
+    raise GradfuseError(f"the reference interpreter has no NumPy type for {et}")
+
+
+def attr_array(attr: Attribute, ty: TensorType, dtype: type = np.float32) -> np.ndarray:
+    """The array of a constant or param init: a splat `FloatAttr` or a dense attribute."""
+    shape, dt = tuple(ty.get_shape()), dtype_of(ty, dtype)
+    if isinstance(attr, FloatAttr):
+        return np.full(shape, attr.value.data, dtype=dt)
+    if isinstance(attr, DenseIntOrFPElementsAttr):
+        et = attr.get_element_type()
+        fmt = getattr(et, "format", None)
+        if fmt is None:
+            raise GradfuseError(f"dense attributes of {et} are not supported")
+        raw = np.frombuffer(attr.data.data, dtype=np.dtype(fmt))
+        if isinstance(et, IntegerType) and et.width.data == 1:
+            raw = raw != 0
+        if raw.size == 1 and prod(shape) != 1:
+            return np.full(shape, raw[0], dtype=dt)
+        return raw.reshape(shape).astype(dt)
+    raise GradfuseError(f"cannot make an array from {attr}")
+
+
+def shape_str(shape: tuple[int, ...]) -> str:
+    """`(2, 255)`: a shape as NumPy writes it."""
+    return str(tuple(int(d) for d in shape))
+
+
+@dataclass
+class RunState:
+    """Everything one run shares across ops."""
+
+    dtype: type
+    param_types: dict[str, TensorType]
+    param_inits: dict[str, Attribute]
+    feeders: dict[str, Any]
+    receivers: dict[str, Callable[..., None]]
+    params: dict[str, np.ndarray] = field(default_factory=dict)
+    received: dict[str, list[list[np.ndarray]]] = field(default_factory=dict)
+    feeder_calls: dict[str, int] = field(default_factory=dict)
+    loop_depth: int = 0
+
+    def check_param_value(self, key: str, value: Any) -> np.ndarray:
+        """A copy of a given param value, checked against and cast to the param's type."""
+        arr = np.array(value)
+        ty = self.param_types.get(key)
+        if ty is None:
+            return arr
+        want = tuple(ty.get_shape())
+        if arr.shape != want or arr.dtype.kind not in "biuf":
+            raise GradfuseError(
+                f'param "{key}": given {arr.dtype} value of shape {shape_str(arr.shape)},'
+                f" expected {ty}"
+            )
+        return arr.astype(dtype_of(ty, self.dtype))
+
+    def feed(self, key: str, ty: TensorType, position: Position | None) -> np.ndarray:
+        """The next value of feeder `key`, checked against its type `ty`."""
+        call = self.feeder_calls.get(key, 0)
+        self.feeder_calls[key] = call + 1
+        where = f'feeder "{key}" (call {call})'
+        shape = tuple(ty.get_shape())
+        if key not in self.feeders:
+            given = ", ".join(f'"{k}"' for k in self.feeders) or "none"
+            raise GradfuseError(f"{where}: no data given for it (feeders given: {given})", position)
+        source = self.feeders[key]
+        if callable(source):
+            try:
+                value = source()
+            except Exception as err:
+                raise GradfuseError(
+                    f"{where}: raised {type(err).__name__}: {err}", position
+                ) from err
+        else:
+            arr = np.asarray(source)
+            if arr.shape == shape:
+                value = arr
+            elif arr.ndim == len(shape) + 1 and arr.shape[1:] == shape:
+                if call >= arr.shape[0]:
+                    raise GradfuseError(
+                        f"{where}: exhausted, its array of shape {shape_str(arr.shape)}"
+                        f" has {arr.shape[0]} items",
+                        position,
+                    )
+                value = arr[call]
+            else:
+                per_call = "(N, " + ", ".join(map(str, shape)) + ")" if shape else "(N,)"
+                raise GradfuseError(
+                    f"{where}: array of shape {shape_str(arr.shape)} is neither"
+                    f" {shape_str(shape)} nor {per_call}",
+                    position,
+                )
+        return self._check_fed(value, ty, where, position)
+
+    def _check_fed(
+        self, value: Any, ty: TensorType, where: str, position: Position | None
+    ) -> np.ndarray:
+        try:
+            arr = np.asarray(value)
+        except Exception as err:
+            raise GradfuseError(
+                f"{where}: returned {type(value).__name__}, not an array", position
+            ) from err
+        if arr.dtype.kind not in "biuf":
+            raise GradfuseError(f"{where}: returned {arr.dtype} data, expected numbers", position)
+        want = tuple(ty.get_shape())
+        if arr.shape != want:
+            raise GradfuseError(
+                f"{where}: returned shape {shape_str(arr.shape)}, expected {shape_str(want)}"
+                f" ({fmt_shape(want)})",
+                position,
+            )
+        return arr.astype(dtype_of(ty, self.dtype))
+
+    def receive(self, key: str, arrays: tuple[np.ndarray, ...], position: Position | None) -> None:
+        """Records one call of receiver `key` and hands copies to its callback."""
+        self.received.setdefault(key, []).append([np.array(a) for a in arrays])
+        callback = self.receivers.get(key)
+        if callback is None:
+            return
+        try:
+            callback(*[np.array(a) for a in arrays])
+        except Exception as err:
+            call = len(self.received[key]) - 1
+            raise GradfuseError(
+                f'receiver "{key}" (call {call}): raised {type(err).__name__}: {err}', position
+            ) from err
