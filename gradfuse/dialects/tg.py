@@ -10,7 +10,7 @@ feeders, receivers, loops, grad). This module gathers them into `TG`.
 
 from xdsl.ir import Dialect
 
-from gradfuse.dialects.tg_base import fmt_shape, shape_of, tensor
+from gradfuse.dialects.tg_base import FLOAT_TYPES, fmt_shape, parse_type, shape_of, tensor
 from gradfuse.dialects.tg_compute import (
     AddOp,
     BinaryOp,
@@ -73,7 +73,7 @@ TG = Dialect(
 )  # fmt: skip
 
 __all__ = [
-    "TG", "COMPOSITES", "BinaryOp", "UnaryOp", "ReduceOp", "fmt_shape", "shape_of", "tensor",
+    "TG", "COMPOSITES", "FLOAT_TYPES", "parse_type", "BinaryOp", "UnaryOp", "ReduceOp", "fmt_shape", "shape_of", "tensor",
     "AddOp", "SubOp", "MulOp", "DivOp", "MaxOp", "CmpLtOp",
     "NegOp", "Exp2Op", "Log2Op", "SqrtOp", "RecipOp", "SinOp",
     "WhereOp", "CastOp", "DotOp", "ReduceSumOp", "ReduceMaxOp",

@@ -10,6 +10,7 @@ from xdsl.dialects.builtin import (
     Float16Type,
     Float32Type,
     Float64Type,
+    IntegerType,
     TensorType,
     i64,
 )
@@ -65,3 +66,21 @@ class TgOp(IRDLOperation):
         if not isinstance(value.type, TensorType):
             raise self.fail(f"{what} must be a tensor, got {value.type}")
         return value.type
+
+
+ELEMENT_TYPES: dict[str, Attribute] = {
+    "f16": Float16Type(),
+    "bf16": BFloat16Type(),
+    "f32": Float32Type(),
+    "f64": Float64Type(),
+    "i1": IntegerType(1),
+    "i8": IntegerType(8),
+    "i32": IntegerType(32),
+    "i64": IntegerType(64),
+}
+
+
+def parse_type(text: str) -> TensorType:
+    """`tensor<2x4xf32>` -> TensorType (the .tg spelling of a type)."""
+    *dims, elt = text[len("tensor<") : -1].split("x")
+    return TensorType(ELEMENT_TYPES[elt], [int(d) for d in dims])

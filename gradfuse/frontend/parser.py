@@ -1,0 +1,409 @@
+"""Parses `.tg` text (docs/tg-syntax.md) into xDSL IR with Lark.
+
+Every op gets its `.tg` position as location (or the explicit `loc(...)` it
+carries), and is verified as soon as it is built, so each mistake is reported
+once, where it is:
+
+    >>> parse_tg('func @f() { %x = tg.feeder "x" : tensor<2xf32> }', "f.tg")
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from functools import cache
+from importlib.resources import files
+
+from lark import Lark, Token, Tree
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from xdsl.dialects import func
+from xdsl.dialects.builtin import (
+    DenseIntOrFPElementsAttr,
+    FileLineColLoc,
+    FloatAttr,
+    IndexType,
+    IntAttr,
+    IntegerAttr,
+    ModuleOp,
+    NameLoc,
+    StringAttr,
+    TensorType,
+    f64,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.irdl import IRDLOperation, VarOperandDef, VarResultDef
+from xdsl.utils.exceptions import VerifyException
+
+from gradfuse.diagnostics import GradfuseError, Position
+from gradfuse.dialects import tg
+from gradfuse.dialects.tg_base import i64_array, parse_type
+
+OPS: dict[str, type[IRDLOperation]] = {op.name: op for op in tg.TG.operations}  # type: ignore[misc]
+SPECIAL_OPS = ("tg.for", "tg.grad", "tg.yield")
+
+ATTR_KINDS: dict[str, str] = {
+    "dims": "ints", "perm": "ints", "starts": "ints", "limits": "ints", "strides": "ints",
+    "low": "ints", "high": "ints", "dim": "int", "value": "float", "init": "number_or_dense",
+}  # fmt: skip
+"""How each `key=value` attribute of the .tg syntax is read and printed."""
+
+
+@cache
+def _lark() -> Lark:
+    grammar = files("gradfuse.frontend").joinpath("grammar.lark").read_text()
+    return Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+
+
+def parse_tg(text: str, filename: str = "<string>", line_offset: int = 0) -> ModuleOp:
+    """Parses .tg text into a verified `builtin.module` of `func.func`s.
+
+    `line_offset` shifts reported lines (for a chunk of a `--split-input-file` input).
+    """
+    lines = text.splitlines()
+    try:
+        tree = _lark().parse(text)
+    except UnexpectedInput as err:
+        line, col = max(err.line, 1), max(err.column, 1)
+        if isinstance(err, UnexpectedEOF) or line > len(lines):
+            line = max(len(lines), 1)
+            col = len(lines[-1]) + 1 if lines else 1
+        src = lines[line - 1] if 0 < line <= len(lines) else None
+        raise GradfuseError(
+            _syntax_message(err), Position(filename, line + line_offset, col, src)
+        ) from None
+    return _Builder(filename, lines, line_offset).module(tree)
+
+
+def _syntax_message(err: UnexpectedInput) -> str:
+    if isinstance(err, UnexpectedToken):
+        if err.token.type == "$END":
+            return "unexpected end of input"
+        expected = sorted(_describe(t) for t in err.expected)
+        shown = ", ".join(expected[:6]) + (", ..." if len(expected) > 6 else "")
+        return f"unexpected '{err.token}', expected {shown}"
+    if isinstance(err, UnexpectedCharacters):
+        return f"unexpected character '{err.char}'"
+    return "unexpected end of input"
+
+
+def _describe(terminal: str) -> str:
+    names = {
+        "VALUE": "a value (%name)", "TENSOR_TYPE": "a type", "NUMBER": "a number",
+        "STRING": "a string", "OPNAME": "an op", "SYMBOL": "@name", "NAME": "an attribute",
+        "RBRACE": "'}'", "LBRACE": "'{'", "COLON": "':'", "COMMA": "','", "EQUAL": "'='",
+        "RPAR": "')'", "LPAR": "'('", "FUNC": "'func'",
+    }  # fmt: skip
+    return names.get(terminal, terminal.lower())
+
+
+def _number(tok: Token) -> float:
+    return float(str(tok))
+
+
+class _Builder:
+    """Turns the Lark tree into ops, tracking SSA names and positions."""
+
+    def __init__(self, filename: str, lines: list[str], line_offset: int):
+        self.filename, self.lines, self.offset = filename, lines, line_offset
+        self.scopes: list[dict[str, SSAValue]] = []
+        self.defined: set[str] = set()
+
+    # --- positions and errors -----------------------------------------------------
+
+    def pos(self, node: Tree | Token) -> Position:
+        line = node.line if isinstance(node, Token) else node.meta.line
+        col = node.column if isinstance(node, Token) else node.meta.column
+        line, col = line or 1, col or 1
+        src = self.lines[line - 1] if 0 < line <= len(self.lines) else None
+        return Position(self.filename, line + self.offset, col, src)
+
+    def error(self, node: Tree | Token, message: str) -> GradfuseError:
+        return GradfuseError(message, self.pos(node))
+
+    def location(self, node: Tree, loc: Tree | None) -> Attribute:
+        if loc is None:
+            p = self.pos(node)
+            return FileLineColLoc(StringAttr(self.filename), IntAttr(p.line), IntAttr(p.column))
+        inner = loc.children[1]
+        if inner.data == "name_loc":
+            name, file_loc = inner.children
+            return NameLoc(StringAttr(_unquote(name)), self._file_loc(file_loc))
+        return self._file_loc(inner)
+
+    def _file_loc(self, node: Tree) -> FileLineColLoc:
+        file, line, col = node.children
+        return FileLineColLoc(
+            StringAttr(_unquote(file)), IntAttr(self.integer(line)), IntAttr(self.integer(col))
+        )
+
+    def integer(self, tok: Token) -> int:
+        value = _number(tok)
+        if value != int(value):
+            raise self.error(tok, f"expected an integer, got {tok}")
+        return int(value)
+
+    # --- SSA names ----------------------------------------------------------------
+
+    def lookup(self, tok: Token) -> SSAValue:
+        name = str(tok)[1:]
+        for scope in reversed(self.scopes):
+            if name in scope:
+                return scope[name]
+        if name in self.defined:
+            raise self.error(tok, f"value %{name} is defined inside a loop body and not visible here")
+        raise self.error(tok, f"use of undefined value %{name}")
+
+    def define(self, tok: Token, value: SSAValue) -> None:
+        name = str(tok)[1:]
+        if name in self.defined:
+            raise self.error(tok, f"redefinition of value %{name}")
+        self.defined.add(name)
+        self.scopes[-1][name] = value
+        if SSAValue.is_valid_name(name):
+            value.name_hint = name
+
+    def define_all(self, toks: Sequence[Token], values: Sequence[SSAValue], node: Tree, what: str):
+        if len(toks) != len(values):
+            raise self.error(node, f"{what} has {len(values)} result(s), but {len(toks)} name(s) are given")
+        for tok, value in zip(toks, values):
+            self.define(tok, value)
+
+    # --- structure -----------------------------------------------------------------
+
+    def module(self, tree: Tree) -> ModuleOp:
+        funcs: list[Operation] = []
+        names: set[str] = set()
+        for node in tree.children:
+            f = self.func(node)
+            if f.sym_name.data in names:
+                raise self.error(node, f"redefinition of function @{f.sym_name.data}")
+            names.add(f.sym_name.data)
+            funcs.append(f)
+        return ModuleOp(funcs)
+
+    def func(self, node: Tree) -> func.FuncOp:
+        symbol, *rest = node.children
+        body_node = rest[-1]
+        args = [c for c in rest[:-1] if isinstance(c, Tree) and c.data == "arg"]
+        result_types = [self.type(c) for c in rest[:-1] if isinstance(c, Tree) and c.data == "type"]
+        self.scopes, self.defined = [{}], set()
+        arg_types = [self.type(a.children[1]) for a in args]
+        block = Block(arg_types=arg_types)
+        for a, barg in zip(args, block.args):
+            self.define(a.children[0], barg)
+        name = str(symbol)[1:]
+        self.body(body_node, block, in_func=True)
+        last = block.last_op
+        if not isinstance(last, func.ReturnOp):
+            if result_types:
+                raise self.error(body_node, f"function @{name} must end with return")
+            block.add_op(func.ReturnOp())
+            last = block.last_op
+        assert isinstance(last, func.ReturnOp)
+        got = [v.type for v in last.arguments]
+        if got != result_types:
+            raise self.error(
+                node, f"function @{name} returns {_types(got)}, but its signature says {_types(result_types)}"
+            )
+        f = func.FuncOp(name, (arg_types, result_types), Region(block))
+        f.location = self.location(node, None)
+        return f
+
+    def body(self, node: Tree, block: Block, in_func: bool) -> None:
+        built: list[tuple[Operation, Tree]] = []
+        for stmt in node.children:
+            if block.last_op is not None and block.last_op.name in ("func.return", "tg.yield"):
+                raise self.error(stmt, "no op may follow the block's terminator")
+            built.append((getattr(self, stmt.data)(stmt, block, in_func), stmt))
+        for op, stmt in built:
+            if not isinstance(op, tg.ForOp | func.ReturnOp):  # checked where built
+                self.verify(op, stmt)
+
+    def verify(self, op: Operation, node: Tree) -> None:
+        try:
+            op.verify()
+        except VerifyException as err:
+            raise self.error(node, str(err)) from None
+
+    def type(self, node: Tree) -> Attribute:
+        tok = node.children[0]
+        return IndexType() if tok.type == "INDEX" else parse_type(str(tok))
+
+    def types(self, node: Tree | None) -> list[Attribute]:
+        return [] if node is None else [self.type(t) for t in node.children]
+
+    def names(self, node: Tree | None) -> list[Token]:
+        return [] if node is None else list(node.children[0].children)
+
+    def values(self, node: Tree | None) -> list[SSAValue]:
+        return [] if node is None else [self.lookup(t) for t in node.children]
+
+    # --- statements ----------------------------------------------------------------
+
+    def return_op(self, node: Tree, block: Block, in_func: bool) -> Operation:
+        _, values, loc = node.children
+        if not in_func:
+            raise self.error(node, "return is only allowed at the end of a function body; loops end with tg.yield")
+        op = func.ReturnOp(*self.values(values))
+        op.location = self.location(node, loc)
+        block.add_op(op)
+        return op
+
+    def for_op(self, node: Tree, block: Block, in_func: bool) -> Operation:
+        results, _, ivar, lo, hi, step, iter_node, types, body, loc = node.children
+        carried = [] if iter_node is None else [c.children for c in iter_node.children]
+        inits = [self.lookup(init) for _, init in carried]
+        written = self.types(types)
+        if written and written != [v.type for v in inits]:
+            raise self.error(
+                node, f"tg.for: written types {_types(written)} differ from the carried values' {_types([v.type for v in inits])}"
+            )
+        if inits and not written:
+            raise self.error(node, "tg.for: write the carried types after ':'")
+        op = tg.ForOp(self.integer(lo), self.integer(hi), self.integer(step), inits)
+        op.location = self.location(node, loc)
+        inner = op.body.block
+        self.scopes.append({})
+        self.define(ivar, inner.args[0])
+        for (name, _), arg in zip(carried, inner.args[1:]):
+            self.define(name, arg)
+        block.add_op(op)
+        self.body(body, inner, in_func=False)
+        self.scopes.pop()
+        if not isinstance(inner.last_op, tg.YieldOp):
+            raise self.error(body, "tg.for: the body must end with tg.yield")
+        try:
+            op.verify_()
+        except VerifyException as err:
+            raise self.error(node, str(err)) from None
+        self.define_all(self.names(results), op.results, node, "tg.for")
+        return op
+
+    def grad_op(self, node: Tree, block: Block, in_func: bool) -> Operation:
+        results, _, out, wrt, types, loc = node.children
+        op = tg.GradOp(self.lookup(out), self.values(wrt))
+        written = self.types(types)
+        if written and written != list(op.result_types):
+            raise self.error(node, f"tg.grad: gradient types are {_types(op.result_types)}, not {_types(written)}")
+        return self.finish(op, node, block, results, loc)
+
+    def finish(self, op: Operation, node: Tree, block: Block, results: Tree | None, loc: Tree | None):
+        op.location = self.location(node, loc)
+        block.add_op(op)
+        self.define_all(self.names(results), op.results, node, op.name)
+        return op
+
+    def op(self, node: Tree, block: Block, in_func: bool) -> Operation:
+        results, opname, key, operand_vals, literal, *rest = node.children
+        attrs, types, loc = rest[:-2], rest[-2], rest[-1]
+        name = str(opname)
+        cls = OPS.get(name)
+        if cls is None or name in SPECIAL_OPS[:2]:
+            hint = difflib.get_close_matches(name, OPS, n=1)
+            extra = f"; did you mean {hint[0]}?" if hint else ""
+            raise self.error(opname, f"unknown op '{name}'{extra}")
+        op_def = cls.get_irdl_definition()
+        props: dict[str, Attribute] = {}
+        result_types = self.types(types)
+        if key is not None:
+            if "key" not in op_def.properties:
+                raise self.error(key, f"{name} takes no name")
+            props["key"] = StringAttr(_unquote(key))
+        elif "key" in op_def.properties:
+            raise self.error(opname, f'{name} needs a name: {name} "name" ...')
+        if literal is not None:
+            if cls is not tg.ConstantOp:
+                raise self.error(literal, f"{name} takes no literal value")
+            props["value"] = self.literal(literal, result_types, name)
+        for attr in attrs:
+            attr_name, attr_value = attr.children
+            if str(attr_name) not in op_def.properties or str(attr_name) not in ATTR_KINDS:
+                allowed = [p for p in op_def.properties if p in ATTR_KINDS]
+                known = f" (it has: {', '.join(allowed)})" if allowed else ""
+                raise self.error(attr_name, f"{name} has no attribute '{attr_name}'{known}")
+            if str(attr_name) in props:
+                raise self.error(attr_name, f"attribute '{attr_name}' given twice")
+            props[str(attr_name)] = self.attribute(str(attr_name), attr_value, result_types, name)
+        for prop, prop_def in op_def.properties.items():
+            if prop not in props and not _optional(prop_def):
+                form = "a value" if prop == "value" and cls is tg.ConstantOp else f"{prop}=..."
+                raise self.error(opname, f"{name} needs {form}")
+        operands = self.values(operand_vals)
+        self.check_arity(cls, operands, result_types, node, name)
+        op = cls.create(operands=operands, result_types=result_types, properties=props)
+        return self.finish(op, node, block, results, loc)
+
+    def check_arity(self, cls, operands, result_types, node: Tree, name: str) -> None:
+        op_def = cls.get_irdl_definition()
+        fixed = [d for _, d in op_def.operands if not isinstance(d, VarOperandDef)]
+        variadic = len(fixed) != len(op_def.operands)
+        if len(operands) < len(fixed) or (not variadic and len(operands) != len(fixed)):
+            want = f"at least {len(fixed)}" if variadic else str(len(fixed))
+            raise self.error(node, f"{name} expects {want} operand(s), got {len(operands)}")
+        fixed_results = [d for _, d in op_def.results if not isinstance(d, VarResultDef)]
+        if len(fixed_results) == len(op_def.results) and len(result_types) != len(fixed_results):
+            if not result_types:
+                raise self.error(node, f"{name}: missing result type after ':'")
+            raise self.error(node, f"{name} has {len(fixed_results)} result(s), got {len(result_types)} type(s)")
+
+    # --- attributes -------------------------------------------------------------------
+
+    def attribute(self, name: str, node: Tree | Token, result_types: list[Attribute], op: str) -> Attribute:
+        kind = ATTR_KINDS[name]
+        tree_kind = node.data if isinstance(node, Tree) else "string"
+        if kind == "ints":
+            if tree_kind != "int_list":
+                raise self.error(_first_token(node), f"{op}: {name} must be a list of integers like [0, 1]")
+            return i64_array([self.integer(t) for t in node.children if t is not None])
+        if kind == "int":
+            if tree_kind != "number":
+                raise self.error(_first_token(node), f"{op}: {name} must be an integer")
+            return IntegerAttr(self.integer(node.children[0]), i64)
+        if kind == "float":
+            if tree_kind != "number":
+                raise self.error(_first_token(node), f"{op}: {name} must be a number")
+            return FloatAttr(_number(node.children[0]), f64)
+        return self.literal(node, result_types, op)
+
+    def literal(self, node: Tree | Token, result_types: list[Attribute], op: str) -> Attribute:
+        if isinstance(node, Tree) and node.data == "number":
+            return FloatAttr(_number(node.children[0]), f64)
+        if not isinstance(node, Tree) or node.data != "dense":
+            raise self.error(_first_token(node), f"{op}: expected a number or dense<...>")
+        ty = result_types[0] if result_types else None
+        if not isinstance(ty, TensorType):
+            raise self.error(node, f"{op}: a dense value needs a tensor result type after ':'")
+        flat, shape = self.nested(node.children[1])
+        elt = ty.element_type
+        data = [int(v) for v in flat] if not isinstance(elt, tg.FLOAT_TYPES) else flat
+        return DenseIntOrFPElementsAttr.from_list(TensorType(elt, shape), data)  # type: ignore[arg-type]
+
+    def nested(self, node: Tree) -> tuple[list[float], list[int]]:
+        if node.data == "number":
+            return [_number(node.children[0])], []
+        parts = [self.nested(c) for c in node.children if c is not None]
+        if not parts:
+            raise self.error(node, "empty dense literal")
+        shapes = {tuple(s) for _, s in parts}
+        if len(shapes) != 1:
+            raise self.error(node, "ragged dense literal: all rows must have the same shape")
+        return [v for flat, _ in parts for v in flat], [len(parts), *parts[0][1]]
+
+
+def _first_token(node: Tree | Token) -> Tree | Token:
+    return node
+
+
+def _optional(prop_def: object) -> bool:
+    from xdsl.irdl import OptPropertyDef
+
+    return isinstance(prop_def, OptPropertyDef)
+
+
+def _unquote(tok: Token) -> str:
+    return bytes(str(tok)[1:-1], "utf-8").decode("unicode_escape")
+
+
+def _types(types: Sequence[Attribute]) -> str:
+    return "(" + ", ".join(str(t) for t in types) + ")"
