@@ -1,0 +1,222 @@
+"""`ir-run`: runs a tg program with the reference interpreter, arrays in and out as .npz.
+
+    ir-run model.tg --inputs in.npz --outputs out.npz [--params p.npz] [--entry main]
+
+Inputs (`--inputs`, one .npz):
+  - `arg0`, `arg1`, ...: the entry function's arguments, by position;
+  - every other entry feeds the `tg.feeder` of that key: an array of the feeder's
+    shape is returned at every call, an array of shape `(N, *shape)` gives item i
+    at call i.
+Params (`--params`, one .npz): initial param values by key. When some keys start
+with `param.`, only those are taken (prefix dropped), so the outputs of one run
+can be the params of the next.
+Outputs (`--outputs`, one .npz, written only when the whole run succeeded):
+  - `result0`, `result1`, ...: the entry function's results;
+  - `param.<key>`: the final value of every param;
+  - `<key>.<call>.<index>`: operand `index` of receiver `key` at its call `call`
+    (both counted from 0), e.g. `saving params.3.0`.
+A short summary (names, shapes, first values) goes to stdout. Any bad input gives
+one line `file:line:col: error: ...` (or `error: ...`) on stderr and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects.builtin import Builtin, ModuleOp
+from xdsl.dialects.func import Func
+from xdsl.parser import Parser
+from xdsl.utils.exceptions import ParseError, VerifyException
+
+from gradfuse.backend.reference import run
+from gradfuse.diagnostics import GradfuseError, Position, position_of
+from gradfuse.dialects.tg import TG
+
+SUMMARY_LINES = 24
+"""At most this many outputs are listed on stdout; the rest are counted."""
+
+
+class _ArgParser(argparse.ArgumentParser):
+    """Reports usage errors as a GradfuseError (one line, exit status 1)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise GradfuseError(f"{message} (see ir-run --help)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _ArgParser(prog="ir-run", description="Run a tg program on the NumPy reference.")
+    p.add_argument("file", help="program: .tg text or .mlir (tg, func, builtin)")
+    p.add_argument("--inputs", help=".npz with arg0, arg1, ... and feeder arrays by key")
+    p.add_argument("--outputs", help=".npz to write results, params and received arrays to")
+    p.add_argument("--params", help=".npz with initial param values by key")
+    p.add_argument("--entry", default="main", help="entry function (default: main)")
+    p.add_argument(
+        "--dtype",
+        choices=["float32", "float64"],
+        default="float32",
+        help="float64 computes every float value in float64",
+    )
+    return p
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise GradfuseError(f"cannot read {path}: {reason}") from err
+
+
+def _verify(module: ModuleOp) -> None:
+    """Verifies `module`, naming the position of the first op that fails."""
+    try:
+        module.verify()
+    except VerifyException as err:
+        for op in module.walk():
+            try:
+                op.verify(verify_nested_ops=False)
+            except VerifyException as inner:
+                raise GradfuseError(str(inner), position_of(op.location)) from None
+        raise GradfuseError(str(err)) from None
+
+
+def load_module(path: Path) -> ModuleOp:
+    """Parses and verifies a `.tg` or `.mlir` file."""
+    text = _read_text(path)
+    if path.suffix == ".tg":
+        try:
+            from gradfuse.frontend.parser import parse_tg
+        except ImportError as err:
+            raise GradfuseError(f"{path}: the .tg frontend is not available ({err})") from err
+        module = parse_tg(text, str(path))
+    else:
+        ctx = Context()
+        for dialect in (Builtin, Func, TG):
+            ctx.load_dialect(dialect)
+        try:
+            module = Parser(ctx, text, str(path)).parse_module()
+        except ParseError as err:
+            loc = err.span.get_location()
+            raise GradfuseError(err.msg, Position(loc.file, loc.line, loc.col)) from None
+    _verify(module)
+    return module
+
+
+def load_npz(path: str, what: str) -> dict[str, np.ndarray]:
+    """All arrays of an .npz file, read eagerly so a corrupt member fails here."""
+    try:
+        data = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise GradfuseError(f"{what} {path}: no such file") from None
+    except Exception as err:
+        raise GradfuseError(f"{what} {path}: not a readable .npz file ({err})") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise GradfuseError(f"{what} {path}: not an .npz archive")
+    try:
+        with data:
+            return {name: np.asarray(data[name]) for name in data.files}
+    except Exception as err:
+        raise GradfuseError(f"{what} {path}: not a readable .npz file ({err})") from None
+
+
+def _split_inputs(inputs: dict[str, np.ndarray]) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+    """`arg0`, `arg1`, ... as the argument list; everything else as feeders."""
+    args, feeders = [], {}
+    n = 0
+    while f"arg{n}" in inputs:
+        args.append(inputs[f"arg{n}"])
+        n += 1
+    for key, value in inputs.items():
+        if key.startswith("arg") and key[3:].isdigit() and int(key[3:]) < n:
+            continue
+        feeders[key] = value
+    return args, feeders
+
+
+def _write_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
+    """Writes `arrays` atomically: a temp file in the same folder, then `os.replace`."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".ir-run-", suffix=".npz")
+    except OSError as err:
+        raise GradfuseError(f"cannot write {path}: {err.strerror or err}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)  # type: ignore[arg-type]
+        os.replace(tmp, path)
+    except OSError as err:
+        raise GradfuseError(f"cannot write {path}: {err.strerror or err}") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _summary(arrays: dict[str, np.ndarray]) -> str:
+    """`name  shape dtype  first values`, one line per output."""
+    lines = []
+    for name, arr in list(arrays.items())[:SUMMARY_LINES]:
+        flat = arr.reshape(-1)
+        values = ", ".join(f"{v:.6g}" if arr.dtype.kind == "f" else str(v) for v in flat[:4])
+        more = ", ..." if flat.size > 4 else ""
+        shape = "x".join(map(str, arr.shape)) or "scalar"
+        lines.append(f"{name:<24} {shape:>12} {arr.dtype!s:<8} [{values}{more}]")
+    if len(arrays) > SUMMARY_LINES:
+        lines.append(f"... and {len(arrays) - SUMMARY_LINES} more")
+    return "\n".join(lines)
+
+
+def run_file(opts: argparse.Namespace) -> dict[str, np.ndarray]:
+    """Runs the program of `opts` and returns the named output arrays."""
+    module = load_module(Path(opts.file))
+    inputs = load_npz(opts.inputs, "inputs") if opts.inputs else {}
+    given = load_npz(opts.params, "params") if opts.params else {}
+    if any(k.startswith("param.") for k in given):  # an ir-run outputs file: its params
+        given = {k.removeprefix("param."): v for k, v in given.items() if k.startswith("param.")}
+    params = given
+    args, feeders = _split_inputs(inputs)
+    dtype = np.float64 if opts.dtype == "float64" else np.float32
+    result = run(module, args=args, feeders=feeders, params=params, entry=opts.entry, dtype=dtype)
+    out: dict[str, np.ndarray] = {}
+    for i, value in enumerate(result.results):
+        out[f"result{i}"] = value
+    for key, value in result.params.items():
+        out[f"param.{key}"] = value
+    for key, calls in result.received.items():
+        for call, arrays in enumerate(calls):
+            for index, value in enumerate(arrays):
+                out[f"{key}.{call}.{index}"] = value
+    return out
+
+
+def _one_line(err: GradfuseError) -> str:
+    message = " ".join(err.message.split())
+    return f"{err.position}: error: {message}" if err.position else f"error: {message}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `ir-run`; returns the exit status."""
+    try:
+        opts = _parser().parse_args(argv)
+        outputs = run_file(opts)
+        if opts.outputs:
+            _write_npz(opts.outputs, outputs)
+    except GradfuseError as err:
+        print(_one_line(err), file=sys.stderr)
+        return 1
+    except Exception as err:  # never a traceback for the user
+        print(f"error: internal error: {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
+    print(_summary(outputs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
