@@ -1,0 +1,250 @@
+"""Reverse-mode derivative rules of the tg ops, one small function per op (tinygrad style).
+
+A rule gets an `Emitter` (which places the new ops before the `tg.grad` being
+expanded, with the backward provenance of `op`), the forward `op` and the
+cotangent `g` of its result; it returns one cotangent per operand of `op`, `None`
+where the operand gets no gradient (masks, conditions). For `%z = tg.mul %x, %y`:
+
+    %gx = tg.mul %g, %y : tensor<4xf32>
+    %gy = tg.mul %g, %x : tensor<4xf32>
+
+Conventions: `tg.max` sends the cotangent of a tie to its rhs (so `relu = max(x, 0)`
+has gradient 0 at 0, as `tg.relu` and PyTorch do); `tg.reduce_max` splits it evenly
+between tied maxima (as PyTorch's `amax`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from xdsl.dialects.builtin import TensorType
+from xdsl.ir import Operation, SSAValue
+
+from gradfuse.dialects import tg
+from gradfuse.dialects.tg_base import FLOAT_TYPES, ints, shape_of
+from gradfuse.passes.builders import Emitter, element_type
+
+Cotangents = Sequence[SSAValue | None]
+Rule = Callable[[Emitter, Any, SSAValue], Cotangents]
+
+LN_2 = math.log(2.0)
+
+
+# --- elementwise ------------------------------------------------------------------
+
+
+def add_rule(e: Emitter, op: tg.AddOp, g: SSAValue) -> Cotangents:
+    return g, g
+
+
+def sub_rule(e: Emitter, op: tg.SubOp, g: SSAValue) -> Cotangents:
+    return g, e.neg(g)
+
+
+def mul_rule(e: Emitter, op: tg.MulOp, g: SSAValue) -> Cotangents:
+    return e.mul(g, op.rhs), e.mul(g, op.lhs)
+
+
+def div_rule(e: Emitter, op: tg.DivOp, g: SSAValue) -> Cotangents:
+    # d(a/b)/db = -(a/b)/b, so g_b = -(g/b) * (a/b)
+    gl = e.div(g, op.rhs)
+    return gl, e.neg(e.mul(gl, op.result))
+
+
+def max_rule(e: Emitter, op: tg.MaxOp, g: SSAValue) -> Cotangents:
+    lhs_wins = e.cmplt(op.rhs, op.lhs)  # ties go to the rhs
+    zero = e.zeros_like(g)
+    return e.where(lhs_wins, g, zero), e.where(lhs_wins, zero, g)
+
+
+def neg_rule(e: Emitter, op: tg.NegOp, g: SSAValue) -> Cotangents:
+    return (e.neg(g),)
+
+
+def exp2_rule(e: Emitter, op: tg.Exp2Op, g: SSAValue) -> Cotangents:
+    return (e.mul(g, e.scale(op.result, LN_2)),)
+
+
+def log2_rule(e: Emitter, op: tg.Log2Op, g: SSAValue) -> Cotangents:
+    return (e.div(g, e.scale(op.input, LN_2)),)
+
+
+def sqrt_rule(e: Emitter, op: tg.SqrtOp, g: SSAValue) -> Cotangents:
+    return (e.div(g, e.scale(op.result, 2.0)),)
+
+
+def recip_rule(e: Emitter, op: tg.RecipOp, g: SSAValue) -> Cotangents:
+    return (e.neg(e.mul(g, e.mul(op.result, op.result))),)
+
+
+def sin_rule(e: Emitter, op: tg.SinOp, g: SSAValue) -> Cotangents:
+    cos = e.sin(e.add(op.input, e.const(math.pi / 2, op.input)))
+    return (e.mul(g, cos),)
+
+
+def cmplt_rule(e: Emitter, op: tg.CmpLtOp, g: SSAValue) -> Cotangents:
+    return None, None
+
+
+def where_rule(e: Emitter, op: tg.WhereOp, g: SSAValue) -> Cotangents:
+    zero = e.zeros_like(g)
+    return None, e.where(op.cond, g, zero), e.where(op.cond, zero, g)
+
+
+def cast_rule(e: Emitter, op: tg.CastOp, g: SSAValue) -> Cotangents:
+    source = element_type(op.input)
+    if not isinstance(source, FLOAT_TYPES) or not isinstance(element_type(g), FLOAT_TYPES):
+        return (None,)
+    return (e.cast(g, source),)
+
+
+# --- composites -------------------------------------------------------------------
+
+
+def one_minus(e: Emitter, x: SSAValue) -> SSAValue:
+    return e.sub(e.const(1.0, x), x)
+
+
+def sigmoid_rule(e: Emitter, op: tg.SigmoidOp, g: SSAValue) -> Cotangents:
+    y = op.result
+    return (e.mul(g, e.mul(y, one_minus(e, y))),)
+
+
+def tanh_rule(e: Emitter, op: tg.TanhOp, g: SSAValue) -> Cotangents:
+    y = op.result
+    return (e.mul(g, one_minus(e, e.mul(y, y))),)
+
+
+def relu_rule(e: Emitter, op: tg.ReluOp, g: SSAValue) -> Cotangents:
+    positive = e.cmplt(e.zeros_like(op.input), op.input)
+    return (e.where(positive, g, e.zeros_like(g)),)
+
+
+def softmax_rule(e: Emitter, op: tg.SoftmaxOp, g: SSAValue) -> Cotangents:
+    # dx = y * (g - sum(g * y, dim))
+    y, dim = op.result, op.dim.value.data
+    total = e.expand_reduced(e.reduce_sum(e.mul(g, y), [dim]), shape_of(y), [dim])
+    return (e.mul(y, e.sub(g, total)),)
+
+
+# --- contraction and reductions ---------------------------------------------------
+
+
+def dot_rule(e: Emitter, op: tg.DotOp, g: SSAValue) -> Cotangents:
+    # C = A @ B: dA = dC @ B^T, dB = A^T @ dC (over the last two dims)
+    return e.dot(g, e.transpose_last2(op.rhs)), e.dot(e.transpose_last2(op.lhs), g)
+
+
+def reduce_sum_rule(e: Emitter, op: tg.ReduceSumOp, g: SSAValue) -> Cotangents:
+    return (e.expand_reduced(g, shape_of(op.input), ints(op.dims)),)
+
+
+def reduce_max_rule(e: Emitter, op: tg.ReduceMaxOp, g: SSAValue) -> Cotangents:
+    shape, dims = shape_of(op.input), ints(op.dims)
+    peak = e.expand_reduced(op.result, shape, dims)
+    below = e.cmplt(op.input, peak)  # x <= max everywhere, so "not below" is "== max"
+    is_max = e.where(below, e.zeros_like(op.input), e.const(1.0, op.input))
+    count = e.expand_reduced(e.reduce_sum(is_max, dims), shape, dims)
+    return (e.mul(e.expand_reduced(g, shape, dims), e.div(is_max, count)),)
+
+
+# --- movement ---------------------------------------------------------------------
+
+
+def reshape_rule(e: Emitter, op: tg.ReshapeOp, g: SSAValue) -> Cotangents:
+    return (e.reshape(g, shape_of(op.input)),)
+
+
+def permute_rule(e: Emitter, op: tg.PermuteOp, g: SSAValue) -> Cotangents:
+    perm = ints(op.perm)
+    inverse = [perm.index(i) for i in range(len(perm))]
+    return (e.permute(g, inverse),)
+
+
+def broadcast_rule(e: Emitter, op: tg.BroadcastOp, g: SSAValue) -> Cotangents:
+    small, big = shape_of(op.input), shape_of(op.result)
+    dims = [i for i, (a, b) in enumerate(zip(small, big, strict=True)) if a != b]
+    if not dims:
+        return (g,)
+    return (e.reshape(e.reduce_sum(g, dims), small),)
+
+
+def slice_rule(e: Emitter, op: tg.SliceOp, g: SSAValue) -> Cotangents:
+    shape = shape_of(op.input)
+    starts, strides = ints(op.starts), ints(op.strides)
+    if any(s > 1 for s in strides):
+        g = spread_strided(e, g, strides)
+    # the window now starts at `starts`; trim trailing zeros past the input, then pad
+    window = shape_of(g)
+    lengths = [min(w, n - s) for w, n, s in zip(window, shape, starts, strict=True)]
+    if list(lengths) != list(window):
+        g = e.slice(g, [0] * len(window), lengths)
+    high = [n - s - k for n, s, k in zip(shape, starts, lengths, strict=True)]
+    return (e.pad(g, starts, high),)
+
+
+def spread_strided(e: Emitter, g: SSAValue, strides: Sequence[int]) -> SSAValue:
+    """Puts `stride - 1` zeros after each element along each dim: [a, b] -> [a, 0, b, 0]."""
+    shape = shape_of(g)
+    interleaved = [d for n in shape for d in (n, 1)]
+    g = e.reshape(g, interleaved)
+    high = [d for s in strides for d in (0, s - 1)]
+    g = e.pad(g, [0] * len(high), high)
+    return e.reshape(g, [n * s for n, s in zip(shape, strides, strict=True)])
+
+
+def pad_rule(e: Emitter, op: tg.PadOp, g: SSAValue) -> Cotangents:
+    low, shape = ints(op.low), shape_of(op.input)
+    return (e.slice(g, low, [lo + n for lo, n in zip(low, shape, strict=True)]),)
+
+
+def concat_rule(e: Emitter, op: tg.ConcatOp, g: SSAValue) -> Cotangents:
+    dim, full = op.dim.value.data, shape_of(op.result)
+    pieces: list[SSAValue | None] = []
+    offset = 0
+    for x in op.inputs:
+        n = shape_of(x)[dim]
+        starts = [offset if i == dim else 0 for i in range(len(full))]
+        limits = [offset + n if i == dim else d for i, d in enumerate(full)]
+        pieces.append(e.slice(g, starts, limits))
+        offset += n
+    return pieces
+
+
+RULES: dict[type[Operation], Rule] = {
+    tg.AddOp: add_rule,
+    tg.SubOp: sub_rule,
+    tg.MulOp: mul_rule,
+    tg.DivOp: div_rule,
+    tg.MaxOp: max_rule,
+    tg.NegOp: neg_rule,
+    tg.Exp2Op: exp2_rule,
+    tg.Log2Op: log2_rule,
+    tg.SqrtOp: sqrt_rule,
+    tg.RecipOp: recip_rule,
+    tg.SinOp: sin_rule,
+    tg.CmpLtOp: cmplt_rule,
+    tg.WhereOp: where_rule,
+    tg.CastOp: cast_rule,
+    tg.SigmoidOp: sigmoid_rule,
+    tg.TanhOp: tanh_rule,
+    tg.ReluOp: relu_rule,
+    tg.SoftmaxOp: softmax_rule,
+    tg.DotOp: dot_rule,
+    tg.ReduceSumOp: reduce_sum_rule,
+    tg.ReduceMaxOp: reduce_max_rule,
+    tg.ReshapeOp: reshape_rule,
+    tg.PermuteOp: permute_rule,
+    tg.BroadcastOp: broadcast_rule,
+    tg.SliceOp: slice_rule,
+    tg.PadOp: pad_rule,
+    tg.ConcatOp: concat_rule,
+}
+"""Derivative rule per op class. Leaves (constant, param, feeder) have no operands."""
+
+
+def is_differentiable(value: SSAValue) -> bool:
+    """Whether a value carries gradients: a tensor of floats (not an i1 mask)."""
+    return isinstance(value.type, TensorType) and isinstance(element_type(value), FLOAT_TYPES)
