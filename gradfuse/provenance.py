@@ -37,7 +37,9 @@ class Provenance:
             base = FileLineColLoc(StringAttr(self.file), IntAttr(self.line), IntAttr(self.column))
         if self.module_path is None and self.direction == "forward":
             return base
-        name = self.direction if self.module_path is None else f"{self.direction}@{self.module_path}"
+        name = (
+            self.direction if self.module_path is None else f"{self.direction}@{self.module_path}"
+        )
         return NameLoc(StringAttr(name), base)
 
     def with_direction(self, direction: str) -> Provenance:

@@ -8,51 +8,31 @@ wrong in words, naming the op:
     %y = tg.dot %x, %w : tensor<2x255xf32>
     // tg.dot: inner dimensions differ: 2x255 @ 254x255
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
-from math import prod
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
-    BFloat16Type,
     DenseArrayBase,
-    DenseIntOrFPElementsAttr,
-    Float16Type,
-    Float32Type,
-    Float64Type,
-    FloatAttr,
-    IndexType,
     IntegerAttr,
-    IntegerType,
-    StringAttr,
     TensorType,
     i1,
     i64,
 )
-from xdsl.ir import Attribute, Dialect, Region, SSAValue
+from xdsl.ir import Attribute, SSAValue
 from xdsl.irdl import (
-    IRDLOperation,
     irdl_op_definition,
     operand_def,
-    opt_prop_def,
     prop_def,
-    region_def,
     result_def,
     traits_def,
-    var_operand_def,
-    var_result_def,
 )
 from xdsl.traits import (
     Commutative,
-    HasParent,
-    IsTerminator,
-    MemoryReadEffect,
-    MemoryWriteEffect,
     Pure,
-    RecursiveMemoryEffect,
 )
-from xdsl.utils.exceptions import VerifyException
 
 from gradfuse.dialects.tg_base import (
     TgOp,
@@ -62,7 +42,6 @@ from gradfuse.dialects.tg_base import (
     shape_of,
     tensor,
 )
-
 
 # --- elementwise ------------------------------------------------------------------
 
@@ -283,7 +262,9 @@ class DotOp(TgOp):
         a, b = shape_of(lhs), shape_of(rhs)
         ty = lhs.type
         assert isinstance(ty, TensorType)
-        super().__init__(operands=[lhs, rhs], result_types=[tensor(a[:-1] + b[-1:], ty.element_type)])
+        super().__init__(
+            operands=[lhs, rhs], result_types=[tensor(a[:-1] + b[-1:], ty.element_type)]
+        )
 
     def verify_(self) -> None:
         a, b = shape_of(self.lhs), shape_of(self.rhs)

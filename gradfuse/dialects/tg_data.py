@@ -62,7 +62,9 @@ class ConstantOp(TgOp):
             got = tuple(self.value.get_shape())
             self.expect_shape("dense value shape", got, shape_of(self.result))
             if self.value.get_element_type() != self.result.type.element_type:  # type: ignore[union-attr]
-                raise self.fail(f"dense value type {self.value.type} differs from {self.result.type}")
+                raise self.fail(
+                    f"dense value type {self.value.type} differs from {self.result.type}"
+                )
 
 
 class ViewOp(TgOp):
@@ -194,12 +196,18 @@ class PadOp(ViewOp):
     high = prop_def(DenseArrayBase)
     value = prop_def(FloatAttr)
 
-    def __init__(self, input: SSAValue, low: Sequence[int], high: Sequence[int], value: float = 0.0):
+    def __init__(
+        self, input: SSAValue, low: Sequence[int], high: Sequence[int], value: float = 0.0
+    ):
         shape = [n + lo + hi for n, lo, hi in zip(shape_of(input), low, high)]
         super().__init__(
             operands=[input],
             result_types=[tensor(shape, input.type.element_type)],  # type: ignore[attr-defined]
-            properties={"low": i64_array(low), "high": i64_array(high), "value": FloatAttr(value, f64)},
+            properties={
+                "low": i64_array(low),
+                "high": i64_array(high),
+                "value": FloatAttr(value, f64),
+            },
         )
 
     def verify_(self) -> None:
@@ -241,7 +249,9 @@ class ConcatOp(TgOp):
         if not 0 <= dim < rank:
             raise self.fail(f"dim {dim} is outside rank {rank}")
         for s, v in zip(shapes, self.inputs):
-            if len(s) != rank or any(a != b for i, (a, b) in enumerate(zip(s, shapes[0])) if i != dim):
+            if len(s) != rank or any(
+                a != b for i, (a, b) in enumerate(zip(s, shapes[0])) if i != dim
+            ):
                 raise self.fail(
                     f"inputs must agree except in dim {dim}: {fmt_shape(shapes[0])} and {fmt_shape(s)}"
                 )

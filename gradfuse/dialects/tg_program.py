@@ -16,8 +16,8 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Block, Region, SSAValue
 from xdsl.irdl import (
-    lazy_traits_def,
     irdl_op_definition,
+    lazy_traits_def,
     operand_def,
     opt_prop_def,
     prop_def,
@@ -63,7 +63,9 @@ class ParamOp(TgOp):
     ):
         props: dict = {"key": StringAttr(key)}
         if init is not None:
-            props["init"] = init if isinstance(init, DenseIntOrFPElementsAttr) else FloatAttr(init, f64)
+            props["init"] = (
+                init if isinstance(init, DenseIntOrFPElementsAttr) else FloatAttr(init, f64)
+            )
         super().__init__(result_types=[type], properties=props)
 
     def verify_(self) -> None:
@@ -153,7 +155,12 @@ class ForOp(TgOp):
     traits = traits_def(RecursiveMemoryEffect())
 
     def __init__(
-        self, lower: int, upper: int, step: int, inits: Sequence[SSAValue], body: Region | None = None
+        self,
+        lower: int,
+        upper: int,
+        step: int,
+        inits: Sequence[SSAValue],
+        body: Region | None = None,
     ):
         if body is None:
             body = Region(Block(arg_types=[IndexType(), *[v.type for v in inits]]))
@@ -217,7 +224,9 @@ class GradOp(TgOp):
             raise self.fail("needs at least one value to differentiate with respect to")
         for g, v in zip(self.grads, self.wrt):
             if g.type != v.type:
-                raise self.fail(f"gradient type {g.type} differs from the type of its input {v.type}")
+                raise self.fail(
+                    f"gradient type {g.type} differs from the type of its input {v.type}"
+                )
 
 
 __all__ = ["ParamOp", "AssignOp", "FeederOp", "ReceiverOp", "ForOp", "YieldOp", "GradOp"]

@@ -151,7 +151,9 @@ class _Builder:
             if name in scope:
                 return scope[name]
         if name in self.defined:
-            raise self.error(tok, f"value %{name} is defined inside a loop body and not visible here")
+            raise self.error(
+                tok, f"value %{name} is defined inside a loop body and not visible here"
+            )
         raise self.error(tok, f"use of undefined value %{name}")
 
     def define(self, tok: Token, value: SSAValue) -> None:
@@ -165,7 +167,9 @@ class _Builder:
 
     def define_all(self, toks: Sequence[Token], values: Sequence[SSAValue], node: Tree, what: str):
         if len(toks) != len(values):
-            raise self.error(node, f"{what} has {len(values)} result(s), but {len(toks)} name(s) are given")
+            raise self.error(
+                node, f"{what} has {len(values)} result(s), but {len(toks)} name(s) are given"
+            )
         for tok, value in zip(toks, values):
             self.define(tok, value)
 
@@ -204,7 +208,8 @@ class _Builder:
         got = [v.type for v in last.arguments]
         if got != result_types:
             raise self.error(
-                node, f"function @{name} returns {_types(got)}, but its signature says {_types(result_types)}"
+                node,
+                f"function @{name} returns {_types(got)}, but its signature says {_types(result_types)}",
             )
         f = func.FuncOp(name, (arg_types, result_types), Region(block))
         f.location = self.location(node, None)
@@ -244,7 +249,10 @@ class _Builder:
     def return_op(self, node: Tree, block: Block, in_func: bool) -> Operation:
         _, values, loc = node.children
         if not in_func:
-            raise self.error(node, "return is only allowed at the end of a function body; loops end with tg.yield")
+            raise self.error(
+                node,
+                "return is only allowed at the end of a function body; loops end with tg.yield",
+            )
         op = func.ReturnOp(*self.values(values))
         op.location = self.location(node, loc)
         block.add_op(op)
@@ -257,7 +265,8 @@ class _Builder:
         written = self.types(types)
         if written and written != [v.type for v in inits]:
             raise self.error(
-                node, f"tg.for: written types {_types(written)} differ from the carried values' {_types([v.type for v in inits])}"
+                node,
+                f"tg.for: written types {_types(written)} differ from the carried values' {_types([v.type for v in inits])}",
             )
         if inits and not written:
             raise self.error(node, "tg.for: write the carried types after ':'")
@@ -285,10 +294,15 @@ class _Builder:
         op = tg.GradOp(self.lookup(out), self.values(wrt))
         written = self.types(types)
         if written and written != list(op.result_types):
-            raise self.error(node, f"tg.grad: gradient types are {_types(op.result_types)}, not {_types(written)}")
+            raise self.error(
+                node,
+                f"tg.grad: gradient types are {_types(op.result_types)}, not {_types(written)}",
+            )
         return self.finish(op, node, block, results, loc)
 
-    def finish(self, op: Operation, node: Tree, block: Block, results: Tree | None, loc: Tree | None):
+    def finish(
+        self, op: Operation, node: Tree, block: Block, results: Tree | None, loc: Tree | None
+    ):
         op.location = self.location(node, loc)
         block.add_op(op)
         self.define_all(self.names(results), op.results, node, op.name)
@@ -345,16 +359,22 @@ class _Builder:
         if len(fixed_results) == len(op_def.results) and len(result_types) != len(fixed_results):
             if not result_types:
                 raise self.error(node, f"{name}: missing result type after ':'")
-            raise self.error(node, f"{name} has {len(fixed_results)} result(s), got {len(result_types)} type(s)")
+            raise self.error(
+                node, f"{name} has {len(fixed_results)} result(s), got {len(result_types)} type(s)"
+            )
 
     # --- attributes -------------------------------------------------------------------
 
-    def attribute(self, name: str, node: Tree | Token, result_types: list[Attribute], op: str) -> Attribute:
+    def attribute(
+        self, name: str, node: Tree | Token, result_types: list[Attribute], op: str
+    ) -> Attribute:
         kind = ATTR_KINDS[name]
         tree_kind = node.data if isinstance(node, Tree) else "string"
         if kind == "ints":
             if tree_kind != "int_list":
-                raise self.error(_first_token(node), f"{op}: {name} must be a list of integers like [0, 1]")
+                raise self.error(
+                    _first_token(node), f"{op}: {name} must be a list of integers like [0, 1]"
+                )
             return i64_array([self.integer(t) for t in node.children if t is not None])
         if kind == "int":
             if tree_kind != "number":

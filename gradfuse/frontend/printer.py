@@ -163,7 +163,9 @@ class _Printer:
             f" {op.upper.value.data} step {op.step.value.data}"
         )
         if op.inits:
-            pairs = ", ".join(f"{self.name(a)} = {self.name(v)}" for a, v in zip(block.args[1:], op.inits))
+            pairs = ", ".join(
+                f"{self.name(a)} = {self.name(v)}" for a, v in zip(block.args[1:], op.inits)
+            )
             types = ", ".join(type_str(v.type) for v in op.inits)
             header += f" iter({pairs}) : {types}"
         self.out.append(f"{pad}{results}{header} {{\n")

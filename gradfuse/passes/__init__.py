@@ -1,0 +1,77 @@
+"""gradfuse's passes, registered lazily by flag, and the named pipelines.
+
+ir-opt model.tg -p tg-autodiff,tg-decompose,cse
+ir-opt model.tg --pipeline default
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass, PassPipeline
+
+
+def _tg_autodiff() -> type[ModulePass]:
+    from gradfuse.passes.tg_autodiff import TgAutodiffPass
+
+    return TgAutodiffPass
+
+
+def _tg_decompose() -> type[ModulePass]:
+    from gradfuse.passes.tg_decompose import TgDecomposePass
+
+    return TgDecomposePass
+
+
+def _xdsl(name: str) -> Callable[[], type[ModulePass]]:
+    def get() -> type[ModulePass]:
+        from xdsl.transforms import get_all_passes
+
+        return get_all_passes()[name]()
+
+    return get
+
+
+PASSES: dict[str, Callable[[], type[ModulePass]]] = {
+    "tg-autodiff": _tg_autodiff,
+    "tg-decompose": _tg_decompose,
+    "canonicalize": _xdsl("canonicalize"),
+    "cse": _xdsl("cse"),
+    "dce": _xdsl("dce"),
+}
+"""gradfuse's own passes and the xDSL passes its pipelines use, by flag."""
+
+PIPELINES: dict[str, str] = {
+    "default": "tg-autodiff,tg-decompose,canonicalize,cse,dce",
+}
+"""Named pipelines: what `execute()` and `ir-opt --pipeline NAME` run."""
+
+
+def make_context() -> Context:
+    """A context with the dialects gradfuse programs use (tg, func, builtin, arith)."""
+    from xdsl.dialects import arith, builtin, func
+
+    from gradfuse.dialects.tg import TG
+
+    ctx = Context()
+    for dialect in (builtin.Builtin, func.Func, arith.Arith, TG):
+        ctx.load_dialect(dialect)
+    return ctx
+
+
+def expand(spec: str) -> str:
+    """Replaces pipeline names in a pass spec by their passes."""
+    parts = [p.strip() for p in spec.split(",") if p.strip()]
+    return ",".join(PIPELINES.get(p, p) for p in parts)
+
+
+def pipeline(spec: str) -> PassPipeline:
+    """A pass pipeline from a comma-separated spec of flags and pipeline names."""
+    return PassPipeline.parse_spec(PASSES, expand(spec))
+
+
+def run_pipeline(module: ModuleOp, name: str = "default", ctx: Context | None = None) -> None:
+    """Applies a named pipeline (or a pass spec) to `module` in place."""
+    pipeline(name).apply(ctx or make_context(), module)

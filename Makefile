@@ -1,0 +1,43 @@
+# gradfuse: `make demo` runs the examples, `make test` runs every test.
+# Both create .venv and install the project on first use.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-unit test-filecheck test-slow lint install clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	@for f in examples/*.tg; do \
+		echo "== ir-run $$f"; \
+		inputs=$${f%.tg}.npz; \
+		if [ -f "$$inputs" ]; then $(BIN)/ir-run $$f --inputs $$inputs --outputs /tmp/gradfuse-demo-out.npz || exit 1; \
+		else $(BIN)/ir-run $$f --outputs /tmp/gradfuse-demo-out.npz || exit 1; fi; \
+	done
+	@if [ -f examples/mlp.py ]; then echo "== python examples/mlp.py"; $(BIN)/python examples/mlp.py; fi
+
+test: lint test-filecheck test-unit
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow and not gpu"
+
+test-filecheck: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/lit -v tests/filecheck
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
+
+lint: $(STAMP)
+	$(BIN)/ruff check gradfuse tests
+
+clean:
+	rm -rf $(VENV) build *.egg-info
