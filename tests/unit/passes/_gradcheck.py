@@ -17,16 +17,12 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint
 
+from gradfuse.backend.reference import run
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import tensor
 from gradfuse.passes.builders import Emitter
 from gradfuse.passes.tg_autodiff import TgAutodiffPass
 from gradfuse.passes.tg_decompose import TgDecomposePass
-
-try:
-    from gradfuse.backend.reference import run
-except ImportError:  # pragma: no cover - TEMPORARY until the reference interpreter lands
-    from _numpy_eval import run  # type: ignore[no-redef]
 
 Body = Callable[..., SSAValue]
 Shape = Sequence[int]
