@@ -137,9 +137,10 @@ def run(
     - `dtype=np.float64` computes every float value in float64 (for
       finite-difference checks); the default keeps the program's own types.
 
-    Raises `GradfuseError` for anything wrong, with the op's position; an error
-    inside a `tg.for` names the iteration and leaves the params as they were at the
-    end of the last finished iteration of the outermost loop.
+    Raises `GradfuseError` for anything wrong, with the op's position. An error
+    inside a `tg.for` names the iteration; the error's `params` attribute holds the
+    params as they were at the end of the last finished iteration of the outermost
+    loop, its `received` attribute what the receivers got until then.
     """
     fn = _find_entry(module, entry)
     types, inits = _collect_params(module)
@@ -161,6 +162,8 @@ def run(
             results = interpreter.call_op(fn, tuple(call_args))
     except GradfuseError as err:
         err.__notes__ = []  # xDSL attaches the whole printed module to it
+        err.params = {k: np.array(v) for k, v in state.params.items()}  # type: ignore[attr-defined]
+        err.received = state.received  # type: ignore[attr-defined]
         raise
     return RunResult(
         results=[np.array(r) for r in results],
