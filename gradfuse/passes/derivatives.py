@@ -36,64 +36,77 @@ LN_2 = math.log(2.0)
 
 
 def add_rule(e: Emitter, op: tg.AddOp, g: SSAValue) -> Cotangents:
+    """z = x + y: (g, g)."""
     return g, g
 
 
 def sub_rule(e: Emitter, op: tg.SubOp, g: SSAValue) -> Cotangents:
+    """z = x - y: (g, -g)."""
     return g, e.neg(g)
 
 
 def mul_rule(e: Emitter, op: tg.MulOp, g: SSAValue) -> Cotangents:
+    """z = x * y: (g * y, g * x)."""
     return e.mul(g, op.rhs), e.mul(g, op.lhs)
 
 
 def div_rule(e: Emitter, op: tg.DivOp, g: SSAValue) -> Cotangents:
-    # d(a/b)/db = -(a/b)/b, so g_b = -(g/b) * (a/b)
+    """z = x / y: (g / y, -(g / y) * z)."""
     gl = e.div(g, op.rhs)
     return gl, e.neg(e.mul(gl, op.result))
 
 
 def max_rule(e: Emitter, op: tg.MaxOp, g: SSAValue) -> Cotangents:
+    """z = max(x, y): g to the larger operand, ties to y."""
     lhs_wins = e.cmplt(op.rhs, op.lhs)  # ties go to the rhs
     zero = e.zeros_like(g)
     return e.where(lhs_wins, g, zero), e.where(lhs_wins, zero, g)
 
 
 def neg_rule(e: Emitter, op: tg.NegOp, g: SSAValue) -> Cotangents:
+    """z = -x: -g."""
     return (e.neg(g),)
 
 
 def exp2_rule(e: Emitter, op: tg.Exp2Op, g: SSAValue) -> Cotangents:
+    """z = 2**x: g * z * ln 2."""
     return (e.mul(g, e.scale(op.result, LN_2)),)
 
 
 def log2_rule(e: Emitter, op: tg.Log2Op, g: SSAValue) -> Cotangents:
+    """z = log2(x): g / (x * ln 2)."""
     return (e.div(g, e.scale(op.input, LN_2)),)
 
 
 def sqrt_rule(e: Emitter, op: tg.SqrtOp, g: SSAValue) -> Cotangents:
+    """z = sqrt(x): g / (2 z)."""
     return (e.div(g, e.scale(op.result, 2.0)),)
 
 
 def recip_rule(e: Emitter, op: tg.RecipOp, g: SSAValue) -> Cotangents:
+    """z = 1/x: -g * z * z."""
     return (e.neg(e.mul(g, e.mul(op.result, op.result))),)
 
 
 def sin_rule(e: Emitter, op: tg.SinOp, g: SSAValue) -> Cotangents:
+    """z = sin(x): g * cos(x), with cos(x) = sin(x + pi/2)."""
     cos = e.sin(e.add(op.input, e.const(math.pi / 2, op.input)))
     return (e.mul(g, cos),)
 
 
 def cmplt_rule(e: Emitter, op: tg.CmpLtOp, g: SSAValue) -> Cotangents:
+    """A mask has no gradient."""
     return None, None
 
 
 def where_rule(e: Emitter, op: tg.WhereOp, g: SSAValue) -> Cotangents:
+    """z = c ? x : y: g to x where c, to y elsewhere, none to c."""
     zero = e.zeros_like(g)
     return None, e.where(op.cond, g, zero), e.where(op.cond, zero, g)
 
 
 def cast_rule(e: Emitter, op: tg.CastOp, g: SSAValue) -> Cotangents:
+    """Casts g back to the input element type; none from a mask."""
     source = element_type(op.input)
     if not isinstance(source, FLOAT_TYPES) or not isinstance(element_type(g), FLOAT_TYPES):
         return (None,)
@@ -104,25 +117,30 @@ def cast_rule(e: Emitter, op: tg.CastOp, g: SSAValue) -> Cotangents:
 
 
 def one_minus(e: Emitter, x: SSAValue) -> SSAValue:
+    """`1 - x`."""
     return e.sub(e.const(1.0, x), x)
 
 
 def sigmoid_rule(e: Emitter, op: tg.SigmoidOp, g: SSAValue) -> Cotangents:
+    """z = sigmoid(x): g * z * (1 - z)."""
     y = op.result
     return (e.mul(g, e.mul(y, one_minus(e, y))),)
 
 
 def tanh_rule(e: Emitter, op: tg.TanhOp, g: SSAValue) -> Cotangents:
+    """z = tanh(x): g * (1 - z * z)."""
     y = op.result
     return (e.mul(g, one_minus(e, e.mul(y, y))),)
 
 
 def relu_rule(e: Emitter, op: tg.ReluOp, g: SSAValue) -> Cotangents:
+    """z = relu(x): g where x > 0, else 0."""
     positive = e.cmplt(e.zeros_like(op.input), op.input)
     return (e.where(positive, g, e.zeros_like(g)),)
 
 
 def softmax_rule(e: Emitter, op: tg.SoftmaxOp, g: SSAValue) -> Cotangents:
+    """z = softmax(x): z * (g - sum(g * z)) along the dim."""
     # dx = y * (g - sum(g * y, dim))
     y, dim = op.result, op.dim.value.data
     total = e.expand_reduced(e.reduce_sum(e.mul(g, y), [dim]), shape_of(y), [dim])
@@ -133,15 +151,18 @@ def softmax_rule(e: Emitter, op: tg.SoftmaxOp, g: SSAValue) -> Cotangents:
 
 
 def dot_rule(e: Emitter, op: tg.DotOp, g: SSAValue) -> Cotangents:
+    """C = A @ B: (dC @ B^T, A^T @ dC), transposing the last two dims."""
     # C = A @ B: dA = dC @ B^T, dB = A^T @ dC (over the last two dims)
     return e.dot(g, e.transpose_last2(op.rhs)), e.dot(e.transpose_last2(op.lhs), g)
 
 
 def reduce_sum_rule(e: Emitter, op: tg.ReduceSumOp, g: SSAValue) -> Cotangents:
+    """g broadcast back over the reduced dims."""
     return (e.expand_reduced(g, shape_of(op.input), ints(op.dims)),)
 
 
 def reduce_max_rule(e: Emitter, op: tg.ReduceMaxOp, g: SSAValue) -> Cotangents:
+    """g to the maximal positions of x, split evenly between ties."""
     shape, dims = shape_of(op.input), ints(op.dims)
     peak = e.expand_reduced(op.result, shape, dims)
     below = e.cmplt(op.input, peak)  # x <= max everywhere, so "not below" is "== max"
@@ -154,16 +175,19 @@ def reduce_max_rule(e: Emitter, op: tg.ReduceMaxOp, g: SSAValue) -> Cotangents:
 
 
 def reshape_rule(e: Emitter, op: tg.ReshapeOp, g: SSAValue) -> Cotangents:
+    """g reshaped back."""
     return (e.reshape(g, shape_of(op.input)),)
 
 
 def permute_rule(e: Emitter, op: tg.PermuteOp, g: SSAValue) -> Cotangents:
+    """g permuted by the inverse permutation."""
     perm = ints(op.perm)
     inverse = [perm.index(i) for i in range(len(perm))]
     return (e.permute(g, inverse),)
 
 
 def broadcast_rule(e: Emitter, op: tg.BroadcastOp, g: SSAValue) -> Cotangents:
+    """g summed over the broadcast dims, reshaped to the input."""
     small, big = shape_of(op.input), shape_of(op.result)
     dims = [i for i, (a, b) in enumerate(zip(small, big, strict=True)) if a != b]
     if not dims:
@@ -172,6 +196,7 @@ def broadcast_rule(e: Emitter, op: tg.BroadcastOp, g: SSAValue) -> Cotangents:
 
 
 def slice_rule(e: Emitter, op: tg.SliceOp, g: SSAValue) -> Cotangents:
+    """g put back at its window, zeros elsewhere (strides spread with zeros)."""
     shape = shape_of(op.input)
     starts, strides = ints(op.starts), ints(op.strides)
     if any(s > 1 for s in strides):
@@ -196,11 +221,13 @@ def spread_strided(e: Emitter, g: SSAValue, strides: Sequence[int]) -> SSAValue:
 
 
 def pad_rule(e: Emitter, op: tg.PadOp, g: SSAValue) -> Cotangents:
+    """The window of g that holds the input."""
     low, shape = ints(op.low), shape_of(op.input)
     return (e.slice(g, low, [lo + n for lo, n in zip(low, shape, strict=True)]),)
 
 
 def concat_rule(e: Emitter, op: tg.ConcatOp, g: SSAValue) -> Cotangents:
+    """One slice of g per input."""
     dim, full = op.dim.value.data, shape_of(op.result)
     pieces: list[SSAValue | None] = []
     offset = 0

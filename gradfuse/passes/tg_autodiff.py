@@ -156,4 +156,8 @@ class TgAutodiffPass(ModulePass):
             GreedyRewritePatternApplier(populate_tg_autodiff_patterns()),
             apply_recursively=False,
         )
-        walker.rewrite_module(op)
+        try:
+            walker.rewrite_module(op)
+        except GradfuseError as err:
+            err.__notes__ = []  # xDSL's walker attaches the whole printed module
+            raise
