@@ -182,9 +182,8 @@ class _Printer:
         return self.literal(attr, result_type)
 
     def literal(self, attr: Attribute, result_type: Attribute | None) -> str:
-        element = result_type.element_type if isinstance(result_type, TensorType) else None
-        if isinstance(attr, FloatAttr):
-            return float_str(attr.value.data, element)
+        if isinstance(attr, FloatAttr):  # stored as f64: print every digit
+            return float_str(attr.value.data)
         if isinstance(attr, DenseIntOrFPElementsAttr):
             values = np.array(attr.get_values()).reshape(attr.get_shape())
             return f"dense<{_nested(values, attr.get_element_type())}>"

@@ -10,6 +10,7 @@ Bad input gives one `file:line:col: error: ...` diagnostic and exit status 1.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import os
 import sys
@@ -103,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # argparse usage errors and --version
         return int(e.code or 0)
     except GradfuseError as e:
-        return _fail(str(e))
+        return _fail(with_source_line(e).render())
     except (ParseError, ArgSpecParseError, DiagnosticException, LarkError) as e:
         return _fail(_with_prefix(str(e)))
     except OSError as e:
@@ -119,6 +120,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         sys.stdout.write(output)
     return 0
+
+
+def with_source_line(err: GradfuseError) -> GradfuseError:
+    """Adds the offending source line to a diagnostic raised after parsing (by a pass)."""
+    pos = err.position
+    if pos is None or pos.source_line is not None or not os.path.isfile(pos.file):
+        return err
+    with open(pos.file, errors="replace") as f:
+        lines = f.read().splitlines()
+    if not 0 < pos.line <= len(lines):
+        return err
+    return GradfuseError(err.message, dataclasses.replace(pos, source_line=lines[pos.line - 1]))
 
 
 def _with_prefix(message: str) -> str:
