@@ -50,13 +50,17 @@ PIPELINES: dict[str, str] = {
 
 
 def make_context() -> Context:
-    """A context with the dialects gradfuse programs use (tg, func, builtin, arith)."""
-    from xdsl.dialects import arith, builtin, func
+    """A context with the dialects gradfuse programs use, from tg down to gpu."""
+    from xdsl.dialects import arith, builtin, func, gpu, math, memref, scf
 
+    from gradfuse.dialects.kernel import KERNEL
     from gradfuse.dialects.tg import TG
 
     ctx = Context()
-    for dialect in (builtin.Builtin, func.Func, arith.Arith, TG):
+    for dialect in (
+        builtin.Builtin, func.Func, arith.Arith, math.Math, memref.MemRef, scf.Scf, gpu.GPU,
+        TG, KERNEL,
+    ):  # fmt: skip
         ctx.load_dialect(dialect)
     return ctx
 

@@ -31,9 +31,11 @@ class IrOptMain(xDSLOptMain):
 
     def register_all_dialects(self) -> None:
         super().register_all_dialects()
+        from gradfuse.dialects.kernel import KERNEL
         from gradfuse.dialects.tg import TG
 
         self.ctx.register_dialect("tg", lambda: TG)
+        self.ctx.register_dialect("kernel", lambda: KERNEL)
 
     def register_all_passes(self) -> None:
         super().register_all_passes()

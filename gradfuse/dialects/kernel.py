@@ -1,0 +1,363 @@
+"""The `kernel` dialect: fused kernels over buffers, with affine access maps.
+
+`tg-fuse` turns a tg program into host code over buffers (`kernel.param`,
+`kernel.alloc`, `kernel.feed`, ...) and `kernel.kernel` ops, one per launch.
+A kernel iterates over its domain: the leading `parallel` dims, then the
+reduction dims. Its body loads and stores through affine maps from the domain
+to buffer indices and computes with `arith`/`math` on scalars. Ops before the
+`kernel.reduce`s run at every point of the domain (the prologue); ops after
+them run once per point of the parallel dims (the epilogue):
+
+```
+kernel.kernel "k1" contraction domain [2, 255, 255] parallel 2 (%x, %w, %h) {
+^bb0(%i: index, %j: index, %k: index, %bx: memref<2x255xf32>, ...):
+  %a = kernel.load %bx[affine_map<(d0, d1, d2) -> (d0, d2)>] : f32
+  %b = kernel.load %bw[affine_map<(d0, d1, d2) -> (d1, d2)>] : f32
+  %p = arith.mulf %a, %b : f32
+  %s = kernel.reduce add %p : f32
+  kernel.store %s, %bh[affine_map<(d0, d1) -> (d0, d1)>] : f32
+}
+```
+
+`kernel.group` holds several independent kernels launched as one (horizontal
+fusion, e.g. every optimizer update of a step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from xdsl.dialects.builtin import (
+    AffineMapAttr,
+    DenseArrayBase,
+    DenseIntOrFPElementsAttr,
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    MemRefType,
+    StringAttr,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Dialect, Region, SSAValue
+from xdsl.ir.affine import AffineMap
+from xdsl.irdl import (
+    AnyAttr,
+    IRDLOperation,
+    ParsePropInAttrDict,
+    VarConstraint,
+    irdl_op_definition,
+    operand_def,
+    opt_prop_def,
+    prop_def,
+    region_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+)
+from xdsl.traits import (
+    IsolatedFromAbove,
+    MemoryReadEffect,
+    MemoryWriteEffect,
+    NoTerminator,
+    Pure,
+)
+from xdsl.utils.exceptions import VerifyException
+
+from gradfuse.dialects.tg_base import i64_array, ints
+
+KINDS = ("elementwise", "reduction", "contraction")
+REDUCTIONS = ("add", "max")
+
+
+def _fail(op: IRDLOperation, message: str) -> VerifyException:
+    return VerifyException(f"{op.name}: {message}")
+
+
+@irdl_op_definition
+class KernelOp(IRDLOperation):
+    """One fused kernel: a loop nest over `domain` whose body loads, computes and stores."""
+
+    name = "kernel.kernel"
+    sym_name = prop_def(StringAttr)
+    kind = prop_def(StringAttr)
+    domain = prop_def(DenseArrayBase)
+    parallel = prop_def(IntegerAttr)
+    buffers = var_operand_def(MemRefType)
+    body = region_def("single_block")
+    traits = traits_def(IsolatedFromAbove(), NoTerminator(), MemoryWriteEffect())
+
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        domain: Sequence[int],
+        parallel: int,
+        buffers: Sequence[SSAValue],
+    ):
+        block = Block(arg_types=[IndexType()] * len(domain) + [b.type for b in buffers])
+        super().__init__(
+            operands=[buffers],
+            regions=[Region(block)],
+            properties={
+                "sym_name": StringAttr(name),
+                "kind": StringAttr(kind),
+                "domain": i64_array(domain),
+                "parallel": IntegerAttr(parallel, i64),
+            },
+        )
+
+    @property
+    def domain_sizes(self) -> tuple[int, ...]:
+        return ints(self.domain)
+
+    @property
+    def num_parallel(self) -> int:
+        return self.parallel.value.data
+
+    @property
+    def index_args(self) -> tuple[SSAValue, ...]:
+        return tuple(self.body.block.args[: len(self.domain_sizes)])
+
+    @property
+    def buffer_args(self) -> tuple[SSAValue, ...]:
+        return tuple(self.body.block.args[len(self.domain_sizes) :])
+
+    def verify_(self) -> None:
+        if self.kind.data not in KINDS:
+            raise _fail(self, f"kind must be one of {', '.join(KINDS)}, got {self.kind.data}")
+        dims = self.domain_sizes
+        if not 0 <= self.num_parallel <= len(dims) or any(d < 1 for d in dims):
+            raise _fail(self, f"bad domain {list(dims)} with {self.num_parallel} parallel dims")
+        args = self.body.block.args
+        want = [IndexType()] * len(dims) + [b.type for b in self.buffers]
+        if [a.type for a in args] != want:
+            raise _fail(self, "body arguments must be one index per domain dim, then the buffers")
+        reduced = self.num_parallel < len(dims)
+        ops = list(self.body.block.ops)
+        reduces = [i for i, op in enumerate(ops) if isinstance(op, ReduceOp)]
+        if reduced != bool(reduces):
+            raise _fail(self, "a kernel has kernel.reduce ops exactly when it has reduction dims")
+        split = reduces[-1] + 1 if reduces else 0
+        prologue = set(ops[: reduces[0]] if reduces else [])
+        for i, op in enumerate(ops):
+            if reduces and reduces[0] <= i < split and not isinstance(op, ReduceOp):
+                raise _fail(
+                    self, "kernel.reduce ops must stand together between prologue and epilogue"
+                )
+            epilogue = i >= split
+            if isinstance(op, LoadOp | StoreOp):
+                rank = self.num_parallel if epilogue else len(dims)
+                if op.map.data.num_dims != rank:
+                    raise _fail(op, f"access map {op.map.data} must take {rank} dims here")
+            if isinstance(op, StoreOp) and not epilogue:
+                raise _fail(op, "stores belong after the reductions")
+            if epilogue and any(o.owner in prologue for o in op.operands):
+                raise _fail(op, "an epilogue op may only use reductions, not prologue values")
+
+
+@irdl_op_definition
+class GroupOp(IRDLOperation):
+    """Independent kernels launched as one (horizontal fusion).
+
+    `kernel.group "update" { kernel.kernel ... kernel.kernel ... }`
+    """
+
+    name = "kernel.group"
+    sym_name = prop_def(StringAttr)
+    body = region_def("single_block")
+    traits = traits_def(NoTerminator(), MemoryWriteEffect())
+
+    def __init__(self, name: str, kernels: Sequence[KernelOp]):
+        super().__init__(
+            regions=[Region(Block(kernels))], properties={"sym_name": StringAttr(name)}
+        )
+
+    def verify_(self) -> None:
+        for op in self.body.block.ops:
+            if not isinstance(op, KernelOp):
+                raise _fail(self, f"may only hold kernel.kernel ops, found {op.name}")
+
+
+class _AccessOp(IRDLOperation):
+    def verify_map(self, buffer: SSAValue) -> None:
+        assert isinstance(buffer.type, MemRefType)
+        if len(self.map.data.results) != buffer.type.get_num_dims():  # type: ignore[attr-defined]
+            raise _fail(
+                self,
+                f"access map {self.map.data} gives {len(self.map.data.results)} indices"  # type: ignore[attr-defined]
+                f" for a rank-{buffer.type.get_num_dims()} buffer",
+            )
+
+
+@irdl_op_definition
+class LoadOp(_AccessOp):
+    """Reads `buffer[map(domain point)]`.
+
+    `%a = kernel.load %x[affine_map<(d0, d1) -> (d1, d0)>] : f32`
+    """
+
+    name = "kernel.load"
+    buffer = operand_def(MemRefType)
+    map = prop_def(AffineMapAttr)
+    result = result_def()
+    traits = traits_def(MemoryReadEffect())
+    assembly_format = "$buffer `[` $map `]` attr-dict `:` type($buffer) `->` type($result)"
+
+    def __init__(self, buffer: SSAValue, map: AffineMap):
+        assert isinstance(buffer.type, MemRefType)
+        super().__init__(
+            operands=[buffer],
+            result_types=[buffer.type.element_type],
+            properties={"map": AffineMapAttr(map)},
+        )
+
+    def verify_(self) -> None:
+        self.verify_map(self.buffer)
+
+
+@irdl_op_definition
+class StoreOp(_AccessOp):
+    """Writes `value` to `buffer[map(parallel point)]`.
+
+    `kernel.store %v, %h[affine_map<(d0, d1) -> (d0, d1)>] : f32`
+    """
+
+    name = "kernel.store"
+    value = operand_def()
+    buffer = operand_def(MemRefType)
+    map = prop_def(AffineMapAttr)
+    traits = traits_def(MemoryWriteEffect())
+    assembly_format = "$value `,` $buffer `[` $map `]` attr-dict `:` type($value) `,` type($buffer)"
+
+    def __init__(self, value: SSAValue, buffer: SSAValue, map: AffineMap):
+        super().__init__(operands=[value, buffer], properties={"map": AffineMapAttr(map)})
+
+    def verify_(self) -> None:
+        self.verify_map(self.buffer)
+
+
+@irdl_op_definition
+class ReduceOp(IRDLOperation):
+    """Combines `value` over the reduction dims (`add` or `max`).
+
+    `%s = kernel.reduce "add" %p : f32`
+    """
+
+    name = "kernel.reduce"
+    T: ClassVar = VarConstraint("T", AnyAttr())
+    kind = prop_def(StringAttr)
+    value = operand_def(T)
+    result = result_def(T)
+    traits = traits_def(Pure())
+    assembly_format = "$kind $value attr-dict `:` type($result)"
+
+    def __init__(self, kind: str, value: SSAValue):
+        super().__init__(
+            operands=[value], result_types=[value.type], properties={"kind": StringAttr(kind)}
+        )
+
+    def verify_(self) -> None:
+        if self.kind.data not in REDUCTIONS:
+            raise _fail(self, f"kind must be add or max, got {self.kind.data}")
+
+
+# --- host side: buffers and host callbacks ----------------------------------------
+
+
+@irdl_op_definition
+class ParamOp(IRDLOperation):
+    """The persistent buffer of a named parameter.
+
+    `%w = kernel.param "fc.weight" : memref<4x4xf32>`
+    """
+
+    name = "kernel.param"
+    key = prop_def(StringAttr)
+    init = opt_prop_def(FloatAttr | DenseIntOrFPElementsAttr)
+    result = result_def(MemRefType)
+    traits = traits_def(Pure())
+    assembly_format = "$key attr-dict `:` type($result)"
+    irdl_options = (ParsePropInAttrDict(),)
+
+    def __init__(self, key: str, type: MemRefType, init: Attribute | None = None):
+        props: dict[str, Attribute] = {"key": StringAttr(key)}
+        if init is not None:
+            props["init"] = init
+        super().__init__(result_types=[type], properties=props)
+
+
+@irdl_op_definition
+class AllocOp(IRDLOperation):
+    """A temporary buffer; buffer planning gives it an `offset` in one arena.
+
+    `%t = kernel.alloc : memref<2x255xf32>`
+    """
+
+    name = "kernel.alloc"
+    offset = opt_prop_def(IntegerAttr)
+    result = result_def(MemRefType)
+    traits = traits_def(Pure())
+    assembly_format = "attr-dict `:` type($result)"
+    irdl_options = (ParsePropInAttrDict(),)
+
+    def __init__(self, type: MemRefType):
+        super().__init__(result_types=[type])
+
+
+@irdl_op_definition
+class ConstantOp(IRDLOperation):
+    """A read-only buffer holding dense data.
+
+    `%c = kernel.constant dense<[1.0, 2.0]> : memref<2xf32>`
+    """
+
+    name = "kernel.constant"
+    value = prop_def(DenseIntOrFPElementsAttr | FloatAttr)
+    result = result_def(MemRefType)
+    traits = traits_def(Pure())
+    assembly_format = "$value attr-dict `:` type($result)"
+
+    def __init__(self, value: Attribute, type: MemRefType):
+        super().__init__(result_types=[type], properties={"value": value})
+
+
+@irdl_op_definition
+class FeedOp(IRDLOperation):
+    """Fills `buffer` from the host callback `key` (host -> device).
+
+    `kernel.feed "images", %x : memref<2x255xf32>`
+    """
+
+    name = "kernel.feed"
+    key = prop_def(StringAttr)
+    buffer = operand_def(MemRefType)
+    traits = traits_def(MemoryWriteEffect())
+    assembly_format = "$key `,` $buffer attr-dict `:` type($buffer)"
+
+    def __init__(self, key: str, buffer: SSAValue):
+        super().__init__(operands=[buffer], properties={"key": StringAttr(key)})
+
+
+@irdl_op_definition
+class ReceiveOp(IRDLOperation):
+    """Hands `buffers` to the host callback `key` (device -> host).
+
+    `kernel.receive "loss", %l : memref<f32>`
+    """
+
+    name = "kernel.receive"
+    key = prop_def(StringAttr)
+    buffers = var_operand_def(MemRefType)
+    traits = traits_def(MemoryWriteEffect())
+    assembly_format = "$key (`,` $buffers^ `:` type($buffers))? attr-dict"
+
+    def __init__(self, key: str, buffers: Sequence[SSAValue]):
+        super().__init__(operands=[buffers], properties={"key": StringAttr(key)})
+
+
+KERNEL = Dialect(
+    "kernel",
+    [KernelOp, GroupOp, LoadOp, StoreOp, ReduceOp, ParamOp, AllocOp, ConstantOp, FeedOp, ReceiveOp],
+    [],
+)
