@@ -25,6 +25,7 @@ from xdsl.interpreter import (
 )
 from xdsl.ir import Operation
 
+from gradfuse.affine import eval_grid
 from gradfuse.backend.reference_state import RunState, attr_array, dtype_of, shape_str
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
@@ -188,6 +189,13 @@ class TgFunctions(InterpreterFunctions):
         self, interp: Interpreter, op: tg.PermuteOp, args: PythonValues
     ) -> PythonValues:
         return self.out(op, np.transpose(args[0], ints(op.perm)))
+
+    @impl(tg.ViewAccessOp)
+    def run_view(
+        self, interp: Interpreter, op: tg.ViewAccessOp, args: PythonValues
+    ) -> PythonValues:
+        shape = tuple(op.result.type.get_shape())  # type: ignore[attr-defined]
+        return self.out(op, np.asarray(args[0])[eval_grid(op.map.data, shape)])
 
     @impl(tg.BroadcastOp)
     def run_broadcast(

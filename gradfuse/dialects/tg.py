@@ -45,6 +45,7 @@ from gradfuse.dialects.tg_data import (
     PermuteOp,
     ReshapeOp,
     SliceOp,
+    ViewAccessOp,
 )
 from gradfuse.dialects.tg_program import (
     AssignOp,
@@ -66,7 +67,7 @@ TG = Dialect(
         NegOp, Exp2Op, Log2Op, SqrtOp, RecipOp, SinOp,
         WhereOp, CastOp, DotOp, ReduceSumOp, ReduceMaxOp,
         SigmoidOp, TanhOp, ReluOp, SoftmaxOp,
-        ConstantOp, ReshapeOp, PermuteOp, BroadcastOp, SliceOp, PadOp, ConcatOp,
+        ConstantOp, ReshapeOp, PermuteOp, BroadcastOp, SliceOp, PadOp, ConcatOp, ViewAccessOp,
         ParamOp, AssignOp, FeederOp, ReceiverOp, ForOp, YieldOp, GradOp,
     ],
     [],
@@ -79,5 +80,5 @@ __all__ = [
     "WhereOp", "CastOp", "DotOp", "ReduceSumOp", "ReduceMaxOp",
     "SigmoidOp", "TanhOp", "ReluOp", "SoftmaxOp",
     "ConstantOp", "ReshapeOp", "PermuteOp", "BroadcastOp", "SliceOp", "PadOp", "ConcatOp",
-    "ParamOp", "AssignOp", "FeederOp", "ReceiverOp", "ForOp", "YieldOp", "GradOp",
+    "ViewAccessOp", "ParamOp", "AssignOp", "FeederOp", "ReceiverOp", "ForOp", "YieldOp", "GradOp",
 ]  # fmt: skip

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from math import ceil, prod
 
 from xdsl.dialects.builtin import (
+    AffineMapAttr,
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
     FloatAttr,
@@ -15,6 +16,7 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.ir import Attribute, SSAValue
+from xdsl.ir.affine import AffineMap
 from xdsl.irdl import (
     irdl_op_definition,
     operand_def,
@@ -262,4 +264,36 @@ class ConcatOp(TgOp):
         self.expect_shape("result shape", shape_of(self.result), want)
 
 
-__all__ = ["ConstantOp", "ReshapeOp", "PermuteOp", "BroadcastOp", "SliceOp", "PadOp", "ConcatOp"]
+@irdl_op_definition
+class ViewAccessOp(ViewOp):
+    """A view as an affine access map: `result[i] = input[map(i)]`.
+
+    Made by `tg-lower-access` from reshape/permute/broadcast/slice chains.
+    `%y = tg.view %b map=affine_map<(d0, d1) -> (d1)> : tensor<2x255xf32>` (b: 255)
+    """
+
+    name = "tg.view"
+    map = prop_def(AffineMapAttr)
+
+    def __init__(self, input: SSAValue, map: AffineMap, shape: Sequence[int]):
+        super().__init__(
+            operands=[input],
+            result_types=[tensor(shape, input.type.element_type)],  # type: ignore[attr-defined]
+            properties={"map": AffineMapAttr(map)},
+        )
+
+    def verify_(self) -> None:
+        self.verify_element_type()
+        m = self.map.data
+        rank_in, rank_out = len(shape_of(self.input)), len(shape_of(self.result))
+        if m.num_dims != rank_out or len(m.results) != rank_in or m.num_symbols:
+            raise self.fail(
+                f"map {m} must take {rank_out} dims (the result rank) and give"
+                f" {rank_in} indices (the input rank)"
+            )
+
+
+__all__ = [
+    "ConstantOp", "ReshapeOp", "PermuteOp", "BroadcastOp", "SliceOp", "PadOp", "ConcatOp",
+    "ViewAccessOp",
+]  # fmt: skip

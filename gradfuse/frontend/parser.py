@@ -45,6 +45,7 @@ SPECIAL_OPS = ("tg.for", "tg.grad", "tg.yield")
 ATTR_KINDS: dict[str, str] = {
     "dims": "ints", "perm": "ints", "starts": "ints", "limits": "ints", "strides": "ints",
     "low": "ints", "high": "ints", "dim": "int", "value": "float", "init": "number_or_dense",
+    "map": "affine_map",
 }  # fmt: skip
 """How each `key=value` attribute of the .tg syntax is read and printed."""
 
@@ -380,11 +381,24 @@ class _Builder:
             if tree_kind != "number":
                 raise self.error(_first_token(node), f"{op}: {name} must be an integer")
             return IntegerAttr(self.integer(node.children[0]), i64)
+        if kind == "affine_map":
+            if tree_kind != "affine_map":
+                raise self.error(node, f"{op}: {name} must be an affine_map<(d0, ...) -> (...)>")
+            return self.affine_map(node.children[0])
         if kind == "float":
             if tree_kind != "number":
                 raise self.error(_first_token(node), f"{op}: {name} must be a number")
             return FloatAttr(_number(node.children[0]), f64)
         return self.literal(node, result_types, op)
+
+    def affine_map(self, tok: Token) -> Attribute:
+        from xdsl.context import Context
+        from xdsl.parser import Parser
+
+        try:
+            return Parser(Context(), str(tok)).parse_attribute()
+        except Exception as err:  # xDSL's own message, at our position
+            raise self.error(tok, f"bad affine map: {str(err).splitlines()[-1]}") from None
 
     def literal(self, node: Tree | Token, result_types: list[Attribute], op: str) -> Attribute:
         if isinstance(node, Tree) and node.data == "number":

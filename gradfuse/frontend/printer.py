@@ -17,6 +17,7 @@ from collections.abc import Iterable
 import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
+    AffineMapAttr,
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
     FileLineColLoc,
@@ -178,6 +179,8 @@ class _Printer:
             return "[" + ", ".join(str(v) for v in ints(attr)) + "]"
         if isinstance(attr, IntegerAttr):
             return str(attr.value.data)
+        if isinstance(attr, AffineMapAttr):
+            return f"affine_map<{attr.data}>"
         result_type = op.results[0].type if op.results else None
         return self.literal(attr, result_type)
 

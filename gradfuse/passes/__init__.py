@@ -25,6 +25,12 @@ def _tg_decompose() -> type[ModulePass]:
     return TgDecomposePass
 
 
+def _tg_lower_access() -> type[ModulePass]:
+    from gradfuse.passes.tg_lower_access import TgLowerAccessPass
+
+    return TgLowerAccessPass
+
+
 def _xdsl(name: str) -> Callable[[], type[ModulePass]]:
     def get() -> type[ModulePass]:
         from xdsl.transforms import get_all_passes
@@ -37,6 +43,7 @@ def _xdsl(name: str) -> Callable[[], type[ModulePass]]:
 PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "tg-autodiff": _tg_autodiff,
     "tg-decompose": _tg_decompose,
+    "tg-lower-access": _tg_lower_access,
     "canonicalize": _xdsl("canonicalize"),
     "cse": _xdsl("cse"),
     "dce": _xdsl("dce"),

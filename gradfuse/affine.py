@@ -1,0 +1,231 @@
+"""Affine access maps: building them for views, simplifying them, evaluating them.
+
+A view `y = view(x)` is an affine map from y's indices to x's indices, so a
+chain of views composes into one map, and a consumer reads `x[map(i)]`
+without a copy. Maps are simplified knowing each dim's size, which turns the
+seed's `(((Global % 255) % 255) % 255)` into `d1`:
+
+    >>> reshape_map((2, 255), (510,))   # (d0) -> (d0 floordiv 255, d0 mod 255)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from math import prod
+
+import numpy as np
+from xdsl.ir.affine import (
+    AffineBinaryOpExpr,
+    AffineBinaryOpKind,
+    AffineConstantExpr,
+    AffineDimExpr,
+    AffineExpr,
+    AffineMap,
+)
+
+Linear = tuple[dict[AffineExpr, int], int]
+"""Sum of coefficient * atom plus a constant; atoms are dims or opaque div/mod terms."""
+
+
+def dims(n: int) -> list[AffineExpr]:
+    return [AffineExpr.dimension(i) for i in range(n)]
+
+
+def identity_map(rank: int) -> AffineMap:
+    return AffineMap(rank, 0, tuple(dims(rank)))
+
+
+def strides_of(shape: Sequence[int]) -> list[int]:
+    """Row-major strides: (2, 3, 4) -> [12, 4, 1]."""
+    return [prod(shape[i + 1 :]) for i in range(len(shape))]
+
+
+def reshape_map(in_shape: Sequence[int], out_shape: Sequence[int]) -> AffineMap:
+    """Indices of `out_shape` -> indices of `in_shape` for a row-major reshape."""
+    d = dims(len(out_shape))
+    linear: AffineExpr = AffineExpr.constant(0)
+    for expr, stride in zip(d, strides_of(out_shape)):
+        linear = linear + expr * stride
+    results = []
+    for k, (size, stride) in enumerate(zip(in_shape, strides_of(in_shape))):
+        e = linear // stride if stride != 1 else linear
+        results.append(e % size if k > 0 else e)
+    return simplify(AffineMap(len(out_shape), 0, tuple(results)), out_shape)
+
+
+def permute_map(perm: Sequence[int]) -> AffineMap:
+    """Result dim i is input dim perm[i]: input index k is d[inverse(perm)[k]]."""
+    d = dims(len(perm))
+    inverse = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inverse[p] = i
+    return AffineMap(len(perm), 0, tuple(d[inverse[k]] for k in range(len(perm))))
+
+
+def broadcast_map(in_shape: Sequence[int], out_shape: Sequence[int]) -> AffineMap:
+    """Size-1 input dims read index 0."""
+    d = dims(len(out_shape))
+    results = [
+        AffineExpr.constant(0) if a == 1 and b != 1 else d[k]
+        for k, (a, b) in enumerate(zip(in_shape, out_shape))
+    ]
+    return AffineMap(len(out_shape), 0, tuple(results))
+
+
+def slice_map(starts: Sequence[int], strides: Sequence[int]) -> AffineMap:
+    """Result index i reads input index start + i * stride."""
+    d = dims(len(starts))
+    results = [d[k] * st + lo for k, (lo, st) in enumerate(zip(starts, strides))]
+    return AffineMap(len(starts), 0, tuple(results))
+
+
+# --- simplification with known dim sizes -------------------------------------------
+
+
+def simplify(map: AffineMap, sizes: Sequence[int]) -> AffineMap:
+    """Simplifies each result knowing that dim k ranges over [0, sizes[k])."""
+    return AffineMap(
+        map.num_dims, map.num_symbols, tuple(simplify_expr(e, sizes) for e in map.results)
+    )
+
+
+def simplify_expr(expr: AffineExpr, sizes: Sequence[int]) -> AffineExpr:
+    return _to_expr(_linear(expr, sizes))
+
+
+def _linear(expr: AffineExpr, sizes: Sequence[int]) -> Linear:
+    if isinstance(expr, AffineConstantExpr):
+        return {}, expr.value
+    if isinstance(expr, AffineDimExpr):
+        return ({}, 0) if sizes[expr.position] == 1 else ({expr: 1}, 0)
+    assert isinstance(expr, AffineBinaryOpExpr)
+    lhs, rhs = _linear(expr.lhs, sizes), _linear(expr.rhs, sizes)
+    if expr.kind == AffineBinaryOpKind.Add:
+        terms = dict(lhs[0])
+        for atom, coef in rhs[0].items():
+            terms[atom] = terms.get(atom, 0) + coef
+        return {a: c for a, c in terms.items() if c != 0}, lhs[1] + rhs[1]
+    if expr.kind == AffineBinaryOpKind.Mul:
+        if rhs[0] and lhs[0]:
+            raise ValueError(f"not affine: {expr}")
+        (terms, k), scale = (lhs, rhs[1]) if not rhs[0] else (rhs, lhs[1])
+        return {a: c * scale for a, c in terms.items() if c * scale != 0}, k * scale
+    if rhs[0]:
+        raise ValueError(f"not affine: {expr}")
+    return _divmod(expr.kind, lhs, rhs[1], sizes)
+
+
+def _divmod(kind: AffineBinaryOpKind, inner: Linear, c: int, sizes: Sequence[int]) -> Linear:
+    terms, k = inner
+    split = _split_divisor(inner, c, sizes)
+    if split is not None and kind != AffineBinaryOpKind.CeilDiv:
+        g, high, low = split  # inner = g * high + low with 0 <= low < g
+        outer = _divmod(kind, high, c // g, sizes)
+        if kind == AffineBinaryOpKind.FloorDiv:
+            return outer
+        scaled = {a: coef * g for a, coef in outer[0].items()}
+        for atom, coef in low[0].items():
+            scaled[atom] = scaled.get(atom, 0) + coef
+        return scaled, outer[1] * g + low[1]
+    multiple = {a: coef // c for a, coef in terms.items() if coef % c == 0}
+    rest: Linear = ({a: coef for a, coef in terms.items() if coef % c != 0}, k % c)
+    base = k - k % c  # the multiple of c inside the constant
+    lo, hi = _range(rest, sizes)
+    if kind == AffineBinaryOpKind.Mod:
+        if 0 <= lo and hi < c:
+            return rest
+        return {_atom(kind, rest, c): 1}, 0
+    if kind == AffineBinaryOpKind.FloorDiv:
+        q_terms = dict(multiple)
+        if lo // c == hi // c:
+            return q_terms, base // c + lo // c
+        q_terms[_atom(kind, rest, c)] = 1
+        return q_terms, base // c
+    return {_atom(kind, inner, c): 1}, 0  # ceildiv: left alone
+
+
+def _split_divisor(
+    inner: Linear, c: int, sizes: Sequence[int]
+) -> tuple[int, Linear, Linear] | None:
+    """A divisor 1 < g < c of c with inner = g * high + low and 0 <= low < g."""
+    terms, k = inner
+    for g in range(c - 1, 1, -1):
+        if c % g:
+            continue
+        high = ({a: coef // g for a, coef in terms.items() if coef % g == 0}, k // g)
+        low = ({a: coef for a, coef in terms.items() if coef % g}, k % g)
+        lo, hi = _range(low, sizes)
+        if high[0] and 0 <= lo and hi < g:
+            return g, high, low
+    return None
+
+
+def _atom(kind: AffineBinaryOpKind, inner: Linear, c: int) -> AffineExpr:
+    return AffineBinaryOpExpr(kind, _to_expr(inner), AffineExpr.constant(c))
+
+
+def _range(lin: Linear, sizes: Sequence[int]) -> tuple[int, int]:
+    terms, k = lin
+    lo = hi = k
+    for atom, coef in terms.items():
+        a_lo, a_hi = _atom_range(atom, sizes)
+        lo += min(coef * a_lo, coef * a_hi)
+        hi += max(coef * a_lo, coef * a_hi)
+    return lo, hi
+
+
+def _atom_range(atom: AffineExpr, sizes: Sequence[int]) -> tuple[int, int]:
+    if isinstance(atom, AffineDimExpr):
+        return 0, sizes[atom.position] - 1
+    assert isinstance(atom, AffineBinaryOpExpr) and isinstance(atom.rhs, AffineConstantExpr)
+    c = atom.rhs.value
+    if atom.kind == AffineBinaryOpKind.Mod:
+        return 0, c - 1
+    lo, hi = _range(_linear(atom.lhs, sizes), sizes)
+    if atom.kind == AffineBinaryOpKind.FloorDiv:
+        return lo // c, hi // c
+    return -(-lo // c), -(-hi // c)
+
+
+def _order(atom: AffineExpr) -> tuple[int, str]:
+    return (atom.position, "") if isinstance(atom, AffineDimExpr) else (1 << 30, str(atom))
+
+
+def _to_expr(lin: Linear) -> AffineExpr:
+    terms, k = lin
+    expr: AffineExpr | None = None
+    for atom in sorted(terms, key=_order):
+        term = atom if terms[atom] == 1 else atom * terms[atom]
+        expr = term if expr is None else expr + term
+    if expr is None:
+        return AffineExpr.constant(k)
+    return expr + k if k else expr
+
+
+# --- evaluation ----------------------------------------------------------------------
+
+
+def eval_grid(map: AffineMap, shape: Sequence[int]) -> tuple[np.ndarray, ...]:
+    """The map's results at every point of `shape`, as index arrays of that shape."""
+    grid = np.indices(tuple(shape), dtype=np.int64) if shape else np.zeros((0,), np.int64)
+    return tuple(np.broadcast_to(_eval(e, grid), tuple(shape)) for e in map.results)
+
+
+def _eval(expr: AffineExpr, grid: np.ndarray) -> np.ndarray | int:
+    if isinstance(expr, AffineConstantExpr):
+        return expr.value
+    if isinstance(expr, AffineDimExpr):
+        return grid[expr.position]
+    assert isinstance(expr, AffineBinaryOpExpr)
+    a, b = _eval(expr.lhs, grid), _eval(expr.rhs, grid)
+    match expr.kind:
+        case AffineBinaryOpKind.Add:
+            return a + b
+        case AffineBinaryOpKind.Mul:
+            return a * b
+        case AffineBinaryOpKind.FloorDiv:
+            return np.floor_divide(a, b)
+        case AffineBinaryOpKind.Mod:
+            return np.mod(a, b)
+        case _:
+            return -np.floor_divide(-a, b)

@@ -1,0 +1,117 @@
+"""`tg-lower-access`: views, permutes, broadcasts and slices become access maps.
+
+Every reshape/permute/broadcast/slice becomes one `tg.view` whose affine map
+sends result indices to input indices; a view of a view composes into one map,
+simplified with the known dim sizes. `tg-fuse` then reads through the map, so
+none of them costs a kernel or a copy:
+
+    %r = tg.reshape %b : tensor<1x255xf32>
+    %y = tg.broadcast %r : tensor<2x255xf32>
+    // becomes
+    %y = tg.view %b map=affine_map<(d0, d1) -> (d1)> : tensor<2x255xf32>
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import builtin
+from xdsl.ir import Operation
+from xdsl.ir.affine import AffineMap
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+
+from gradfuse import affine
+from gradfuse.dialects import tg
+from gradfuse.dialects.tg_base import ints, shape_of
+
+
+def _replace_with_view(rewriter: PatternRewriter, op: Operation, map: AffineMap) -> None:
+    shape = shape_of(op.results[0])
+    view = tg.ViewAccessOp(op.operands[0], affine.simplify(map, shape), shape)
+    view.location = op.location
+    rewriter.replace_op(op, view)
+
+
+class ReshapeToView(RewritePattern):
+    """`tg.reshape` -> `tg.view` with the row-major index map."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: tg.ReshapeOp, rewriter: PatternRewriter) -> None:
+        _replace_with_view(
+            rewriter, op, affine.reshape_map(shape_of(op.input), shape_of(op.result))
+        )
+
+
+class PermuteToView(RewritePattern):
+    """`tg.permute` -> `tg.view` with the permuted dims."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: tg.PermuteOp, rewriter: PatternRewriter) -> None:
+        _replace_with_view(rewriter, op, affine.permute_map(ints(op.perm)))
+
+
+class BroadcastToView(RewritePattern):
+    """`tg.broadcast` -> `tg.view` reading index 0 of each size-1 dim."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: tg.BroadcastOp, rewriter: PatternRewriter) -> None:
+        _replace_with_view(
+            rewriter, op, affine.broadcast_map(shape_of(op.input), shape_of(op.result))
+        )
+
+
+class SliceToView(RewritePattern):
+    """`tg.slice` -> `tg.view` with `start + i * stride` per dim."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: tg.SliceOp, rewriter: PatternRewriter) -> None:
+        _replace_with_view(rewriter, op, affine.slice_map(ints(op.starts), ints(op.strides)))
+
+
+class ComposeViews(RewritePattern):
+    """A view of a view reads the first input through the composed map."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: tg.ViewAccessOp, rewriter: PatternRewriter) -> None:
+        inner = op.input.owner
+        if isinstance(inner, tg.ViewAccessOp):
+            composed = affine.simplify(inner.map.data.compose(op.map.data), shape_of(op.result))
+            view = tg.ViewAccessOp(inner.input, composed, shape_of(op.result))
+            view.location = op.location
+            rewriter.replace_op(op, view)
+            if not inner.result.uses:
+                rewriter.erase_op(inner)
+            return
+        if op.input.type == op.result.type and _is_identity(op.map.data, shape_of(op.result)):
+            rewriter.replace_op(op, [], [op.input])
+
+
+def _is_identity(map: AffineMap, shape: tuple[int, ...]) -> bool:
+    simple = affine.simplify(map, shape)
+    return simple == affine.simplify(affine.identity_map(len(shape)), shape)
+
+
+def populate_tg_lower_access_patterns() -> list[RewritePattern]:
+    """The patterns of `tg-lower-access`."""
+    return [ReshapeToView(), PermuteToView(), BroadcastToView(), SliceToView(), ComposeViews()]
+
+
+@dataclass(frozen=True)
+class TgLowerAccessPass(ModulePass):
+    """Turns every view-like op into a `tg.view` with one simplified affine map."""
+
+    name = "tg-lower-access"
+
+    def apply(self, ctx: Context, op: builtin.ModuleOp) -> None:
+        PatternRewriteWalker(
+            GreedyRewritePatternApplier(populate_tg_lower_access_patterns()),
+            apply_recursively=True,
+        ).rewrite_module(op)
