@@ -1,0 +1,174 @@
+"""Runs lowered IR (the output of `convert-kernel-to-gpu`) on xDSL's interpreter.
+
+The check that lowering keeps meaning: kernels run one thread at a time, so
+small shapes only. xDSL's `func`, `scf` and `arith` interpreters run the host
+code and the kernel bodies; `lowered_ops` adds `gpu.launch_func`, the thread
+ids, `memref` on NumPy (arena views included) and the missing arith/math ops.
+
+    module = parse(kernel_ir); ConvertKernelToGpuPass().apply(ctx, module)
+    result = run_lowered(module, feeders={"x": x}, params={"w": w})
+    result.params["w"], result.received["out"][0][0]
+
+Params are the `memref.global`s with a `gradfuse.key`: seeded from `params`,
+else from their initial value. The external functions with a `gradfuse.key`
+are the host callbacks: `@gradfuse_feed_<n>` fills its buffer from the feeder
+(as in `reference.run`), `@gradfuse_receive_<n>` hands its buffers to the
+receiver and records them in `RunResult.received`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+from xdsl.dialects import func, gpu, memref
+from xdsl.dialects.builtin import (
+    DenseIntOrFPElementsAttr,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+    TensorType,
+)
+from xdsl.interpreter import Interpreter, OpImplResult, PythonValues
+from xdsl.interpreters.arith import ArithFunctions
+from xdsl.interpreters.func import FuncFunctions
+from xdsl.interpreters.scf import ScfFunctions
+from xdsl.ir import Operation
+
+from gradfuse.backend.lowered_ops import GpuMemrefFunctions, LoweredState, ScalarFunctions
+from gradfuse.backend.reference import Feeder, RunResult
+from gradfuse.backend.reference_state import RunState, attr_array, dtype_of
+from gradfuse.diagnostics import GradfuseError, position_of
+
+
+def tensor_of(ty: MemRefType) -> TensorType:
+    """The tensor type with a memref's shape and element type."""
+    return TensorType(ty.element_type, ty.get_shape())
+
+
+class _LoweredInterpreter(Interpreter):
+    """Calls host callbacks for external functions; names the op of any error."""
+
+    host: RunState
+
+    def _run_op(self, op: Operation, inputs: PythonValues) -> OpImplResult:
+        try:
+            return super()._run_op(op, inputs)
+        except GradfuseError:
+            raise
+        except Exception as err:
+            raise GradfuseError(f"{op.name}: {err}", position_of(op.location)) from err
+
+    def call_external(
+        self, sym_name: str, op: Operation, inputs: PythonValues = ()
+    ) -> PythonValues:
+        key = op.attributes.get("gradfuse.key")
+        if not isinstance(key, StringAttr):
+            raise GradfuseError(f"call of the external function @{sym_name}, which is no callback")
+        where = position_of(op.location)
+        if sym_name.startswith("gradfuse_feed_"):
+            (buffer,) = inputs
+            ty = op.function_type.inputs.data[0]  # type: ignore[attr-defined]
+            buffer[...] = self.host.feed(key.data, tensor_of(ty), where)
+        elif sym_name.startswith("gradfuse_receive_"):
+            self.host.receive(key.data, tuple(inputs), where)
+        else:
+            raise GradfuseError(f"no host callback for the external function @{sym_name}")
+        return ()
+
+
+def _entry(module: ModuleOp, entry: str) -> func.FuncOp:
+    funcs = [op for op in module.body.block.ops if isinstance(op, func.FuncOp) and op.body.blocks]
+    for f in funcs:
+        if f.sym_name.data == entry:
+            return f
+    if len(funcs) == 1:
+        return funcs[0]
+    names = ", ".join(f"@{f.sym_name.data}" for f in funcs) or "none"
+    raise GradfuseError(f"no entry function @{entry} in the module (functions: {names})")
+
+
+def _globals(
+    module: ModuleOp, host: RunState, params: Mapping[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The array of every `memref.global` and the global name of each param key."""
+    arrays: dict[str, np.ndarray] = {}
+    keys: dict[str, str] = {}
+    for op in module.body.block.ops:
+        if not isinstance(op, memref.GlobalOp):
+            continue
+        name, ty = op.sym_name.data, op.type
+        key = op.attributes.get("gradfuse.key")
+        init = op.initial_value
+        if isinstance(key, StringAttr) and op.constant is None:
+            keys[key.data] = name
+            host.param_types[key.data] = tensor_of(ty)
+            if key.data in params:
+                arrays[name] = host.check_param_value(key.data, params[key.data])
+                continue
+        if isinstance(init, DenseIntOrFPElementsAttr):
+            arrays[name] = attr_array(init, tensor_of(ty))
+        elif isinstance(key, StringAttr):
+            raise GradfuseError(
+                f'param "{key.data}" has no initial value (give it init=... or pass params)',
+                position_of(op.location),
+            )
+        else:
+            arrays[name] = np.full(tuple(ty.get_shape()), np.nan, dtype=dtype_of(ty.element_type))
+    return arrays, keys
+
+
+def run_lowered(
+    module: ModuleOp,
+    *,
+    args: Sequence[np.ndarray] = (),
+    feeders: Mapping[str, Feeder] | None = None,
+    receivers: Mapping[str, Callable[..., None]] | None = None,
+    params: Mapping[str, np.ndarray] | None = None,
+    entry: str = "main",
+) -> RunResult:
+    """Runs the entry function of a lowered module and returns what it produced.
+
+    `feeders`, `receivers` and `params` work as in `reference.run`; `args` are the
+    entry function's memref arguments (copied). `results` are copies of the
+    returned memrefs, `params` the final value of every param by key.
+
+    `run_lowered(module, feeders={"x": x}).received["out"][0][0]`
+    """
+    fn = _entry(module, entry)
+    host = RunState(
+        dtype=np.float32,
+        param_types={},
+        param_inits={},
+        feeders=dict(feeders or {}),
+        receivers=dict(receivers or {}),
+    )
+    state = LoweredState()
+    state.globals, keys = _globals(module, host, params or {})
+    for op in module.body.block.ops:
+        if isinstance(op, gpu.ModuleOp):
+            for k in op.body.block.ops:
+                if isinstance(k, gpu.FuncOp):
+                    state.kernels[(op.sym_name.data, k.sym_name.data)] = k
+    interp = _LoweredInterpreter(module)
+    interp.host = host
+    interp.register_implementations(FuncFunctions())
+    interp.register_implementations(ScfFunctions())
+    interp.register_implementations(ArithFunctions())
+    interp.register_implementations(ScalarFunctions(), override=True)
+    interp.register_implementations(GpuMemrefFunctions(state))
+    call_args = tuple(np.array(a) for a in args)
+    try:
+        with np.errstate(all="ignore"):
+            results = interp.call_op(fn, call_args)
+    except GradfuseError as err:
+        err.__notes__ = []  # xDSL attaches the whole printed module to it
+        raise
+    return RunResult(
+        results=[np.array(r) for r in results],
+        params={k: np.array(state.globals[name]) for k, name in keys.items()},
+        received=host.received,
+    )
+
+
+__all__ = ["run_lowered", "tensor_of"]

@@ -1,0 +1,235 @@
+"""Interpreter functions for lowered IR that xDSL does not provide (see `lowered`).
+
+Buffers are NumPy arrays (a `memref.view` shares its arena's memory); scalars
+are NumPy scalars of their MLIR type, so f32 math stays f32:
+
+    gpu.launch_func @gradfuse_kernels::@k0 blocks in (%c2, ...) threads in (%c32, ...)
+        -> runs @k0 once per thread id, `gpu.thread_id x` answering for each
+    %v = memref.view %arena[%c64][] : memref<128xi8> to memref<2x4xf32>
+        -> arena[64:96].view(float32).reshape(2, 4)
+"""
+
+from __future__ import annotations
+
+import math as pymath
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import product
+from math import prod
+from typing import Any
+
+import numpy as np
+from xdsl.dialects import arith, gpu, math, memref
+from xdsl.dialects.builtin import FloatAttr, IntegerAttr, IntegerType, MemRefType
+from xdsl.interpreter import (
+    Interpreter,
+    InterpreterFunctions,
+    PythonValues,
+    ReturnedValues,
+    TerminatorValue,
+    impl,
+    impl_terminator,
+    register_impls,
+)
+from xdsl.ir import Attribute, Operation
+from xdsl.utils.comparisons import to_unsigned
+
+from gradfuse.backend.reference_state import dtype_of
+from gradfuse.diagnostics import GradfuseError, position_of
+
+
+@dataclass
+class LoweredState:
+    """What one run shares: the globals' arrays, the kernels and the current thread."""
+
+    globals: dict[str, np.ndarray] = field(default_factory=dict)
+    kernels: dict[tuple[str, str], gpu.FuncOp] = field(default_factory=dict)
+    block_id: tuple[int, int, int] = (0, 0, 0)
+    block_dim: tuple[int, int, int] = (1, 1, 1)
+    grid_dim: tuple[int, int, int] = (1, 1, 1)
+    thread_id: tuple[int, int, int] = (0, 0, 0)
+    launches: int = 0
+
+
+_DIMS = {gpu.DimensionEnum.X: 0, gpu.DimensionEnum.Y: 1, gpu.DimensionEnum.Z: 2}
+
+
+def _check_bounds(op: Operation, array: np.ndarray, indices: tuple[int, ...]) -> None:
+    if len(indices) != array.ndim or any(not 0 <= i < n for i, n in zip(indices, array.shape)):
+        raise GradfuseError(
+            f"{op.name}: index {list(indices)} is outside a buffer of shape {list(array.shape)}",
+            position_of(op.location),
+        )
+
+
+@register_impls
+class GpuMemrefFunctions(InterpreterFunctions):
+    """`gpu.launch_func` and the thread ids it sets; `memref` on NumPy arrays."""
+
+    def __init__(self, state: LoweredState):
+        self.state = state
+
+    @impl(gpu.LaunchFuncOp)
+    def run_launch(
+        self, interp: Interpreter, op: gpu.LaunchFuncOp, args: PythonValues
+    ) -> PythonValues:
+        values = dict(zip(op.operands, args))
+        grid = tuple(values[v] for v in (op.gridSizeX, op.gridSizeY, op.gridSizeZ))
+        block = tuple(values[v] for v in (op.blockSizeX, op.blockSizeY, op.blockSizeZ))
+        ref = op.kernel
+        fn = self.state.kernels.get((ref.root_reference.data, ref.nested_references.data[0].data))
+        if fn is None:
+            raise GradfuseError(f"gpu.launch_func: no kernel {ref}", position_of(op.location))
+        st = self.state
+        st.launches += 1
+        st.grid_dim, st.block_dim = grid, block  # type: ignore[assignment]
+        kernel_args = tuple(values[v] for v in op.kernelOperands)
+        for bz, by, bx in product(*(range(n) for n in reversed(grid))):
+            st.block_id = (bx, by, bz)
+            for tz, ty, tx in product(*(range(n) for n in reversed(block))):
+                st.thread_id = (tx, ty, tz)
+                interp.run_ssacfg_region(fn.body, kernel_args, fn.sym_name.data)
+        return ()
+
+    @impl(gpu.ThreadIdOp)
+    def run_thread_id(self, interp: Interpreter, op: gpu.ThreadIdOp, args: PythonValues):
+        return (self.state.thread_id[_DIMS[op.dimension.data]],)
+
+    @impl(gpu.BlockIdOp)
+    def run_block_id(self, interp: Interpreter, op: gpu.BlockIdOp, args: PythonValues):
+        return (self.state.block_id[_DIMS[op.dimension.data]],)
+
+    @impl(gpu.BlockDimOp)
+    def run_block_dim(self, interp: Interpreter, op: gpu.BlockDimOp, args: PythonValues):
+        return (self.state.block_dim[_DIMS[op.dimension.data]],)
+
+    @impl(gpu.GridDimOp)
+    def run_grid_dim(self, interp: Interpreter, op: gpu.GridDimOp, args: PythonValues):
+        return (self.state.grid_dim[_DIMS[op.dimension.data]],)
+
+    @impl_terminator(gpu.ReturnOp)
+    def run_return(
+        self, interp: Interpreter, op: gpu.ReturnOp, args: PythonValues
+    ) -> tuple[TerminatorValue, PythonValues]:
+        return ReturnedValues(args), ()
+
+    @impl(memref.AllocOp)
+    def run_alloc(self, interp: Interpreter, op: memref.AllocOp, args: PythonValues):
+        ty = op.memref.type
+        dt = dtype_of(ty.element_type)
+        if dt == np.int8:  # an arena: filled with 0xff, so reading unwritten f32 gives NaN
+            return (np.full(tuple(ty.get_shape()), 0xFF, dtype=np.uint8),)
+        fill = np.nan if dt.kind == "f" else 0
+        return (np.full(tuple(ty.get_shape()), fill, dtype=dt),)
+
+    @impl(memref.DeallocOp)
+    def run_dealloc(self, interp: Interpreter, op: memref.DeallocOp, args: PythonValues):
+        return ()
+
+    @impl(memref.ViewOp)
+    def run_view(self, interp: Interpreter, op: memref.ViewOp, args: PythonValues):
+        arena, offset = args[0], args[1]
+        ty = op.result.type
+        assert isinstance(ty, MemRefType)
+        dt = dtype_of(ty.element_type)
+        shape = tuple(ty.get_shape())
+        end = offset + prod(shape) * dt.itemsize
+        if offset < 0 or end > arena.size or offset % dt.alignment:
+            raise GradfuseError(
+                f"memref.view: bytes [{offset}, {end}) do not fit an arena of {arena.size}",
+                position_of(op.location),
+            )
+        return (arena[offset:end].view(dt).reshape(shape),)
+
+    @impl(memref.LoadOp)
+    def run_load(self, interp: Interpreter, op: memref.LoadOp, args: PythonValues):
+        array, *indices = args
+        _check_bounds(op, array, tuple(indices))
+        return (array[tuple(indices)],)
+
+    @impl(memref.StoreOp)
+    def run_store(self, interp: Interpreter, op: memref.StoreOp, args: PythonValues):
+        value, array, *indices = args
+        _check_bounds(op, array, tuple(indices))
+        array[tuple(indices)] = value
+        return ()
+
+    @impl(memref.GetGlobalOp)
+    def run_get_global(self, interp: Interpreter, op: memref.GetGlobalOp, args: PythonValues):
+        return (self.state.globals[op.name_.root_reference.data],)
+
+
+def _unsigned(f: Callable[[int, int], int]) -> Callable[..., PythonValues]:
+    def run(self: Any, interp: Interpreter, op: Operation, args: PythonValues) -> PythonValues:
+        bits = interp.index_bitwidth
+        return (f(to_unsigned(args[0], bits), to_unsigned(args[1], bits)),)
+
+    return run
+
+
+def _numpy(f: Callable[..., Any]) -> Callable[..., PythonValues]:
+    def run(self: Any, interp: Interpreter, op: Operation, args: PythonValues) -> PythonValues:
+        return (f(*args),)
+
+    return run
+
+
+def _convert(self: Any, interp: Interpreter, op: Operation, args: PythonValues) -> PythonValues:
+    dt = dtype_of(op.results[0].type)
+    return (dt.type(args[0]),)
+
+
+def _ceildiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _floatdiv(a: Any, b: Any) -> Any:
+    with np.errstate(all="ignore"):
+        return np.divide(a, b)
+
+
+@register_impls
+class ScalarFunctions(InterpreterFunctions):
+    """arith and math ops xDSL lacks, and f32 constants and math that stay f32."""
+
+    @impl(arith.ConstantOp)
+    def run_constant(self, interp: Interpreter, op: arith.ConstantOp, args: PythonValues):
+        value: Attribute = op.value
+        if isinstance(value, FloatAttr):
+            return (dtype_of(value.type).type(value.value.data),)
+        assert isinstance(value, IntegerAttr)
+        if isinstance(value.type, IntegerType) and value.type.width.data == 1:
+            return (bool(value.value.data),)
+        return (value.value.data,)
+
+    run_divui = impl(arith.DivUIOp)(_unsigned(lambda a, b: a // b))
+    run_remui = impl(arith.RemUIOp)(_unsigned(lambda a, b: a % b))
+    run_ceildivui = impl(arith.CeilDivUIOp)(_unsigned(_ceildiv))
+    run_ceildivsi = impl(arith.CeilDivSIOp)(_numpy(_ceildiv))
+    run_divf = impl(arith.DivfOp)(_numpy(_floatdiv))
+    run_negf = impl(arith.NegfOp)(_numpy(np.negative))
+    run_maxnumf = impl(arith.MaxnumfOp)(_numpy(np.fmax))
+    run_minnumf = impl(arith.MinnumfOp)(_numpy(np.fmin))
+    run_uitofp = impl(arith.UIToFPOp)(_convert)
+    run_sitofp = impl(arith.SIToFPOp)(_convert)
+    run_extf = impl(arith.ExtFOp)(_convert)
+    run_truncf = impl(arith.TruncFOp)(_convert)
+    run_fptosi = impl(arith.FPToSIOp)(_numpy(int))
+
+    run_exp = impl(math.ExpOp)(_numpy(np.exp))
+    run_exp2 = impl(math.Exp2Op)(_numpy(np.exp2))
+    run_log = impl(math.LogOp)(_numpy(np.log))
+    run_log2 = impl(math.Log2Op)(_numpy(np.log2))
+    run_sqrt = impl(math.SqrtOp)(_numpy(np.sqrt))
+    run_rsqrt = impl(math.RsqrtOp)(_numpy(lambda x: 1 / np.sqrt(x)))
+    run_sin = impl(math.SinOp)(_numpy(np.sin))
+    run_cos = impl(math.CosOp)(_numpy(np.cos))
+    run_tanh = impl(math.TanhOp)(_numpy(np.tanh))
+    run_absf = impl(math.AbsFOp)(_numpy(np.abs))
+    run_floor = impl(math.FloorOp)(_numpy(np.floor))
+    run_ceil = impl(math.CeilOp)(_numpy(np.ceil))
+    run_powf = impl(math.PowFOp)(_numpy(np.power))
+    run_erf = impl(math.ErfOp)(_numpy(lambda x: type(x)(pymath.erf(x))))
+
+
+__all__ = ["LoweredState", "GpuMemrefFunctions", "ScalarFunctions"]

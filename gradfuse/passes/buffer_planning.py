@@ -1,0 +1,222 @@
+"""Buffer planning: every `kernel.alloc` of a function gets an offset in one arena.
+
+Host ops are numbered in program order (a `tg.for` spans its body). A temporary
+lives from its first use to its last; where its value may cross a loop's back
+edge (it is used inside a loop it is not defined in, and the loop's first
+access to it is not a write of the whole buffer) it lives over the whole loop.
+Buffers whose ranges do not overlap may share memory; they are placed first-fit
+by decreasing size, at offsets aligned to 64 bytes:
+
+```
+%a = kernel.alloc : memref<2x4xf32>      // live [1, 2]  -> offset 0
+%b = kernel.alloc : memref<2x4xf32>      // live [2, 3]  -> offset 64
+%c = kernel.alloc : memref<2x4xf32>      // live [3, 4]  -> offset 0 (reuses %a)
+```
+
+`kernel-plan-buffers` writes the offsets onto the allocs and the arena size as
+`gradfuse.peak_bytes` on the module; `convert-kernel-to-gpu` plans the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import IntegerAttr, IntegerType, MemRefType, ModuleOp, i64
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.ir.affine import AffineDimExpr
+from xdsl.passes import ModulePass
+
+from gradfuse.diagnostics import GradfuseError, position_of
+from gradfuse.dialects import kernel as kd
+from gradfuse.dialects.tg_program import ForOp
+
+ALIGNMENT = 64
+"""Byte alignment of every buffer in the arena."""
+
+
+def nbytes(ty: Attribute) -> int:
+    """Bytes of a memref (`memref<2x4xf32>`: 32); i1 and other sub-byte types take a byte."""
+    assert isinstance(ty, MemRefType)
+    et = ty.element_type
+    width = et.width.data if isinstance(et, IntegerType) else getattr(et, "bitwidth", None)
+    if width is None:
+        raise GradfuseError(f"buffer planning: no size known for element type {et}")
+    return prod(ty.get_shape()) * max(1, (width + 7) // 8)
+
+
+def align(n: int) -> int:
+    return -(-n // ALIGNMENT) * ALIGNMENT
+
+
+@dataclass
+class BufferPlan:
+    """Where each temporary lives in the arena, and when it is live."""
+
+    offsets: dict[SSAValue, int] = field(default_factory=dict)
+    sizes: dict[SSAValue, int] = field(default_factory=dict)
+    ranges: dict[SSAValue, tuple[int, int]] = field(default_factory=dict)
+    """Inclusive program-order positions of the first and last host op that needs it."""
+    peak_bytes: int = 0
+    """The arena size: the end of the highest buffer."""
+
+
+class _Order:
+    """Program-order positions of the host ops of a function and the span of each loop."""
+
+    def __init__(self, fn: func.FuncOp):
+        self.pos: dict[Operation, int] = {}
+        self.spans: dict[ForOp, tuple[int, int]] = {}
+        self._visit(fn.body.block)
+
+    def _visit(self, block: Block) -> None:
+        for op in block.ops:
+            self.pos[op] = len(self.pos)
+            if isinstance(op, ForOp):
+                self._visit(op.body.block)
+                self.spans[op] = (self.pos[op], len(self.pos) - 1)
+
+    def host(self, op: Operation) -> Operation:
+        """The host op that holds `op` (a kernel inside a group: the group)."""
+        while op not in self.pos:
+            parent = op.parent_op()
+            assert parent is not None, f"{op.name} is outside the function"
+            op = parent
+        return op
+
+    def loops(self, op: Operation) -> list[ForOp]:
+        """The loops around a host op, innermost first."""
+        out = []
+        parent = op.parent_op()
+        while parent is not None and parent in self.pos:
+            if isinstance(parent, ForOp):
+                out.append(parent)
+            parent = parent.parent_op()
+        return out
+
+
+def _covers(k: kd.KernelOp, arg: SSAValue) -> bool:
+    """Whether kernel `k` stores to every element of its buffer argument `arg`."""
+    buf = arg.type
+    assert isinstance(buf, MemRefType)
+    sizes = k.domain_sizes
+    for use in arg.uses:
+        store = use.operation
+        if not isinstance(store, kd.StoreOp) or store.buffer != arg:
+            continue
+        results = store.map.data.results
+        dims = [e.position for e in results if isinstance(e, AffineDimExpr)]
+        if len(dims) == len(results) == len(set(dims)) and all(
+            sizes[d] == n for d, n in zip(dims, buf.get_shape())
+        ):
+            return True
+    return False
+
+
+def writes_whole(op: Operation, buffer: SSAValue) -> bool:
+    """Whether host op `op` overwrites all of `buffer` without reading it first."""
+    if isinstance(op, kd.FeedOp):
+        return op.buffer == buffer
+    kernels = list(op.body.block.ops) if isinstance(op, kd.GroupOp) else [op]
+    whole = False
+    for k in kernels:
+        if not isinstance(k, kd.KernelOp):
+            return False
+        for arg, buf in zip(k.buffer_args, k.buffers):
+            if buf != buffer:
+                continue
+            if any(isinstance(u.operation, kd.LoadOp) for u in arg.uses):
+                return False
+            whole = whole or _covers(k, arg)
+    return whole
+
+
+def _carried(order: _Order, buffer: SSAValue, users: list[Operation], loop: ForOp) -> bool:
+    """Whether `buffer`'s value may cross the back edge of `loop`."""
+    lo, hi = order.spans[loop]
+    inside = sorted((u for u in users if lo <= order.pos[u] <= hi), key=order.pos.__getitem__)
+    first = inside[0]
+    for inner in order.loops(first):
+        if inner is loop:
+            break
+        if inner.trip_count < 1:
+            return True
+    return not writes_whole(first, buffer)
+
+
+def live_ranges(fn: func.FuncOp) -> tuple[dict[SSAValue, tuple[int, int]], list[kd.AllocOp]]:
+    """The live range of every `kernel.alloc` of `fn`, in program-order positions."""
+    order = _Order(fn)
+    allocs = [op for op in order.pos if isinstance(op, kd.AllocOp)]
+    ranges: dict[SSAValue, tuple[int, int]] = {}
+    for alloc in allocs:
+        value = alloc.result
+        users = list(dict.fromkeys(order.host(u.operation) for u in value.uses))
+        if not users:
+            ranges[value] = (order.pos[alloc], order.pos[alloc])
+            continue
+        lo = min(order.pos[u] for u in users)
+        hi = max(order.pos[u] for u in users)
+        around_def = set(order.loops(alloc))
+        for user in users:
+            for loop in order.loops(user):
+                if loop not in around_def and _carried(order, value, users, loop):
+                    lo, hi = min(lo, order.spans[loop][0]), max(hi, order.spans[loop][1])
+        ranges[value] = (lo, hi)
+    return ranges, allocs
+
+
+def plan_buffers(fn: func.FuncOp, annotate: bool = False) -> BufferPlan:
+    """Offsets for the temporaries of `fn` (first-fit by decreasing size, 64-byte aligned).
+
+    With `annotate`, each `kernel.alloc` gets its `offset` property:
+    `%t = kernel.alloc {offset = 64 : i64} : memref<2x4xf32>`.
+    """
+    ranges, allocs = live_ranges(fn)
+    plan = BufferPlan(ranges=ranges)
+    first = {a.result: i for i, a in enumerate(allocs)}
+    for a in allocs:
+        plan.sizes[a.result] = nbytes(a.result.type)
+    placed: list[tuple[int, int, int, int]] = []  # offset, end, live start, live end
+    for value in sorted(plan.sizes, key=lambda v: (-plan.sizes[v], first[v])):
+        size, (lo, hi) = plan.sizes[value], ranges[value]
+        busy = sorted((o, e) for o, e, s, t in placed if not (t < lo or hi < s))
+        offset = 0
+        for o, e in busy:
+            if offset + size <= o:
+                break
+            offset = max(offset, align(e))
+        placed.append((offset, offset + size, lo, hi))
+        plan.offsets[value] = offset
+        plan.peak_bytes = max(plan.peak_bytes, offset + size)
+    if annotate:
+        for a in allocs:
+            a.properties["offset"] = IntegerAttr(plan.offsets[a.result], i64)
+    return plan
+
+
+def module_peak_bytes(module: ModuleOp, annotate: bool = False) -> int:
+    """The largest arena among the module's functions (0 without temporaries)."""
+    peak = 0
+    for op in module.body.block.ops:
+        if isinstance(op, func.FuncOp) and op.body.blocks:
+            try:
+                peak = max(peak, plan_buffers(op, annotate).peak_bytes)
+            except AssertionError as err:
+                raise GradfuseError(f"buffer planning: {err}", position_of(op.location)) from err
+    return peak
+
+
+class KernelPlanBuffersPass(ModulePass):
+    """Gives every `kernel.alloc` its arena offset and records `gradfuse.peak_bytes`.
+
+    `ir-opt model.mlir -p kernel-plan-buffers`:
+    `builtin.module attributes {gradfuse.peak_bytes = 96 : i64} { ... }`
+    """
+
+    name = "kernel-plan-buffers"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        op.attributes["gradfuse.peak_bytes"] = IntegerAttr(module_peak_bytes(op, True), i64)

@@ -1,0 +1,326 @@
+"""Lowering of one `kernel.kernel` (or `kernel.group`) to a `gpu.func`.
+
+One thread per point of the parallel dims: the thread's linear id is
+delinearised into the parallel indices, the reduction dims become `scf.for`
+loops carrying one accumulator per `kernel.reduce`, and access maps become
+`arith` index ops feeding `memref.load`/`memref.store`:
+
+```
+gpu.func @k0(%x: memref<2x4xf32>, %w: memref<4x4xf32>, %h: memref<2x4xf32>) kernel {
+  %id = arith.addi (block_id x * block_dim x), thread_id x : index
+  scf.if (%id < 8) {
+    %i = arith.divui %id, %c4 : index
+    %j = arith.remui %id, %c4 : index
+    %s = scf.for %k = %c0 to %c4 step %c1 iter_args(%acc = %zero) -> (f32) {
+      %a = memref.load %x[%i, %k] : memref<2x4xf32>
+      ...
+    }
+    memref.store %s, %h[%i, %j] : memref<2x4xf32>
+  }
+  gpu.return
+}
+```
+
+A group's kernels share one id space, each its own range of ids (a chain of
+`scf.if`). Every op made from a kernel body op keeps that op's location.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xdsl.dialects import arith, gpu, memref, scf
+from xdsl.dialects.builtin import (
+    AnyFloat,
+    FloatAttr,
+    FusedLoc,
+    IndexType,
+    IntegerAttr,
+    StringAttr,
+    UnitAttr,
+    UnknownLoc,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.ir.affine import (
+    AffineBinaryOpExpr,
+    AffineBinaryOpKind,
+    AffineConstantExpr,
+    AffineDimExpr,
+    AffineExpr,
+)
+
+from gradfuse.diagnostics import GradfuseError, position_of
+from gradfuse.dialects import kernel as kd
+
+_INIT = {"add": 0.0, "max": float("-inf")}
+INDEX = IndexType()
+
+
+def nonnegative(expr: AffineExpr) -> bool:
+    """Whether `expr` is >= 0 for every non-negative dim value (`d0 * 4 + d1`: yes)."""
+    if isinstance(expr, AffineDimExpr):
+        return True
+    if isinstance(expr, AffineConstantExpr):
+        return expr.value >= 0
+    if isinstance(expr, AffineBinaryOpExpr):
+        return nonnegative(expr.lhs) and nonnegative(expr.rhs)
+    return False
+
+
+def kernel_location(op: Operation) -> Attribute:
+    """The provenance of a launch: the op's location, else those of a group's kernels."""
+    if not isinstance(op.location, UnknownLoc) or not isinstance(op, kd.GroupOp):
+        return op.location
+    locs = [k.location for k in op.body.block.ops if not isinstance(k.location, UnknownLoc)]
+    unique = list(dict.fromkeys(locs))
+    if not unique:
+        return op.location
+    return unique[0] if len(unique) == 1 else FusedLoc(unique)
+
+
+class KernelBuilder:
+    """Builds the body of one `gpu.func`; index constants are shared at its entry.
+
+    `KernelBuilder(entry).lower([k0, k1], buffer_args)` fills `entry` with the
+    thread mapping and the lowered bodies of the kernels.
+    """
+
+    def __init__(self, entry: Block):
+        self.entry = entry
+        self.block = entry
+        self._consts: dict[tuple[object, Attribute], SSAValue] = {}
+        self._anchor: Operation | None = None
+
+    # --- small helpers ---------------------------------------------------------------
+
+    def add(self, op: Operation, loc: Attribute | None = None) -> SSAValue:
+        """Appends `op` to the current block and returns its (first) result."""
+        if loc is not None:
+            op.location = loc
+        self.block.add_op(op)
+        return op.results[0] if op.results else None  # type: ignore[return-value]
+
+    def const(self, value: int | float, ty: Attribute = INDEX) -> SSAValue:
+        """A constant of `ty` defined once at the top of the function."""
+        key = (value, ty)
+        if key not in self._consts:
+            attr = FloatAttr(value, ty) if isinstance(value, float) else IntegerAttr(value, ty)
+            op = arith.ConstantOp(attr)  # type: ignore[arg-type]
+            if self._anchor is None:
+                self.entry.add_op(op)
+            else:
+                self.entry.insert_op_before(op, self._anchor)
+            self._consts[key] = op.result
+        return self._consts[key]
+
+    def expand(self, expr: AffineExpr, point: Sequence[SSAValue], loc: Attribute) -> SSAValue:
+        """`expr` over the dims `point` as arith index ops (`d0 * 4 + d1` -> muli, addi)."""
+        if isinstance(expr, AffineDimExpr):
+            return point[expr.position]
+        if isinstance(expr, AffineConstantExpr):
+            return self.const(expr.value)
+        if not isinstance(expr, AffineBinaryOpExpr):
+            raise GradfuseError(f"access map symbols are not supported: {expr}", position_of(loc))
+        lhs = self.expand(expr.lhs, point, loc)
+        rhs = self.expand(expr.rhs, point, loc)
+        kind, pos = expr.kind, nonnegative(expr.lhs) and nonnegative(expr.rhs)
+        if kind == AffineBinaryOpKind.Add:
+            return self.add(arith.AddiOp(lhs, rhs), loc)
+        if kind == AffineBinaryOpKind.Mul:
+            return self.add(arith.MuliOp(lhs, rhs), loc)
+        if kind == AffineBinaryOpKind.FloorDiv:
+            op = arith.DivUIOp(lhs, rhs) if pos else arith.FloorDivSIOp(lhs, rhs)
+            return self.add(op, loc)
+        if kind == AffineBinaryOpKind.CeilDiv:
+            op = arith.CeilDivUIOp(lhs, rhs) if pos else arith.CeilDivSIOp(lhs, rhs)
+            return self.add(op, loc)
+        if pos:
+            return self.add(arith.RemUIOp(lhs, rhs), loc)
+        rem = self.add(arith.RemSIOp(lhs, rhs), loc)  # affine mod is never negative
+        neg = self.add(arith.CmpiOp(rem, self.const(0), "slt"), loc)
+        return self.add(arith.SelectOp(neg, self.add(arith.AddiOp(rem, rhs), loc), rem), loc)
+
+    # --- thread mapping --------------------------------------------------------------
+
+    def lower(self, kernels: Sequence[kd.KernelOp], args: dict[SSAValue, SSAValue]) -> int:
+        """Lowers `kernels` (one id range each) into the entry block; returns the thread count.
+
+        `args` maps each kernel's buffer block arguments to the function's arguments.
+        """
+        x = gpu.DimensionAttr(gpu.DimensionEnum.X)
+        tid = self.add(gpu.ThreadIdOp(x))
+        self._anchor = tid.owner  # type: ignore[assignment]
+        scaled = self.add(arith.MuliOp(self.add(gpu.BlockIdOp(x)), self.add(gpu.BlockDimOp(x))))
+        gid = self.add(arith.AddiOp(scaled, tid))
+        ranges, start = [], 0
+        for k in kernels:
+            count = 1
+            for size in k.domain_sizes[: k.num_parallel]:
+                count *= size
+            ranges.append((k, start, start + count))
+            start += count
+        self._chain(ranges, gid, args)
+        self.add(gpu.ReturnOp([]))
+        return start
+
+    def _chain(
+        self,
+        ranges: list[tuple[kd.KernelOp, int, int]],
+        gid: SSAValue,
+        args: dict[SSAValue, SSAValue],
+    ) -> None:
+        """`scf.if id < end0 { k0 } else { scf.if id < end1 { k1 } ... }`."""
+        (k, start, end), rest = ranges[0], ranges[1:]
+        cond = self.add(arith.CmpiOp(gid, self.const(end), "ult"), k.location)
+        then_block, else_block = Block(), Block()
+        outer = self.block
+        self.block = then_block
+        lid = gid if start == 0 else self.add(arith.SubiOp(gid, self.const(start)))
+        self.lower_kernel(k, lid, args)
+        self.add(scf.YieldOp())
+        if rest:
+            self.block = else_block
+            self._chain(rest, gid, args)
+            self.add(scf.YieldOp())
+        self.block = outer
+        else_region = Region(else_block) if rest else Region()
+        self.add(scf.IfOp(cond, [], Region(then_block), else_region), k.location)
+
+    def delinearize(self, lid: SSAValue, sizes: Sequence[int], loc: Attribute) -> list[SSAValue]:
+        """Row-major indices of the linear id `lid` in `sizes` (divui/remui)."""
+        idx: list[SSAValue] = [self.const(0)] * len(sizes)
+        rest = lid
+        for k in reversed(range(len(sizes))):
+            if sizes[k] == 1:
+                continue
+            if k == 0 or all(s == 1 for s in sizes[:k]):
+                idx[k] = rest
+                break
+            size = self.const(sizes[k])
+            idx[k] = self.add(arith.RemUIOp(rest, size), loc)
+            rest = self.add(arith.DivUIOp(rest, size), loc)
+        return idx
+
+    # --- kernel bodies ---------------------------------------------------------------
+
+    def lower_kernel(self, k: kd.KernelOp, lid: SSAValue, args: dict[SSAValue, SSAValue]) -> None:
+        """The body of `k` at parallel point `lid`: reduction loops, then the epilogue."""
+        ops = list(k.body.block.ops)
+        npar, sizes = k.num_parallel, k.domain_sizes
+        vm: dict[SSAValue, SSAValue] = {a: args[a] for a in k.buffer_args}
+        point = self.delinearize(lid, sizes[:npar], k.location)
+        vm.update(zip(k.index_args[:npar], point))
+        reduces = [i for i, op in enumerate(ops) if isinstance(op, kd.ReduceOp)]
+        epilogue = ops
+        if reduces:
+            first, split = reduces[0], reduces[-1] + 1
+            reds = [op for op in ops[first:split] if isinstance(op, kd.ReduceOp)]
+            accs = [self._init(r) for r in reds]
+            done = self._loops(k, ops[:first], reds, accs, vm, point, npar)
+            vm.update((r.result, v) for r, v in zip(reds, done))
+            for gone in [*k.index_args[npar:], *(v for op in ops[:first] for v in op.results)]:
+                vm.pop(gone, None)  # only defined inside the reduction loops
+            epilogue = ops[split:]
+        for op in epilogue:
+            self.lower_op(op, k, vm, point)
+
+    def _init(self, r: kd.ReduceOp) -> SSAValue:
+        ty = r.result.type
+        if not isinstance(ty, AnyFloat):
+            raise GradfuseError(
+                f"kernel.reduce of {ty} is not supported (float only)", position_of(r.location)
+            )
+        return self.const(_INIT[r.kind.data], ty)
+
+    def _loops(
+        self,
+        k: kd.KernelOp,
+        prologue: list[Operation],
+        reds: list[kd.ReduceOp],
+        accs: list[SSAValue],
+        vm: dict[SSAValue, SSAValue],
+        point: list[SSAValue],
+        dim: int,
+    ) -> list[SSAValue]:
+        """One `scf.for` per reduction dim from `dim` on; the prologue runs innermost."""
+        sizes = k.domain_sizes
+        body = Block(arg_types=[IndexType(), *[a.type for a in accs]])
+        loop = scf.ForOp(self.const(0), self.const(sizes[dim]), self.const(1), accs, body)
+        self.add(loop, k.location)
+        outer, self.block = self.block, body
+        vm[k.index_args[dim]] = body.args[0]
+        inner = [*point, body.args[0]]
+        carried = list(body.args[1:])
+        if dim + 1 < len(sizes):
+            new = self._loops(k, prologue, reds, carried, vm, inner, dim + 1)
+        else:
+            for op in prologue:
+                self.lower_op(op, k, vm, inner)
+            new = []
+            for r, acc in zip(reds, carried):
+                value = vm[r.value]
+                combine = arith.AddfOp if r.kind.data == "add" else arith.MaximumfOp
+                new.append(self.add(combine(acc, value), r.location))
+        self.add(scf.YieldOp(*new))
+        self.block = outer
+        return list(loop.results)
+
+    def lower_op(
+        self, op: Operation, k: kd.KernelOp, vm: dict[SSAValue, SSAValue], point: list[SSAValue]
+    ) -> None:
+        """One body op at `point`: loads/stores through their maps, other ops cloned."""
+        for operand in op.operands:
+            if operand not in vm and _inside(operand, k):
+                raise GradfuseError(
+                    f"{op.name} in kernel {k.sym_name.data} uses a value that is not defined"
+                    " where it runs (a reduction index or a prologue value after the reductions)",
+                    position_of(op.location),
+                )
+        loc = op.location
+        if isinstance(op, kd.LoadOp | kd.StoreOp):
+            idx = [self.expand(e, point, loc) for e in op.map.data.results]
+            if isinstance(op, kd.LoadOp):
+                vm[op.result] = self.add(memref.LoadOp.get(vm[op.buffer], idx), loc)
+            else:
+                self.add(memref.StoreOp.get(vm[op.value], vm[op.buffer], idx), loc)
+            return
+        if isinstance(op, kd.ReduceOp) or op.regions:
+            raise GradfuseError(
+                f"{op.name} cannot stand here in kernel {k.sym_name.data}", position_of(loc)
+            )
+        self.block.add_op(op.clone(value_mapper=vm))
+
+
+def _inside(value: SSAValue, k: kd.KernelOp) -> bool:
+    """Whether `value` is defined inside the kernel `k`'s body."""
+    owner = value.owner
+    block = owner if isinstance(owner, Block) else owner.parent_block()
+    return block is k.body.block
+
+
+def build_gpu_func(
+    name: str, launch: kd.KernelOp | kd.GroupOp
+) -> tuple[gpu.FuncOp, list[SSAValue], int]:
+    """The `gpu.func` of a kernel or group, its host buffer operands and its thread count.
+
+    `build_gpu_func("k0", kernel)` -> (`gpu.func @k0(...) kernel`, [%x, %w, %h], 8)
+    """
+    kernels = (
+        [k for k in launch.body.block.ops if isinstance(k, kd.KernelOp)]
+        if isinstance(launch, kd.GroupOp)
+        else [launch]
+    )
+    host: list[SSAValue] = list(dict.fromkeys(b for k in kernels for b in k.buffers))
+    entry = Block(arg_types=[b.type for b in host])
+    position = dict(zip(host, entry.args))
+    args = {a: position[b] for k in kernels for a, b in zip(k.buffer_args, k.buffers)}
+    total = KernelBuilder(entry).lower(kernels, args)
+    fn = gpu.FuncOp(name, ([b.type for b in host], []), Region(entry), kernel=True)
+    fn.attributes["gpu.kernel"] = UnitAttr()  # what MLIR reads; xDSL reads the property
+    fn.attributes["workgroup_attributions"] = IntegerAttr(0, i64)
+    kind = "group" if isinstance(launch, kd.GroupOp) else launch.kind.data
+    fn.attributes["gradfuse.kind"] = StringAttr(kind)
+    fn.attributes["gradfuse.threads"] = IntegerAttr(total, i64)
+    fn.location = kernel_location(launch)
+    return fn, host, total
