@@ -31,6 +31,12 @@ def _tg_lower_access() -> type[ModulePass]:
     return TgLowerAccessPass
 
 
+def _tg_fuse() -> type[ModulePass]:
+    from gradfuse.passes.tg_fuse import TgFusePass
+
+    return TgFusePass
+
+
 def _xdsl(name: str) -> Callable[[], type[ModulePass]]:
     def get() -> type[ModulePass]:
         from xdsl.transforms import get_all_passes
@@ -44,6 +50,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "tg-autodiff": _tg_autodiff,
     "tg-decompose": _tg_decompose,
     "tg-lower-access": _tg_lower_access,
+    "tg-fuse": _tg_fuse,
     "canonicalize": _xdsl("canonicalize"),
     "cse": _xdsl("cse"),
     "dce": _xdsl("dce"),

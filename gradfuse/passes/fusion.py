@@ -1,0 +1,406 @@
+"""Fusion decisions for `tg-fuse`: which tg ops share a kernel, and in which order.
+
+A `Group` is one future kernel: a domain (parallel dims, then reduction dims)
+and its member ops, each evaluated at an affine map from the domain (prologue)
+or the parallel dims (epilogue) to the op's own indices. The rules:
+
+- an elementwise op joins the group of an operand it reads at the same point
+  (vertical fusion, and the epilogue of a reduction or contraction);
+- a reduction or contraction starts a group and pulls in the elementwise groups
+  only it consumes (its prologue): nothing expensive is ever recomputed;
+- `tg.assign` joins the group computing its value (an in-place update) unless a
+  reader of the old value would then run too late; param reads and writes get
+  read-after-write and write-after-read edges;
+- `plan_levels` then puts groups with no path between them on one level: one
+  launch (horizontal fusion), as all the optimizer updates of a step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from xdsl.dialects import func
+from xdsl.ir import Block, BlockArgument, Operation, SSAValue
+from xdsl.ir.affine import AffineDimExpr, AffineMap
+
+from gradfuse import affine
+from gradfuse.diagnostics import GradfuseError, position_of
+from gradfuse.dialects import tg
+from gradfuse.dialects.tg_base import ints, shape_of
+
+ELEMENTWISE = (tg.BinaryOp, tg.UnaryOp, tg.WhereOp, tg.CastOp)
+SHAPED = (tg.PadOp, tg.ConcatOp)  # elementwise over their result, with index conditions
+HOST = (tg.FeederOp, tg.ReceiverOp, tg.ForOp, func.ReturnOp, tg.YieldOp)
+
+
+@dataclass(eq=False)
+class Node:
+    """A scheduling node: a group (kernel) or a host op; `extra` holds ordering edges."""
+
+    extra: set[Node] = field(default_factory=set, kw_only=True)
+
+
+@dataclass(eq=False)
+class Member:
+    """An op in a group, evaluated at `map`; `operand_maps` for a root's operands."""
+
+    op: Operation
+    map: AffineMap
+    prologue: bool = False
+    operand_maps: tuple[AffineMap, ...] | None = None
+
+
+@dataclass(eq=False)
+class Group(Node):
+    """One kernel to be: members in program order over one domain."""
+
+    id: int
+    kind: str
+    domain: tuple[int, ...]
+    parallel: int
+    members: list[Member] = field(default_factory=list)
+
+    def member_of(self, op: object) -> Member | None:
+        return next((m for m in self.members if m.op is op), None)
+
+
+@dataclass(eq=False)
+class Host(Node):
+    """A host op: feeder, receiver, loop, return or yield."""
+
+    op: Operation
+
+
+def resolve(value: SSAValue) -> tuple[SSAValue, AffineMap]:
+    """The non-view value behind `value`, and the map from `value`'s indices to it."""
+    map = affine.identity_map(len(shape_of(value)))
+    while isinstance(value.owner, tg.ViewAccessOp):
+        map = value.owner.map.data.compose(map)
+        value = value.owner.input
+    return value, map
+
+
+def is_splat(value: SSAValue) -> bool:
+    owner = value.owner
+    return isinstance(owner, tg.ConstantOp) and owner.is_splat
+
+
+def view_uses(value: SSAValue) -> list[Operation]:
+    """The ops that use `value`, looking through views."""
+    out: list[Operation] = []
+    for use in value.uses:
+        if isinstance(use.operation, tg.ViewAccessOp):
+            out.extend(view_uses(use.operation.result))
+        else:
+            out.append(use.operation)
+    return out
+
+
+class Planner:
+    """Forms the groups and host nodes of one block, with every ordering edge."""
+
+    def __init__(self, block: Block):
+        self.block = block
+        self.groups: list[Group] = []
+        self.hosts: list[Host] = []
+        self.node_of: dict[Operation, Node] = {}
+        self.writers: dict[str, list[Node]] = {}  # key -> writers in program order
+        self.epoch: dict[Operation, int] = {}  # tg.param -> number of writes before it
+        self.readers: dict[tuple[str, int], set[Node]] = {}
+        self.last_effect: Node | None = None
+        self.barrier: Node | None = None
+        self.counter = 0
+        self.first_after_barrier = 0  # groups with a smaller id run before the last loop
+
+    # --- the graph -------------------------------------------------------------------
+
+    def nodes(self) -> list[Node]:
+        return [*self.groups, *self.hosts]
+
+    def producer(self, value: SSAValue) -> Node | None:
+        owner = resolve(value)[0].owner
+        return self.node_of.get(owner) if isinstance(owner, Operation) else None
+
+    def deps(self, node: Node) -> set[Node]:
+        ops = [m.op for m in node.members] if isinstance(node, Group) else [node.op]
+        out = set(node.extra)
+        for op in ops:
+            for operand in op.operands:
+                dep = self.producer(operand)
+                if dep is not None and dep is not node:
+                    out.add(dep)
+        return out
+
+    def reaches(self, start: Node, target: Node) -> bool:
+        """Whether `start` (transitively) depends on `target`."""
+        seen: set[int] = set()
+        stack = [start]
+        while stack:
+            node = stack.pop()
+            if node is target:
+                return True
+            if id(node) not in seen:
+                seen.add(id(node))
+                stack.extend(self.deps(node))
+        return False
+
+    def new_group(self, kind: str, domain, parallel: int) -> Group:
+        g = Group(self.counter, kind, tuple(domain), parallel)
+        self.counter += 1
+        if self.barrier is not None:
+            g.extra.add(self.barrier)
+        self.groups.append(g)
+        return g
+
+    def add(self, node: Node, member: Member | None = None) -> None:
+        op = member.op if member else node.op  # type: ignore[attr-defined]
+        if member is not None:
+            node.members.append(member)  # type: ignore[attr-defined]
+        self.node_of[op] = node
+        for operand in op.operands:
+            self.read_params(node, resolve(operand)[0])
+
+    def read_params(self, node: Node, base: SSAValue) -> None:
+        """Orders `node` after the write it reads and before the next one."""
+        param = base.owner
+        if not isinstance(param, tg.ParamOp):
+            return
+        key, epoch = param.key.data, self.epoch[param]
+        writers = self.writers.get(key, [])
+        if epoch > 0 and writers[epoch - 1] is not node:
+            node.extra.add(writers[epoch - 1])
+        if epoch < len(writers):  # read after the next write was planned
+            later = writers[epoch]
+            if later is not node and self.reaches(node, later):
+                raise GradfuseError(
+                    f'tg-fuse: the old value of param "{key}" is read after it was overwritten',
+                    position_of(param.location),
+                )
+            later.extra.add(node)
+        self.readers.setdefault((key, epoch), set()).add(node)
+
+    # --- planning ----------------------------------------------------------------------
+
+    def plan(self) -> Planner:
+        for op in self.block.ops:
+            if isinstance(op, tg.ParamOp):
+                self.epoch[op] = len(self.writers.get(op.key.data, []))
+            elif isinstance(op, ELEMENTWISE):
+                self.elementwise(op)
+            elif isinstance(op, tg.ReduceOp):
+                self.reduction(op)
+            elif isinstance(op, tg.DotOp):
+                self.contraction(op)
+            elif isinstance(op, SHAPED):
+                shape = shape_of(op.results[0])
+                g = self.new_group("elementwise", shape, len(shape))
+                self.add(g, Member(op, affine.identity_map(len(shape))))
+            elif isinstance(op, tg.AssignOp):
+                self.assign(op)
+            elif isinstance(op, HOST):
+                self.host(op)
+            elif isinstance(op, (*tg.COMPOSITES, tg.GradOp)):
+                raise GradfuseError(
+                    f"tg-fuse: {op.name} must be expanded first (tg-autodiff, tg-decompose)",
+                    position_of(op.location),
+                )
+        return self
+
+    def host(self, op: Operation) -> None:
+        if isinstance(op, tg.ForOp) and op.inits:
+            raise GradfuseError(
+                "tg-fuse: loops that carry tensors are not fused yet; keep state in params",
+                position_of(op.location),
+            )
+        node = Host(op)
+        if self.barrier is not None:
+            node.extra.add(self.barrier)
+        if isinstance(op, tg.FeederOp | tg.ReceiverOp | tg.ForOp):
+            if self.last_effect is not None:
+                node.extra.add(self.last_effect)
+            self.last_effect = node
+        if isinstance(op, tg.ForOp | func.ReturnOp | tg.YieldOp):
+            node.extra.update(self.nodes())
+        if isinstance(op, tg.ForOp):
+            self.barrier, self.first_after_barrier = node, self.counter
+        self.hosts.append(node)
+        self.add(node)
+
+    def available(self, g: Group, value: SSAValue, shape: tuple[int, ...]) -> bool:
+        """Whether g's epilogue has `value` at every point of `shape` (identity access)."""
+        base, map = resolve(value)
+        member = g.member_of(base.owner)
+        if member is None or member.prologue or g.domain[: g.parallel] != shape:
+            return False
+        return affine.simplify(map, shape) == member.map
+
+    def joinable(self, g: Group, op: Operation, shape: tuple[int, ...]) -> bool:
+        if g.domain[: g.parallel] != shape or g.id < self.first_after_barrier:
+            return False
+        refs = [v for v in op.operands if self.producer(v) is g]
+        if not all(self.available(g, v, shape) for v in refs):
+            return False
+        others = {self.producer(v) for v in op.operands} - {g, None}
+        return not any(self.reaches(h, g) for h in others)  # type: ignore[arg-type]
+
+    def reindex(self, g: Group, op: Operation, shape: tuple[int, ...]) -> None:
+        """Renumbers the parallel dims of a group without epilogue so that `op`,
+        which reads its root through a permutation, reads it at the same point.
+        The stored result keeps its own layout: stores go through member maps."""
+        if any(not (m.prologue or m.operand_maps) for m in g.members):
+            return
+        for v in op.operands:
+            base, vmap = resolve(v)
+            if g.member_of(base.owner) is None or g.member_of(base.owner).prologue:  # type: ignore[union-attr]
+                continue
+            vmap = affine.simplify(vmap, shape)
+            perm = [r.position for r in vmap.results if isinstance(r, AffineDimExpr)]
+            if len(perm) != len(shape) or sorted(perm) != list(range(len(shape))):
+                return
+            if len(shape) != g.parallel:
+                return
+            n = len(g.domain)
+            d = affine.dims(n)
+            q = AffineMap(n, 0, (*(d[p] for p in perm), *d[g.parallel :]))
+            new_parallel = tuple(shape)
+            for m in g.members:
+                if m.operand_maps is not None:
+                    m.operand_maps = tuple(mp.compose(q) for mp in m.operand_maps)
+                    m.map = m.map.compose(vmap)
+                else:
+                    m.map = m.map.compose(q)
+            g.domain = new_parallel + g.domain[g.parallel :]
+            return
+
+    def elementwise(self, op: Operation) -> None:
+        shape = shape_of(op.results[0])
+        ident = affine.identity_map(len(shape))
+        candidates = {self.producer(v) for v in op.operands}
+        for g in sorted((c for c in candidates if isinstance(c, Group)), key=lambda c: -c.id):
+            if g.domain[: g.parallel] != shape or not self.joinable(g, op, shape):
+                self.reindex(g, op, shape)
+            if self.joinable(g, op, shape):
+                self.add(g, Member(op, ident))
+                return
+        self.add(self.new_group("elementwise", shape, len(shape)), Member(op, ident))
+
+    def assign(self, op: tg.AssignOp) -> None:
+        shape = shape_of(op.value)
+        key = op.key.data
+        g = self.producer(op.value)
+        before = self.readers.get((key, len(self.writers.get(key, []))), set())
+        in_place = (
+            isinstance(g, Group)
+            and self.joinable(g, op, shape)
+            and not any(self.reaches(r, g) for r in before if r is not g)
+            and self.reads_own_point(g, key)
+        )
+        if not in_place:
+            g = self.new_group("elementwise", shape, len(shape))
+        assert isinstance(g, Group)
+        self.add(g, Member(op, affine.identity_map(len(shape))))
+        g.extra.update(r for r in before if r is not g)
+        self.writers.setdefault(key, []).append(g)
+
+    def reads_own_point(self, g: Group, key: str) -> bool:
+        """g reads param `key` only at the points it writes (safe to update in place)."""
+        for m in g.members:
+            for operand in m.op.operands:
+                base, vmap = resolve(operand)
+                if isinstance(base.owner, tg.ParamOp) and base.owner.key.data == key:
+                    if m.prologue or vmap != affine.identity_map(len(shape_of(operand))):
+                        return False
+        return True
+
+    def reduction(self, op: tg.ReduceOp) -> None:
+        in_shape, dims = shape_of(op.input), ints(op.dims)
+        kept = [i for i in range(len(in_shape)) if i not in dims]
+        order = kept + list(dims)  # domain dim j walks input dim order[j]
+        d = affine.dims(len(order))
+        access = AffineMap(len(order), 0, tuple(d[order.index(i)] for i in range(len(in_shape))))
+        g = self.new_group("reduction", [in_shape[i] for i in order], len(kept))
+        self.absorb(g, op, [(op.input, access)])
+        self.add(g, Member(op, affine.identity_map(len(kept)), operand_maps=(access,)))
+
+    def contraction(self, op: tg.DotOp) -> None:
+        a, b = shape_of(op.lhs), shape_of(op.rhs)
+        n = len(a) - 2
+        domain = [*a[:-1], b[-1], a[-1]]  # batch..., m, n, k
+        d = affine.dims(len(domain))
+        lhs = AffineMap(len(domain), 0, (*d[:n], d[n], d[n + 2]))
+        rhs = AffineMap(len(domain), 0, (*d[:n], d[n + 2], d[n + 1]))
+        g = self.new_group("contraction", domain, len(domain) - 1)
+        self.absorb(g, op, [(op.lhs, lhs), (op.rhs, rhs)])
+        member = Member(op, affine.identity_map(len(domain) - 1), operand_maps=(lhs, rhs))
+        self.add(g, member)
+
+    def absorb(self, g: Group, root: Operation, inputs: list[tuple[SSAValue, AffineMap]]) -> None:
+        """Pulls elementwise groups that only `root` consumes into g's prologue."""
+        wanted: dict[Group, AffineMap | None] = {}
+        for value, access in inputs:
+            base, vmap = resolve(value)
+            src = self.producer(base)
+            if not isinstance(src, Group) or src.kind != "elementwise" or src.extra:
+                continue
+            ok = self.private_to(src, root) and not any(
+                isinstance(m.op, SHAPED | tg.AssignOp) for m in src.members
+            )
+            map = affine.simplify(vmap.compose(access), g.domain)
+            wanted[src] = map if ok and wanted.get(src, map) == map else None
+        for src, map in wanted.items():
+            if map is None:
+                continue
+            self.groups.remove(src)
+            for m in src.members:
+                self.add(g, Member(m.op, map, prologue=True))
+            for node in self.nodes():
+                if src in node.extra:
+                    node.extra.discard(src)
+                    node.extra.add(g)
+            for readers in self.readers.values():
+                if src in readers:
+                    readers.discard(src)
+                    readers.add(g)
+
+    def private_to(self, src: Group, root: Operation) -> bool:
+        members = {m.op for m in src.members}
+        return all(
+            use in members or use is root
+            for m in src.members
+            for result in m.op.results
+            for use in view_uses(result)
+        )
+
+
+def plan_levels(planner: Planner) -> list[list[Node]]:
+    """Nodes by level: each level's groups are one launch, after its host ops."""
+    nodes = planner.nodes()
+    deps = {id(n): planner.deps(n) for n in nodes}
+    level: dict[int, int] = {}
+
+    def asap(n: Node) -> int:
+        if id(n) not in level:
+            level[id(n)] = 1 + max((asap(d) for d in deps[id(n)]), default=-1)
+        return level[id(n)]
+
+    for n in nodes:
+        asap(n)
+    users: dict[int, list[Node]] = {id(n): [] for n in nodes}
+    for n in nodes:
+        for d in deps[id(n)]:
+            users[id(d)].append(n)
+    # Sink groups move later to share a launch with others (ALAP within their slack).
+    group_levels = {level[id(g)] for g in planner.groups}
+    for g in sorted(planner.groups, key=lambda g: -level[id(g)]):
+        latest = min((level[id(u)] - 1 for u in users[id(g)]), default=max(level.values()))
+        choices = [lv for lv in group_levels if level[id(g)] < lv <= latest]
+        if choices:
+            level[id(g)] = max(choices)
+    out: list[list[Node]] = [[] for _ in range(max(level.values(), default=-1) + 1)]
+    for n in nodes:
+        out[level[id(n)]].append(n)
+    return [lv for lv in out if lv]
+
+
+def is_block_arg(value: SSAValue) -> bool:
+    return isinstance(value, BlockArgument)

@@ -1,0 +1,363 @@
+"""`tg-fuse`: forms fused kernels and turns tensors into buffers.
+
+`fusion.Planner` decides the groups (vertical, reduction/contraction prologue
+and epilogue, in-place updates) and `plan_levels` the launches (horizontal
+fusion). This pass writes them out: every function becomes host code over
+buffers (`kernel.param`, `kernel.alloc`, `kernel.feed`, ...) around one
+`kernel.kernel` (or `kernel.group`) per launch:
+
+    %y = tg.dot %x, %w : tensor<2x4xf32>
+    %z = tg.add %y, %b2 : tensor<2x4xf32>    // b2 = tg.view of a bias
+    // becomes one contraction kernel with the add as its epilogue
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import arith, func, math
+from xdsl.dialects.builtin import (
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+    TensorType,
+    i1,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.ir.affine import AffineMap
+from xdsl.passes import ModulePass
+
+from gradfuse import affine
+from gradfuse.dialects import kernel as K
+from gradfuse.dialects import tg
+from gradfuse.dialects.tg_base import FLOAT_TYPES, i64_array, ints, shape_of
+from gradfuse.passes.fusion import (
+    Group,
+    Host,
+    Member,
+    Planner,
+    is_splat,
+    plan_levels,
+    resolve,
+    view_uses,
+)
+
+BINARY = {
+    tg.AddOp: arith.AddfOp, tg.SubOp: arith.SubfOp, tg.MulOp: arith.MulfOp,
+    tg.DivOp: arith.DivfOp, tg.MaxOp: arith.MaximumfOp,
+}  # fmt: skip
+UNARY = {
+    tg.NegOp: arith.NegfOp, tg.Exp2Op: math.Exp2Op, tg.Log2Op: math.Log2Op,
+    tg.SqrtOp: math.SqrtOp, tg.SinOp: math.SinOp,
+}  # fmt: skip
+"""How each elementwise tg op becomes a scalar op in a kernel body."""
+
+
+def memref_of(ty: Attribute) -> MemRefType:
+    assert isinstance(ty, TensorType)
+    return MemRefType(ty.element_type, ty.get_shape())
+
+
+@dataclass(frozen=True)
+class TgFusePass(ModulePass):
+    """Fuses every function's tg ops into kernels over buffers."""
+
+    name = "tg-fuse"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        names = itertools.count()
+        for f in list(op.ops):
+            if isinstance(f, func.FuncOp):
+                _FunctionFuser(f, names).run()
+
+
+class _FunctionFuser:
+    def __init__(self, f: func.FuncOp, names: itertools.count):
+        self.f, self.names = f, names
+        self.buffers: dict[SSAValue, SSAValue] = {}
+        self.params: dict[str, SSAValue] = {}
+
+    def run(self) -> None:
+        old = self.f.body.block
+        entry = Block(arg_types=[memref_of(a.type) for a in old.args])
+        for a, b in zip(old.args, entry.args):
+            self.buffers[a] = b
+            b.name_hint = a.name_hint
+        self.hoist(old, entry)
+        self.block(old, entry)
+        outs = [memref_of(t) for t in self.f.function_type.outputs]
+        new = func.FuncOp(self.f.sym_name.data, ([a.type for a in entry.args], outs), Region(entry))
+        new.location = self.f.location
+        parent = self.f.parent
+        assert parent is not None
+        parent.insert_op_before(new, self.f)
+        parent.detach_op(self.f)
+
+    def hoist(self, old: Block, entry: Block) -> None:
+        """Params and dense constants become buffers at the function's entry."""
+        for op in old.walk():
+            if isinstance(op, tg.ParamOp):
+                key = op.key.data
+                if key not in self.params:
+                    init = self.param_init(old, key)
+                    p = K.ParamOp(key, memref_of(op.result.type), init)
+                    p.location = op.location
+                    p.result.name_hint = _hint(key)
+                    entry.add_op(p)
+                    self.params[key] = p.result
+                self.buffers[op.result] = self.params[key]
+            elif isinstance(op, tg.ConstantOp) and not op.is_splat:
+                c = K.ConstantOp(op.value, memref_of(op.result.type))
+                c.location = op.location
+                entry.add_op(c)
+                self.buffers[op.result] = c.result
+
+    @staticmethod
+    def param_init(block: Block, key: str) -> Attribute | None:
+        for op in block.walk():
+            if isinstance(op, tg.ParamOp) and op.key.data == key and op.init is not None:
+                return op.init
+        return None
+
+    # --- host code --------------------------------------------------------------------
+
+    def block(self, old: Block, new: Block) -> None:
+        planner = Planner(old).plan()
+        order = {op: i for i, op in enumerate(old.ops)}
+        for level in plan_levels(planner):
+            hosts = sorted((n for n in level if isinstance(n, Host)), key=lambda h: order[h.op])
+            for h in hosts:
+                self.host(h.op, new)
+            kernels = [self.kernel(g, new) for g in level if isinstance(g, Group)]
+            if len(kernels) == 1:
+                new.add_op(kernels[0])
+            elif kernels:
+                group = K.GroupOp(f"g{next(self.names)}", kernels)
+                group.location = kernels[0].location
+                new.add_op(group)
+
+    def host(self, op: Operation, new: Block) -> None:
+        if isinstance(op, tg.FeederOp):
+            buf = self.alloc(op.result, new)
+            feed = K.FeedOp(op.key.data, buf)
+            feed.location = op.location
+            new.add_op(feed)
+        elif isinstance(op, tg.ReceiverOp):
+            bufs = [self.materialized(v, new) for v in op.inputs]
+            recv = K.ReceiveOp(op.key.data, bufs)
+            recv.location = op.location
+            new.add_op(recv)
+        elif isinstance(op, tg.ForOp):
+            loop = tg.ForOp(op.lower.value.data, op.upper.value.data, op.step.value.data, [])
+            loop.location = op.location
+            new.add_op(loop)
+            self.block(op.body.block, loop.body.block)
+            loop.body.block.add_op(tg.YieldOp())
+        elif isinstance(op, func.ReturnOp):
+            ret = func.ReturnOp(*[self.materialized(v, new) for v in op.arguments])
+            ret.location = op.location
+            new.add_op(ret)
+
+    def alloc(self, value: SSAValue, new: Block) -> SSAValue:
+        if value not in self.buffers:
+            a = K.AllocOp(memref_of(value.type))
+            if value.name_hint:
+                a.result.name_hint = value.name_hint
+            new.add_op(a)
+            self.buffers[value] = a.result
+        return self.buffers[value]
+
+    def materialized(self, value: SSAValue, new: Block) -> SSAValue:
+        """A buffer holding `value` laid out plainly (a copy kernel for views and splats)."""
+        base, vmap = resolve(value)
+        shape = shape_of(value)
+        if base in self.buffers and vmap == affine.identity_map(len(shape)):
+            return self.buffers[base]
+        g = Group(-1, "elementwise", shape, len(shape))
+        out = K.AllocOp(memref_of(value.type))
+        new.add_op(out)
+        body = _Body(self, g, new)
+        body.store(body.operand(value, affine.identity_map(len(shape)), prologue=False), out.result)
+        new.add_op(body.finish(f"k{next(self.names)}", value.owner))
+        return out.result
+
+    # --- kernels ----------------------------------------------------------------------
+
+    def kernel(self, g: Group, new: Block) -> K.KernelOp:
+        body = _Body(self, g, new)
+        for m in g.members:
+            body.member(m)
+        root = next((m.op for m in g.members if m.operand_maps), g.members[-1].op)
+        return body.finish(f"k{next(self.names)}", root)
+
+
+class _Body:
+    """Builds one kernel body: scalar ops, loads and stores through access maps."""
+
+    def __init__(self, fuser: _FunctionFuser, g: Group, host: Block):
+        self.fuser, self.g, self.host = fuser, g, host
+        self.block = Block(arg_types=[IndexType()] * len(g.domain))
+        self.outer: list[SSAValue] = []
+        self.scalars: dict[SSAValue, SSAValue] = {}
+        self.loads: dict[tuple[int, str], SSAValue] = {}
+        self.constants: dict[tuple[float, str], SSAValue] = {}
+
+    def add(self, op: Operation, like: Operation | None = None) -> SSAValue:
+        if like is not None:
+            op.location = like.location
+        self.block.add_op(op)
+        return op.results[0] if op.results else None  # type: ignore[return-value]
+
+    def arg(self, buffer: SSAValue) -> SSAValue:
+        if buffer not in self.outer:
+            self.outer.append(buffer)
+            self.block.insert_arg(buffer.type, len(self.block.args))
+        return self.block.args[len(self.g.domain) + self.outer.index(buffer)]
+
+    def operand(self, value: SSAValue, map: AffineMap, prologue: bool) -> SSAValue:
+        base, vmap = resolve(value)
+        if base in self.scalars:
+            return self.scalars[base]
+        if is_splat(base):
+            owner = base.owner
+            assert isinstance(owner, tg.ConstantOp) and isinstance(owner.value, FloatAttr)
+            return self.constant(owner.value.value.data, base.type.element_type)  # type: ignore[attr-defined]
+        sizes = self.g.domain if prologue else self.g.domain[: self.g.parallel]
+        access = affine.simplify(vmap.compose(map), sizes)
+        buffer = self.fuser.buffers[base]
+        key = (id(buffer), f"{prologue}{access}")
+        if key not in self.loads:
+            like = base.owner if isinstance(base.owner, Operation) else None
+            self.loads[key] = self.add(K.LoadOp(self.arg(buffer), access), like)
+        return self.loads[key]
+
+    def constant(self, value: float, element: Attribute) -> SSAValue:
+        key = (value, str(element))
+        if key not in self.constants:
+            if element == i1:
+                attr: Attribute = IntegerAttr(int(value != 0), i1)
+            else:
+                attr = FloatAttr(value, element)  # type: ignore[arg-type]
+            self.constants[key] = self.add(arith.ConstantOp(attr))
+        return self.constants[key]
+
+    def member(self, m: Member) -> None:
+        op = m.op
+        maps = m.operand_maps or tuple(m.map for _ in op.operands)
+        in_prologue = m.prologue or m.operand_maps is not None  # a root reads its domain
+        args = [self.operand(v, mp, in_prologue) for v, mp in zip(op.operands, maps)]
+        if isinstance(op, tg.AssignOp):
+            self.store(args[0], self.fuser.params[op.key.data])
+            return
+        if isinstance(op, tg.PadOp | tg.ConcatOp):
+            result = self.shaped(op)
+        else:
+            result = self.compute(op, args)
+        self.scalars[op.results[0]] = result
+        if not m.prologue and self.stored(op.results[0]):
+            self.store(result, self.fuser.alloc(op.results[0], self.host), m.map)
+
+    def stored(self, value: SSAValue) -> bool:
+        members = {m.op for m in self.g.members}
+        return any(use not in members for use in view_uses(value))
+
+    def store(self, value: SSAValue, buffer: SSAValue, map: AffineMap | None = None) -> None:
+        map = map or affine.identity_map(self.g.parallel)
+        like = value.owner if isinstance(value.owner, Operation) else None
+        self.add(K.StoreOp(value, self.arg(buffer), map), like)
+
+    def compute(self, op: Operation, args: list[SSAValue]) -> SSAValue:
+        if type(op) in BINARY:
+            return self.add(BINARY[type(op)](args[0], args[1]), op)
+        if type(op) in UNARY:
+            return self.add(UNARY[type(op)](args[0]), op)
+        if isinstance(op, tg.RecipOp):
+            one = self.constant(1.0, args[0].type)
+            return self.add(arith.DivfOp(one, args[0]), op)
+        if isinstance(op, tg.CmpLtOp):
+            return self.add(arith.CmpfOp(args[0], args[1], "olt"), op)
+        if isinstance(op, tg.WhereOp):
+            return self.add(arith.SelectOp(args[0], args[1], args[2]), op)
+        if isinstance(op, tg.CastOp):
+            return self.cast(op, args[0])
+        if isinstance(op, tg.ReduceOp):
+            kind = "add" if isinstance(op, tg.ReduceSumOp) else "max"
+            return self.add(K.ReduceOp(kind, args[0]), op)
+        if isinstance(op, tg.DotOp):
+            prod = self.add(arith.MulfOp(args[0], args[1]), op)
+            return self.add(K.ReduceOp("add", prod), op)
+        raise AssertionError(f"tg-fuse: no kernel form for {op.name}")
+
+    def cast(self, op: tg.CastOp, x: SSAValue) -> SSAValue:
+        src, dst = x.type, op.result.type.element_type  # type: ignore[attr-defined]
+        if src == dst:
+            return x
+        if src == i1:
+            return self.add(arith.UIToFPOp(x, dst), op)
+        if dst == i1:
+            return self.add(arith.CmpfOp(x, self.constant(0.0, src), "une"), op)
+        widths = {t: n for n, t in enumerate(FLOAT_TYPES)}
+        wider = widths.get(type(dst), 0) > widths.get(type(src), 0)
+        return self.add((arith.ExtFOp if wider else arith.TruncFOp)(x, dst), op)
+
+    def shaped(self, op: tg.PadOp | tg.ConcatOp) -> SSAValue:
+        """pad/concat: loads at in-range (mod) indices, picked by index conditions."""
+        shape = shape_of(op.result)
+        d = affine.dims(len(shape))
+        idx = self.block.args
+        if isinstance(op, tg.PadOp):
+            low, n = ints(op.low), shape_of(op.input)
+            map = AffineMap(len(shape), 0, tuple((d[k] - low[k]) % n[k] for k in range(len(shape))))
+            inside = None
+            for k in range(len(shape)):
+                for bound, pred in ((low[k], "sge"), (low[k] + n[k], "slt")):
+                    c = self.add(arith.CmpiOp(idx[k], self.index(bound), pred), op)
+                    inside = c if inside is None else self.add(arith.AndIOp(inside, c), op)
+            x = self.add(K.LoadOp(self.arg(self.fuser.buffers[resolve(op.input)[0]]), map), op)
+            pad = self.constant(op.value.value.data, op.result.type.element_type)  # type: ignore[attr-defined]
+            return self.add(arith.SelectOp(inside, x, pad), op) if inside is not None else x
+        dim = op.dim.value.data
+        offsets = list(itertools.accumulate([0] + [shape_of(v)[dim] for v in op.inputs]))
+        result: SSAValue | None = None
+        for k in reversed(range(len(op.inputs))):
+            n = shape_of(op.inputs[k])[dim]
+            exprs = [d[j] if j != dim else (d[j] - offsets[k]) % n for j in range(len(shape))]
+            part = self.operand(op.inputs[k], AffineMap(len(shape), 0, tuple(exprs)), False)
+            if result is None:
+                result = part
+            else:
+                below = self.add(arith.CmpiOp(idx[dim], self.index(offsets[k + 1]), "slt"), op)
+                result = self.add(arith.SelectOp(below, part, result), op)
+        assert result is not None
+        return result
+
+    def index(self, value: int) -> SSAValue:
+        return self.add(arith.ConstantOp(IntegerAttr(value, IndexType())))
+
+    def finish(self, name: str, root: Operation) -> K.KernelOp:
+        g = self.g
+        kind = g.kind if g.parallel < len(g.domain) else "elementwise"
+        block = self.block
+        op = K.KernelOp.create(
+            operands=list(self.outer),
+            regions=[Region(block)],
+            properties={
+                "sym_name": StringAttr(name),
+                "kind": StringAttr(kind),
+                "domain": i64_array(g.domain),
+                "parallel": IntegerAttr(g.parallel, i64),
+            },
+        )
+        op.location = root.location
+        return op
+
+
+def _hint(key: str) -> str | None:
+    name = "".join(c if c.isalnum() or c == "_" else "_" for c in key)
+    return name if SSAValue.is_valid_name(name) else None
