@@ -37,6 +37,12 @@ def _tg_fuse() -> type[ModulePass]:
     return TgFusePass
 
 
+def _convert_kernel_to_gpu() -> type[ModulePass]:
+    from gradfuse.passes.convert_kernel_to_gpu import ConvertKernelToGpuPass
+
+    return ConvertKernelToGpuPass
+
+
 def _xdsl(name: str) -> Callable[[], type[ModulePass]]:
     def get() -> type[ModulePass]:
         from xdsl.transforms import get_all_passes
@@ -51,6 +57,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "tg-decompose": _tg_decompose,
     "tg-lower-access": _tg_lower_access,
     "tg-fuse": _tg_fuse,
+    "convert-kernel-to-gpu": _convert_kernel_to_gpu,
     "canonicalize": _xdsl("canonicalize"),
     "cse": _xdsl("cse"),
     "dce": _xdsl("dce"),

@@ -49,6 +49,7 @@ class IrOptMain(xDSLOptMain):
     def register_all_targets(self) -> None:
         super().register_all_targets()
         self.available_targets["tg"] = self.print_tg_output
+        self.available_targets["kernels"] = self.print_kernel_listing
 
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
         super().register_all_arguments(arg_parser)
@@ -78,6 +79,11 @@ class IrOptMain(xDSLOptMain):
         from gradfuse.frontend.printer import print_tg
 
         out.write(print_tg(module, print_locations=self.args.print_debuginfo))
+
+    def print_kernel_listing(self, module: ModuleOp, out: IO[str]) -> None:
+        from gradfuse.dump import dump_kernels
+
+        out.write(dump_kernels(module))
 
     def prepare_output(self) -> IO[str]:
         # Everything goes to a buffer first: a failing run leaves no partial file.
@@ -113,6 +119,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"error: cannot read '{e.filename}': {e.strerror}")
     except ValueError as e:
         return _fail(f"error: {e}")
+    except Exception as e:  # a bug in gradfuse: still one line, and a way to see more
+        if os.environ.get("GRADFUSE_DEBUG"):
+            raise
+        return _fail(
+            f"error: internal compiler error: {type(e).__name__}: {e}"
+            " (set GRADFUSE_DEBUG=1 to see the traceback)"
+        )
     output = tool.buffer.getvalue()
     if tool.args.output_file:
         tmp = tool.args.output_file + ".tmp"

@@ -1,0 +1,141 @@
+"""A readable listing of a fused program, to set beside the seed's fusion listing.
+
+Each launch shows its fusion kind, domain (parallel | reduced), the ops inside
+with their access expressions, and where each op came from (file:line, module
+path, forward/backward/optimizer). `ir-opt -p ... -t kernels` prints it:
+
+    k1 contraction [2, 255 | 255]   fuses: 0 (forward) mlp.py:12, ...
+      %0 = load x[d0, d2]                         mlp.py:12 0 (forward)
+      %2 = mul %0, %1
+      %3 = reduce add %2
+      store h[d0, d1] = %7
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith, func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+
+from gradfuse.dialects import kernel as K
+from gradfuse.dialects import tg
+from gradfuse.provenance import provenance_of
+
+
+def dump_kernels(module: ModuleOp) -> str:
+    """The listing of every function of a `tg-fuse`d module."""
+    lines: list[str] = []
+    for f in module.ops:
+        if isinstance(f, func.FuncOp):
+            _Dumper(lines).function(f)
+    return "\n".join(lines) + "\n"
+
+
+def _where(op: Operation) -> str:
+    p = provenance_of(op.location)
+    if p.file is None and p.module_path is None:
+        return ""
+    at = f"{p.file.rsplit('/', 1)[-1]}:{p.line}" if p.file else ""
+    path = f"{p.module_path} " if p.module_path else ""
+    return f"{path}({p.direction}) {at}".strip()
+
+
+def _map(op: K.LoadOp | K.StoreOp) -> str:
+    return ", ".join(str(r) for r in op.map.data.results)
+
+
+class _Dumper:
+    def __init__(self, lines: list[str]):
+        self.lines = lines
+        self.names: dict[SSAValue, str] = {}
+
+    def name(self, v: SSAValue) -> str:
+        if v not in self.names:
+            self.names[v] = v.name_hint or f"t{len(self.names)}"
+        return self.names[v]
+
+    def function(self, f: func.FuncOp) -> None:
+        for op in f.body.block.ops:
+            if isinstance(op, K.ParamOp):
+                self.names[op.result] = op.key.data
+        self.lines.append(f"func @{f.sym_name.data}")
+        self.block(f.body.block.ops, 1)
+
+    def block(self, ops, depth: int) -> None:
+        pad = "  " * depth
+        for op in ops:
+            if isinstance(op, K.ParamOp):
+                self.lines.append(f"{pad}param {op.key.data} {_shape(op.result)}")
+            elif isinstance(op, K.AllocOp | K.ConstantOp):
+                kind = "buffer" if isinstance(op, K.AllocOp) else "constant"
+                self.lines.append(f"{pad}{kind} {self.name(op.result)} {_shape(op.result)}")
+            elif isinstance(op, K.FeedOp):
+                self.lines.append(f'{pad}feed "{op.key.data}" -> {self.name(op.buffer)}')
+            elif isinstance(op, K.ReceiveOp):
+                names = ", ".join(self.name(b) for b in op.buffers)
+                self.lines.append(f'{pad}receive "{op.key.data}" <- {names}')
+            elif isinstance(op, tg.ForOp):
+                lo, hi, st = op.lower.value.data, op.upper.value.data, op.step.value.data
+                self.lines.append(f"{pad}for {lo} to {hi} step {st}:")
+                self.block(op.body.block.ops, depth + 1)
+            elif isinstance(op, K.GroupOp):
+                n = len(list(op.body.block.ops))
+                self.lines.append(
+                    f"{pad}{op.sym_name.data}: horizontal fusion of {n} kernels, one launch"
+                )
+                for k in op.body.block.ops:
+                    self.kernel(k, depth + 1)  # type: ignore[arg-type]
+            elif isinstance(op, K.KernelOp):
+                self.kernel(op, depth)
+            elif isinstance(op, func.ReturnOp):
+                self.lines.append(f"{pad}return {', '.join(self.name(v) for v in op.arguments)}")
+
+    def kernel(self, k: K.KernelOp, depth: int) -> None:
+        pad = "  " * depth
+        dims, par = list(k.domain_sizes), k.num_parallel
+        domain = ", ".join(map(str, dims[:par])) + (
+            " | " + ", ".join(map(str, dims[par:])) if par < len(dims) else ""
+        )
+        origins: list[str] = []
+        for op in k.body.block.ops:
+            w = _where(op)
+            if w and w not in origins:
+                origins.append(w)
+        self.lines.append(f"{pad}{k.sym_name.data} {k.kind.data} [{domain}]")
+        if origins:
+            self.lines.append(f"{pad}  fuses: {'; '.join(origins)}")
+        outer = dict(zip(k.buffer_args, k.buffers))
+        local: dict[SSAValue, str] = {}
+        for i, a in enumerate(k.index_args):
+            local[a] = f"d{i}"
+
+        def val(v: SSAValue) -> str:
+            if v in outer:
+                return self.name(outer[v])
+            return local.get(v, "?")
+
+        for op in k.body.block.ops:
+            text = self.body_op(op, val, local)
+            w = _where(op)
+            self.lines.append(f"{pad}  {text:<52} {w}".rstrip())
+
+    def body_op(self, op: Operation, val, local: dict[SSAValue, str]) -> str:
+        if op.results:
+            local[op.results[0]] = f"%{len(local)}"
+        res = local[op.results[0]] if op.results else ""
+        if isinstance(op, K.LoadOp):
+            return f"{res} = load {val(op.buffer)}[{_map(op)}]"
+        if isinstance(op, K.StoreOp):
+            return f"store {val(op.buffer)}[{_map(op)}] = {val(op.value)}"
+        if isinstance(op, K.ReduceOp):
+            return f"{res} = reduce {op.kind.data} {val(op.value)}"
+        if isinstance(op, arith.ConstantOp):
+            return f"{res} = {op.value.value.data}"  # type: ignore[attr-defined]
+        name = op.name.split(".", 1)[1]
+        args = ", ".join(val(o) for o in op.operands)
+        return f"{res} = {name} {args}"
+
+
+def _shape(v: SSAValue) -> str:
+    ty = v.type
+    return f"[{', '.join(map(str, ty.get_shape()))}]"  # type: ignore[attr-defined]
