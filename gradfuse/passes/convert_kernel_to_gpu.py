@@ -239,7 +239,7 @@ class HostLowering:
         ]
         old = op.body.block
         body = Block(arg_types=[IndexType()])
-        old.args[0].replace_by(body.args[0])
+        old.args[0].replace_all_uses_with(body.args[0])
         for inner in list(old.ops):
             inner.detach()
             if isinstance(inner, YieldOp):
