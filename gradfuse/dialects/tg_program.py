@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 
 from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
@@ -14,7 +15,7 @@ from xdsl.dialects.builtin import (
     f64,
     i64,
 )
-from xdsl.ir import Block, Region, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.irdl import (
     irdl_op_definition,
     lazy_traits_def,
@@ -28,15 +29,28 @@ from xdsl.irdl import (
     var_result_def,
 )
 from xdsl.traits import (
+    EffectInstance,
     HasParent,
     IsTerminator,
-    MemoryReadEffect,
+    MemoryEffect,
+    MemoryEffectKind,
     MemoryWriteEffect,
     Pure,
     RecursiveMemoryEffect,
 )
 
 from gradfuse.dialects.tg_base import TgOp, shape_of
+
+
+class ParamEffects(MemoryEffect):
+    """A param read reads state; one that carries `init` also declares it, so it is
+    never removed or merged (DCE and CSE keep the initial value)."""
+
+    @classmethod
+    def get_effects(cls, op: Operation) -> AbstractSet[EffectInstance]:
+        if isinstance(op, ParamOp) and op.init is not None:
+            return {EffectInstance(MemoryEffectKind.READ), EffectInstance(MemoryEffectKind.WRITE)}
+        return {EffectInstance(MemoryEffectKind.READ)}
 
 
 @irdl_op_definition
@@ -53,7 +67,7 @@ class ParamOp(TgOp):
     key = prop_def(StringAttr)
     init = opt_prop_def(FloatAttr | DenseIntOrFPElementsAttr)
     result = result_def(TensorType)
-    traits = traits_def(MemoryReadEffect())
+    traits = traits_def(ParamEffects())
 
     def __init__(
         self,

@@ -244,32 +244,29 @@ class Planner:
         return not any(self.reaches(h, g) for h in others)  # type: ignore[arg-type]
 
     def reindex(self, g: Group, op: Operation, shape: tuple[int, ...]) -> None:
-        """Renumbers the parallel dims of a group without epilogue so that `op`,
-        which reads its root through a permutation, reads it at the same point.
-        The stored result keeps its own layout: stores go through member maps."""
-        if any(not (m.prologue or m.operand_maps) for m in g.members):
+        """Renumbers g's parallel dims so that `op`, which reads a value of g through a
+        permutation, reads it at the same point. Stored values keep their own layout
+        (stores go through member maps), so this only changes the iteration order."""
+        if any(isinstance(m.op, SHAPED) for m in g.members) or len(shape) != g.parallel:
             return
         for v in op.operands:
             base, vmap = resolve(v)
-            if g.member_of(base.owner) is None or g.member_of(base.owner).prologue:  # type: ignore[union-attr]
+            member = g.member_of(base.owner)
+            if member is None or member.prologue:
                 continue
-            vmap = affine.simplify(vmap, shape)
+            vmap = affine.simplify(vmap.compose(affine.identity_map(len(shape))), shape)
             perm = [r.position for r in vmap.results if isinstance(r, AffineDimExpr)]
             if len(perm) != len(shape) or sorted(perm) != list(range(len(shape))):
                 return
-            if len(shape) != g.parallel:
+            if member.map != affine.identity_map(len(shape)):
                 return
-            n = len(g.domain)
-            d = affine.dims(n)
-            q = AffineMap(n, 0, (*(d[p] for p in perm), *d[g.parallel :]))
-            new_parallel = tuple(shape)
+            d = affine.dims(len(g.domain))
+            q = AffineMap(len(g.domain), 0, (*(d[p] for p in perm), *d[g.parallel :]))
             for m in g.members:
                 if m.operand_maps is not None:
                     m.operand_maps = tuple(mp.compose(q) for mp in m.operand_maps)
-                    m.map = m.map.compose(vmap)
-                else:
-                    m.map = m.map.compose(q)
-            g.domain = new_parallel + g.domain[g.parallel :]
+                m.map = m.map.compose(q if m.prologue else vmap)
+            g.domain = tuple(shape) + g.domain[g.parallel :]
             return
 
     def elementwise(self, op: Operation) -> None:
@@ -343,7 +340,7 @@ class Planner:
             if not isinstance(src, Group) or src.kind != "elementwise" or src.extra:
                 continue
             ok = self.private_to(src, root) and not any(
-                isinstance(m.op, SHAPED | tg.AssignOp) for m in src.members
+                isinstance(m.op, (*SHAPED, tg.AssignOp)) for m in src.members
             )
             map = affine.simplify(vmap.compose(access), g.domain)
             wanted[src] = map if ok and wanted.get(src, map) == map else None

@@ -37,7 +37,7 @@ def _replace_with_view(rewriter: PatternRewriter, op: Operation, map: AffineMap)
     shape = shape_of(op.results[0])
     view = tg.ViewAccessOp(op.operands[0], affine.simplify(map, shape), shape)
     view.location = op.location
-    rewriter.replace_op(op, view)
+    rewriter.replace(op, view)
 
 
 class ReshapeToView(RewritePattern):
@@ -86,12 +86,12 @@ class ComposeViews(RewritePattern):
             composed = affine.simplify(inner.map.data.compose(op.map.data), shape_of(op.result))
             view = tg.ViewAccessOp(inner.input, composed, shape_of(op.result))
             view.location = op.location
-            rewriter.replace_op(op, view)
+            rewriter.replace(op, view)
             if not inner.result.uses:
-                rewriter.erase_op(inner)
+                rewriter.erase(inner)
             return
         if op.input.type == op.result.type and _is_identity(op.map.data, shape_of(op.result)):
-            rewriter.replace_op(op, [], [op.input])
+            rewriter.replace(op, [], [op.input])
 
 
 def _is_identity(map: AffineMap, shape: tuple[int, ...]) -> bool:

@@ -1,0 +1,165 @@
+"""tg-fuse: kernel counts, fusion decisions and numbers equal to the reference."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+
+from gradfuse.backend.kernel_numpy import run_kernels
+from gradfuse.backend.reference import run
+from gradfuse.dialects import kernel as K
+from gradfuse.frontend.parser import parse_tg
+from gradfuse.passes import run_pipeline
+from tests.unit.passes.fusion_programs import programs
+
+FUSE = "default,tg-lower-access,cse,dce,tg-fuse"
+
+MLP = """
+func @main() {
+  tg.for %i = 0 to 3 step 1 {
+    %x = tg.feeder "x" : tensor<2x8xf32>
+    %w1 = tg.param "0.weight" init=0.1 : tensor<8x8xf32>
+    %b1 = tg.param "0.bias" init=0.2 : tensor<8xf32>
+    %w2 = tg.param "2.weight" init=-0.3 : tensor<8x8xf32>
+    %b2 = tg.param "2.bias" init=0.05 : tensor<8xf32>
+    %w1t = tg.permute %w1 perm=[1, 0] : tensor<8x8xf32>
+    %z1 = tg.dot %x, %w1t : tensor<2x8xf32>
+    %b1r = tg.reshape %b1 : tensor<1x8xf32>
+    %b1b = tg.broadcast %b1r : tensor<2x8xf32>
+    %a1 = tg.add %z1, %b1b : tensor<2x8xf32>
+    %h = tg.sigmoid %a1 : tensor<2x8xf32>
+    %w2t = tg.permute %w2 perm=[1, 0] : tensor<8x8xf32>
+    %z2 = tg.dot %h, %w2t : tensor<2x8xf32>
+    %b2r = tg.reshape %b2 : tensor<1x8xf32>
+    %b2b = tg.broadcast %b2r : tensor<2x8xf32>
+    %y = tg.add %z2, %b2b : tensor<2x8xf32>
+    %g1, %g2, %g3, %g4 = tg.grad %y wrt %w1, %b1, %w2, %b2 : tensor<8x8xf32>, tensor<8xf32>, tensor<8x8xf32>, tensor<8xf32>
+    %lr = tg.constant -0.01 : tensor<8x8xf32>
+    %lrb = tg.constant -0.01 : tensor<8xf32>
+    %d1 = tg.mul %g1, %lr : tensor<8x8xf32>
+    %n1 = tg.add %w1, %d1 : tensor<8x8xf32>
+    tg.assign "0.weight", %n1
+    %d2 = tg.mul %g2, %lrb : tensor<8xf32>
+    %n2 = tg.add %b1, %d2 : tensor<8xf32>
+    tg.assign "0.bias", %n2
+    %d3 = tg.mul %g3, %lr : tensor<8x8xf32>
+    %n3 = tg.add %w2, %d3 : tensor<8x8xf32>
+    tg.assign "2.weight", %n3
+    %d4 = tg.mul %g4, %lrb : tensor<8xf32>
+    %n4 = tg.add %b2, %d4 : tensor<8xf32>
+    tg.assign "2.bias", %n4
+    tg.yield
+  }
+  %fw = tg.param "0.weight" : tensor<8x8xf32>
+  tg.receiver "params", %fw
+  return
+}
+"""
+
+
+def both(src: str, feeders: dict) -> tuple:
+    ref = parse_tg(src)
+    run_pipeline(ref, "default")
+    fused = parse_tg(src)
+    run_pipeline(fused, FUSE)
+    return run(ref, feeders=feeders), run_kernels(fused, feeders=feeders), fused
+
+
+def launches_in_loop(module) -> int:
+    loop = next(op for op in module.walk() if op.name == "tg.for")
+    return sum(isinstance(op, K.KernelOp | K.GroupOp) for op in loop.body.block.ops)
+
+
+def test_mlp_step_is_three_launches_and_exact():
+    xs = np.random.default_rng(0).standard_normal((3, 2, 8)).astype(np.float32)
+    ref, fused, module = both(MLP, {"x": xs})
+    assert launches_in_loop(module) == 3
+    for key in ref.params:
+        np.testing.assert_allclose(fused.params[key], ref.params[key], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(fused.received["params"][0][0], ref.received["params"][0][0])
+
+
+def test_parameter_updates_are_in_place_and_horizontal():
+    _, _, module = both(MLP, {"x": np.zeros((2, 8), np.float32)})
+    group = next(op for op in module.walk() if isinstance(op, K.GroupOp))
+    kernels = list(group.body.block.ops)
+    assert len(kernels) == 4
+    params = {op.result: op.key.data for op in module.walk() if isinstance(op, K.ParamOp)}
+    written = set()
+    for k in kernels:
+        for store in k.body.block.ops:
+            if isinstance(store, K.StoreOp):
+                buffer = k.buffers[k.buffer_args.index(store.buffer)]
+                written.add(params.get(buffer))
+    assert written == {"0.weight", "0.bias", "2.weight", "2.bias"}
+
+
+def test_views_cost_no_kernel():
+    src = """
+func @main(%b: tensor<4xf32>, %x: tensor<3x4xf32>) -> (tensor<4x3xf32>) {
+  %r = tg.reshape %b : tensor<1x4xf32>
+  %y = tg.broadcast %r : tensor<3x4xf32>
+  %s = tg.add %y, %x : tensor<3x4xf32>
+  %t = tg.permute %s perm=[1, 0] : tensor<4x3xf32>
+  %e = tg.exp2 %t : tensor<4x3xf32>
+  return %e
+}
+"""
+    module = parse_tg(src)
+    run_pipeline(module, FUSE)
+    kernels = [op for op in module.walk() if isinstance(op, K.KernelOp)]
+    assert len(kernels) == 1
+    b = np.arange(4, dtype=np.float32)
+    x = np.ones((3, 4), np.float32)
+    out = run_kernels(module, args=[b, x]).results[0]
+    np.testing.assert_allclose(out, np.exp2((b + x).T), rtol=1e-6)
+
+
+def test_reduction_with_prologue_and_epilogue_is_one_kernel():
+    src = """
+func @main(%x: tensor<3x4xf32>) -> (tensor<3xf32>) {
+  %e = tg.exp2 %x : tensor<3x4xf32>
+  %s = tg.reduce_sum %e dims=[1] : tensor<3xf32>
+  %l = tg.log2 %s : tensor<3xf32>
+  return %l
+}
+"""
+    module = parse_tg(src)
+    run_pipeline(module, FUSE)
+    kernels = [op for op in module.walk() if isinstance(op, K.KernelOp)]
+    assert len(kernels) == 1 and kernels[0].kind.data == "reduction"
+    x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
+    out = run_kernels(module, args=[x]).results[0]
+    np.testing.assert_allclose(out, np.log2(np.exp2(x).sum(1)), rtol=1e-5)
+
+
+def test_contraction_is_never_recomputed():
+    src = """
+func @main(%x: tensor<3x4xf32>, %w: tensor<4x4xf32>) -> (tensor<3x4xf32>, tensor<3x4xf32>) {
+  %y = tg.dot %x, %w : tensor<3x4xf32>
+  %a = tg.exp2 %y : tensor<3x4xf32>
+  %b = tg.sin %y : tensor<3x4xf32>
+  return %a, %b
+}
+"""
+    module = parse_tg(src)
+    run_pipeline(module, FUSE)
+    reduces = [op for op in module.walk() if isinstance(op, K.ReduceOp)]
+    assert len(reduces) == 1
+
+
+@settings(max_examples=30, deadline=None)
+@given(programs())
+def test_random_programs_match_the_reference(src: str):
+    xs = np.random.default_rng(2).standard_normal((8, *_feeder_shape(src))).astype(np.float32) * 0.5
+    ref, fused, _ = both(src, {"x": xs})
+    for got, want in zip(fused.received["out"], ref.received["out"]):
+        np.testing.assert_allclose(got[0], want[0], rtol=2e-4, atol=1e-5)
+    for key in ref.params:
+        np.testing.assert_allclose(fused.params[key], ref.params[key], rtol=2e-4, atol=1e-5)
+
+
+def _feeder_shape(src: str) -> tuple[int, ...]:
+    line = next(ln for ln in src.splitlines() if "tg.feeder" in ln)
+    dims = line.split("tensor<")[1].split("xf32")[0]
+    return tuple(int(d) for d in dims.split("x"))
