@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from fusion_programs import programs
 from hypothesis import given, settings
 
 from gradfuse.backend.kernel_numpy import run_kernels
@@ -10,7 +11,6 @@ from gradfuse.backend.reference import run
 from gradfuse.dialects import kernel as K
 from gradfuse.frontend.parser import parse_tg
 from gradfuse.passes import run_pipeline
-from tests.unit.passes.fusion_programs import programs
 
 FUSE = "default,tg-lower-access,cse,dce,tg-fuse"
 
