@@ -1,0 +1,96 @@
+"""Interop: lowered IR parses and verifies in real MLIR (`mlir-opt-22`, Debian's mlir-22-tools).
+
+Skipped when no `mlir-opt-22` / `mlir-opt` is on PATH (`apt-get install mlir-22-tools`).
+Both xDSL's custom and generic printing, with locations, are checked:
+
+    ir-opt prog.mlir -p convert-kernel-to-gpu -t mlir | mlir-opt-22 --verify-each
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.printer import Printer
+
+from gradfuse.passes import PASSES, expand
+from tests.unit.kernel_programs import PROGRAMS, lower
+
+MLIR_OPT = shutil.which("mlir-opt-22") or shutil.which("mlir-opt")
+IR_OPT = Path(sys.executable).parent / "ir-opt"
+EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.tg"))
+
+pytestmark = pytest.mark.skipif(
+    MLIR_OPT is None, reason="mlir-opt-22 not found (apt-get install mlir-22-tools)"
+)
+
+
+def mlir_opt(text: str, *flags: str) -> str:
+    """`mlir-opt --verify-each` on `text`; fails the test with MLIR's diagnostics."""
+    assert MLIR_OPT is not None
+    done = subprocess.run(
+        [MLIR_OPT, "--verify-each", *flags, "-"], input=text, capture_output=True, text=True
+    )
+    assert done.returncode == 0, f"mlir-opt rejected the module:\n{done.stderr}\n{text}"
+    return done.stdout
+
+
+def printed(module: ModuleOp, generic: bool) -> str:
+    out = io.StringIO()
+    Printer(stream=out, print_generic_format=generic, print_debuginfo=True).print_op(module)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["custom", "generic"])
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_lowered_program_verifies_in_mlir(name: str, generic: bool) -> None:
+    out = mlir_opt(printed(lower(PROGRAMS[name].module()), generic))
+    assert "gpu.container_module" in out
+    assert "gpu.launch_func" in out
+    assert ") kernel" in out  # MLIR sees the gpu.kernel attribute
+
+
+def test_mlir_keeps_locations_and_keys() -> None:
+    out = mlir_opt(printed(lower(PROGRAMS["contraction"].module()), True), "--mlir-print-debuginfo")
+    assert 'loc("model.py":7:3)' in out  # the kernel's provenance, on its gpu.func
+    assert 'loc("model.py":3:5)' in out  # a body op's location, on the arith.mulf it became
+    assert 'gradfuse.key = "w"' in out
+
+
+def test_mlir_can_lower_further() -> None:
+    """Upstream passes run on our output: scf to cf, gpu kernel outlining checks."""
+    text = printed(lower(PROGRAMS["sgd_loop"].module()), False)
+    out = mlir_opt(text, "--convert-scf-to-cf", "--canonicalize")
+    assert "scf.for" not in out
+
+
+@pytest.mark.skipif(
+    "convert-kernel-to-gpu" not in PASSES, reason="convert-kernel-to-gpu is not registered"
+)
+def test_ir_opt_output_verifies(tmp_path: Path) -> None:
+    src = tmp_path / "prog.mlir"
+    src.write_text(PROGRAMS["group"].text)
+    for flags in ([], ["--print-op-generic"]):
+        done = subprocess.run(
+            [str(IR_OPT), str(src), "-p", "convert-kernel-to-gpu", "-t", "mlir", *flags],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+        mlir_opt(done.stdout)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[e.name for e in EXAMPLES])
+def test_default_pipeline_on_examples_verifies(example: Path) -> None:
+    if "convert-kernel-to-gpu" not in expand("default"):
+        pytest.skip("the default pipeline does not lower to gpu yet")
+    done = subprocess.run(
+        [str(IR_OPT), str(example), "-p", "default", "-t", "mlir"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    mlir_opt(done.stdout)
