@@ -17,6 +17,7 @@ or the parallel dims (epilogue) to the op's own indices. The rules:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from xdsl.dialects import func
@@ -38,6 +39,7 @@ class Node:
     """A scheduling node: a group (kernel) or a host op; `extra` holds ordering edges."""
 
     extra: set[Node] = field(default_factory=set, kw_only=True)
+    inputs: set[Node] = field(default_factory=set, kw_only=True)  # producers of operands
 
 
 @dataclass(eq=False)
@@ -118,30 +120,26 @@ class Planner:
         return [*self.groups, *self.hosts]
 
     def producer(self, value: SSAValue) -> Node | None:
-        owner = resolve(value)[0].owner
+        while isinstance(value.owner, tg.ViewAccessOp):
+            value = value.owner.input
+        owner = value.owner
         return self.node_of.get(owner) if isinstance(owner, Operation) else None
 
     def deps(self, node: Node) -> set[Node]:
-        ops = [m.op for m in node.members] if isinstance(node, Group) else [node.op]
-        out = set(node.extra)
-        for op in ops:
-            for operand in op.operands:
-                dep = self.producer(operand)
-                if dep is not None and dep is not node:
-                    out.add(dep)
-        return out
+        return (node.inputs | node.extra) - {node}
 
-    def reaches(self, start: Node, target: Node) -> bool:
-        """Whether `start` (transitively) depends on `target`."""
+    def reaches(self, start: Node | Iterable[Node], target: Node) -> bool:
+        """Whether `start` (or any of several starts) transitively depends on `target`."""
+        stack = [start] if isinstance(start, Node) else [n for n in start if n is not target]
         seen: set[int] = set()
-        stack = [start]
         while stack:
             node = stack.pop()
             if node is target:
                 return True
             if id(node) not in seen:
                 seen.add(id(node))
-                stack.extend(self.deps(node))
+                stack.extend(node.inputs)
+                stack.extend(node.extra)
         return False
 
     def new_group(self, kind: str, domain, parallel: int) -> Group:
@@ -158,6 +156,9 @@ class Planner:
             node.members.append(member)  # type: ignore[attr-defined]
         self.node_of[op] = node
         for operand in op.operands:
+            producer = self.producer(operand)
+            if producer is not None and producer is not node:
+                node.inputs.add(producer)
             self.read_params(node, resolve(operand)[0])
 
     def read_params(self, node: Node, base: SSAValue) -> None:
@@ -241,7 +242,7 @@ class Planner:
         if not all(self.available(g, v, shape) for v in refs):
             return False
         others = {self.producer(v) for v in op.operands} - {g, None}
-        return not any(self.reaches(h, g) for h in others)  # type: ignore[arg-type]
+        return not self.reaches(others, g)  # type: ignore[arg-type]
 
     def reindex(self, g: Group, op: Operation, shape: tuple[int, ...]) -> None:
         """Renumbers g's parallel dims so that `op`, which reads a value of g through a
@@ -289,7 +290,7 @@ class Planner:
         in_place = (
             isinstance(g, Group)
             and self.joinable(g, op, shape)
-            and not any(self.reaches(r, g) for r in before if r is not g)
+            and not self.reaches(before, g)
             and self.reads_own_point(g, key)
         )
         if not in_place:
@@ -350,10 +351,14 @@ class Planner:
             self.groups.remove(src)
             for m in src.members:
                 self.add(g, Member(m.op, map, prologue=True))
+            g.inputs |= src.inputs - {g}
+            g.extra |= src.extra - {g}
             for node in self.nodes():
-                if src in node.extra:
-                    node.extra.discard(src)
-                    node.extra.add(g)
+                for edges in (node.extra, node.inputs):
+                    if src in edges:
+                        edges.discard(src)
+                        if node is not g:
+                            edges.add(g)
             for readers in self.readers.values():
                 if src in readers:
                     readers.discard(src)

@@ -101,12 +101,13 @@ class _FunctionFuser:
 
     def hoist(self, old: Block, entry: Block) -> None:
         """Params and dense constants become buffers at the function's entry."""
-        for op in old.walk():
+        ops = list(old.walk())
+        inits = {op.key.data: op.init for op in ops if isinstance(op, tg.ParamOp) and op.init}
+        for op in ops:
             if isinstance(op, tg.ParamOp):
                 key = op.key.data
                 if key not in self.params:
-                    init = self.param_init(old, key)
-                    p = K.ParamOp(key, memref_of(op.result.type), init)
+                    p = K.ParamOp(key, memref_of(op.result.type), inits.get(key))
                     p.location = op.location
                     p.result.name_hint = _hint(key)
                     entry.add_op(p)
@@ -117,13 +118,6 @@ class _FunctionFuser:
                 c.location = op.location
                 entry.add_op(c)
                 self.buffers[op.result] = c.result
-
-    @staticmethod
-    def param_init(block: Block, key: str) -> Attribute | None:
-        for op in block.walk():
-            if isinstance(op, tg.ParamOp) and op.key.data == key and op.init is not None:
-                return op.init
-        return None
 
     # --- host code --------------------------------------------------------------------
 
