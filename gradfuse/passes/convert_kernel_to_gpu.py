@@ -168,6 +168,9 @@ class HostLowering:
             for n in new:
                 n.location = op.location
             Rewriter.replace_op(op, new, new[-1].results if op.results else [])
+            for helper in new[:-1]:  # the old value's name goes to its replacement only
+                for res in helper.results:
+                    res.name_hint = None
 
     def param(self, op: kd.ParamOp) -> str:
         key, ty = op.key.data, op.result.type
