@@ -31,6 +31,12 @@ def _tg_lower_access() -> type[ModulePass]:
     return TgLowerAccessPass
 
 
+def _tg_loop_state() -> type[ModulePass]:
+    from gradfuse.passes.tg_loop_state import TgLoopStatePass
+
+    return TgLoopStatePass
+
+
 def _tg_fuse() -> type[ModulePass]:
     from gradfuse.passes.tg_fuse import TgFusePass
 
@@ -56,6 +62,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "tg-autodiff": _tg_autodiff,
     "tg-decompose": _tg_decompose,
     "tg-lower-access": _tg_lower_access,
+    "tg-loop-state": _tg_loop_state,
     "tg-fuse": _tg_fuse,
     "convert-kernel-to-gpu": _convert_kernel_to_gpu,
     "canonicalize": _xdsl("canonicalize"),
@@ -65,9 +72,14 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
 """gradfuse's own passes and the xDSL passes its pipelines use, by flag."""
 
 PIPELINES: dict[str, str] = {
-    "default": "tg-autodiff,tg-decompose,canonicalize,cse,dce",
+    "tg": "tg-autodiff,tg-decompose,canonicalize,cse,dce",
+    "kernels": "tg,tg-loop-state,tg-lower-access,cse,dce,tg-fuse",
+    "default": "kernels,convert-kernel-to-gpu",
 }
-"""Named pipelines: what `execute()` and `ir-opt --pipeline NAME` run."""
+"""Named pipelines, each extending the one before: `tg` (differentiate and simplify,
+what the reference interpreter runs), `kernels` (fused kernels over buffers) and
+`default` (upstream gpu/scf/memref IR: what `execute()` compiles and
+`ir-opt -p default` prints)."""
 
 
 def make_context() -> Context:
@@ -87,9 +99,9 @@ def make_context() -> Context:
 
 
 def expand(spec: str) -> str:
-    """Replaces pipeline names in a pass spec by their passes."""
+    """Replaces pipeline names in a pass spec by their passes (recursively)."""
     parts = [p.strip() for p in spec.split(",") if p.strip()]
-    return ",".join(PIPELINES.get(p, p) for p in parts)
+    return ",".join(expand(PIPELINES[p]) if p in PIPELINES else p for p in parts)
 
 
 def pipeline(spec: str) -> PassPipeline:

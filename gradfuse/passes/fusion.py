@@ -210,7 +210,7 @@ class Planner:
     def host(self, op: Operation) -> None:
         if isinstance(op, tg.ForOp) and op.inits:
             raise GradfuseError(
-                "tg-fuse: loops that carry tensors are not fused yet; keep state in params",
+                "tg-fuse: run tg-loop-state first (this loop carries tensors)",
                 position_of(op.location),
             )
         node = Host(op)

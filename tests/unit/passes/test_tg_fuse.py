@@ -12,7 +12,7 @@ from gradfuse.dialects import kernel as K
 from gradfuse.frontend.parser import parse_tg
 from gradfuse.passes import run_pipeline
 
-FUSE = "default,tg-lower-access,cse,dce,tg-fuse"
+FUSE = "kernels"
 
 MLP = """
 func @main() {
@@ -59,7 +59,7 @@ func @main() {
 
 def both(src: str, feeders: dict) -> tuple:
     ref = parse_tg(src)
-    run_pipeline(ref, "default")
+    run_pipeline(ref, "tg")
     fused = parse_tg(src)
     run_pipeline(fused, FUSE)
     return run(ref, feeders=feeders), run_kernels(fused, feeders=feeders), fused
@@ -163,3 +163,26 @@ def _feeder_shape(src: str) -> tuple[int, ...]:
     line = next(ln for ln in src.splitlines() if "tg.feeder" in ln)
     dims = line.split("tensor<")[1].split("xf32")[0]
     return tuple(int(d) for d in dims.split("x"))
+
+
+def test_loop_carried_values_become_state_and_match():
+    src = """
+func @main(%x: tensor<3x4xf32>) -> (tensor<3x4xf32>, tensor<4xf32>) {
+  %s0 = tg.reduce_sum %x dims=[0] : tensor<4xf32>
+  %r, %s = tg.for %i = 0 to 5 step 1 iter(%a = %x, %t = %s0) : tensor<3x4xf32>, tensor<4xf32> {
+    %b = tg.sin %a : tensor<3x4xf32>
+    %u = tg.reduce_max %b dims=[0] : tensor<4xf32>
+    %v = tg.add %t, %u : tensor<4xf32>
+    tg.yield %b, %v
+  }
+  return %r, %s
+}
+"""
+    x = np.random.default_rng(3).standard_normal((3, 4)).astype(np.float32)
+    ref = parse_tg(src)
+    run_pipeline(ref, "tg")
+    fused = parse_tg(src)
+    run_pipeline(fused, FUSE)
+    want, got = run(ref, args=[x]).results, run_kernels(fused, args=[x]).results
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
