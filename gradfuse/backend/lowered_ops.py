@@ -4,7 +4,8 @@ Buffers are NumPy arrays (a `memref.view` shares its arena's memory); scalars
 are NumPy scalars of their MLIR type, so f32 math stays f32:
 
     gpu.launch_func @gradfuse_kernels::@k0 blocks in (%c2, ...) threads in (%c32, ...)
-        -> runs @k0 once per thread id, `gpu.thread_id x` answering for each
+        -> runs @k0 once per thread id, `gpu.thread_id x` answering for each; an
+           element one thread writes and another reads or writes is a race: an error
     %v = memref.view %arena[%c64][] : memref<128xi8> to memref<2x4xf32>
         -> arena[64:96].view(float32).reshape(2, 4)
 """
@@ -49,6 +50,34 @@ class LoweredState:
     grid_dim: tuple[int, int, int] = (1, 1, 1)
     thread_id: tuple[int, int, int] = (0, 0, 0)
     launches: int = 0
+    kernel: str | None = None
+    """The kernel being run, while a launch runs."""
+    thread: int = 0
+    """The linear id of the thread being run."""
+    writers: dict[int, int] = field(default_factory=dict)
+    """Address of each element written in the current launch -> the thread that wrote it."""
+    readers: dict[int, set[int]] = field(default_factory=dict)
+    """Address of each element read in the current launch -> the threads that read it."""
+
+    def access(self, op: Operation, array: np.ndarray, index: tuple[int, ...], write: bool) -> None:
+        """Records an access of a kernel thread; a race with another thread is an error."""
+        if self.kernel is None:
+            return
+        addr = array.ctypes.data + sum(i * s for i, s in zip(index, array.strides))
+        other = self.writers.get(addr, self.thread)
+        if write:
+            others = self.readers.get(addr, set()) - {self.thread}
+            other = min(others) if others and other == self.thread else other
+            self.writers[addr] = self.thread
+        else:
+            self.readers.setdefault(addr, set()).add(self.thread)
+        if other != self.thread:
+            raise GradfuseError(
+                f"kernel {self.kernel}: threads {other} and {self.thread} race on element"
+                f" {list(index)} of a buffer of shape {list(array.shape)} (one writes what the"
+                " other reads or writes)",
+                position_of(op.location),
+            )
 
 
 _DIMS = {gpu.DimensionEnum.X: 0, gpu.DimensionEnum.Y: 1, gpu.DimensionEnum.Z: 2}
@@ -84,11 +113,18 @@ class GpuMemrefFunctions(InterpreterFunctions):
         st.launches += 1
         st.grid_dim, st.block_dim = grid, block  # type: ignore[assignment]
         kernel_args = tuple(values[v] for v in op.kernelOperands)
-        for bz, by, bx in product(*(range(n) for n in reversed(grid))):
-            st.block_id = (bx, by, bz)
-            for tz, ty, tx in product(*(range(n) for n in reversed(block))):
-                st.thread_id = (tx, ty, tz)
-                interp.run_ssacfg_region(fn.body, kernel_args, fn.sym_name.data)
+        st.kernel, st.thread = fn.sym_name.data, 0
+        st.writers.clear()
+        st.readers.clear()
+        try:
+            for bz, by, bx in product(*(range(n) for n in reversed(grid))):
+                st.block_id = (bx, by, bz)
+                for tz, ty, tx in product(*(range(n) for n in reversed(block))):
+                    st.thread_id = (tx, ty, tz)
+                    interp.run_ssacfg_region(fn.body, kernel_args, fn.sym_name.data)
+                    st.thread += 1
+        finally:
+            st.kernel = None
         return ()
 
     @impl(gpu.ThreadIdOp)
@@ -145,12 +181,14 @@ class GpuMemrefFunctions(InterpreterFunctions):
     def run_load(self, interp: Interpreter, op: memref.LoadOp, args: PythonValues):
         array, *indices = args
         _check_bounds(op, array, tuple(indices))
+        self.state.access(op, array, tuple(indices), write=False)
         return (array[tuple(indices)],)
 
     @impl(memref.StoreOp)
     def run_store(self, interp: Interpreter, op: memref.StoreOp, args: PythonValues):
         value, array, *indices = args
         _check_bounds(op, array, tuple(indices))
+        self.state.access(op, array, tuple(indices), write=True)
         array[tuple(indices)] = value
         return ()
 

@@ -82,3 +82,18 @@ def test_reading_a_temporary_before_any_write_gives_nan() -> None:
     )
     out = run_lowered(lower(parse(text))).received["u"][0][0]
     assert np.isnan(out).all()
+
+
+def test_threads_that_race_are_an_error() -> None:
+    """A transpose in place: thread (i, j) writes what thread (j, i) reads."""
+    ty, idx = "memref<2x2xf32>", "affine_map<(d0, d1) -> (d0, d1)>"
+    text = main(
+        f'  %x = kernel.alloc : {ty}\n  kernel.feed "x", %x : {ty}\n'
+        + kernel(
+            "transpose", "elementwise", [2, 2], 2, [("%x", ty)],
+            load("%a", "%b0", "affine_map<(d0, d1) -> (d1, d0)>", ty) + store("%a", "%b0", idx, ty),
+        )
+        + "  func.return"
+    )  # fmt: skip
+    with pytest.raises(GradfuseError, match="kernel transpose: threads 1 and 2 race on element"):
+        run_lowered(lower(parse(text)), feeders={"x": np.eye(2, dtype=np.float32)})
