@@ -15,11 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from kernel_programs import PROGRAMS, lower
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.printer import Printer
 
 from gradfuse.passes import PASSES, expand
-from tests.unit.kernel_programs import PROGRAMS, lower
 
 MLIR_OPT = shutil.which("mlir-opt-22") or shutil.which("mlir-opt")
 IR_OPT = Path(sys.executable).parent / "ir-opt"

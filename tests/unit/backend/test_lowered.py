@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from gradfuse.backend.lowered import run_lowered
-from gradfuse.diagnostics import GradfuseError
-from tests.unit.kernel_programs import (
+from kernel_programs import (
     B4,
     F3,
     ID1,
@@ -20,6 +17,9 @@ from tests.unit.kernel_programs import (
     store,
     unary,
 )
+
+from gradfuse.backend.lowered import run_lowered
+from gradfuse.diagnostics import GradfuseError
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))

@@ -7,6 +7,17 @@ from itertools import combinations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kernel_programs import (
+    PROGRAMS,
+    kernel,
+    load,
+    loop,
+    lower,
+    main,
+    parse,
+    store,
+    unary,
+)
 from xdsl.dialects import func
 from xdsl.dialects.builtin import IntegerAttr, MemRefType, ModuleOp, f16, f32, i1
 from xdsl.ir import SSAValue
@@ -20,17 +31,6 @@ from gradfuse.passes.buffer_planning import (
     KernelPlanBuffersPass,
     nbytes,
     plan_buffers,
-)
-from tests.unit.kernel_programs import (
-    PROGRAMS,
-    kernel,
-    load,
-    loop,
-    lower,
-    main,
-    parse,
-    store,
-    unary,
 )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from kernel_programs import F3, ID1, PROGRAMS, kernel, load, lower, main, parse, store
 from xdsl.dialects import arith, func, gpu, memref, scf
 from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
@@ -17,7 +18,6 @@ from gradfuse.diagnostics import GradfuseError
 from gradfuse.passes.convert_kernel_to_gpu import launch_shape
 from gradfuse.provenance import Provenance
 from gradfuse.stats import kernel_stats
-from tests.unit.kernel_programs import F3, ID1, PROGRAMS, kernel, load, lower, main, parse, store
 
 
 def ops(module: ModuleOp, kind: type[Operation]) -> list:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fusion_programs import programs
 from hypothesis import given, reject, settings
 
 from gradfuse.backend.lowered import run_lowered
@@ -12,7 +13,6 @@ from gradfuse.diagnostics import GradfuseError
 from gradfuse.frontend.parser import parse_tg
 from gradfuse.passes import PIPELINES, expand, run_pipeline
 from gradfuse.stats import kernel_stats
-from tests.unit.passes.fusion_programs import programs
 
 REFERENCE = "tg" if "tg" in PIPELINES else "default"
 """The pipeline whose output the reference interpreter runs (differentiated tg)."""
