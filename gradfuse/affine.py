@@ -11,6 +11,7 @@ seed's `(((Global % 255) % 255) % 255)` into `d1`:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 from math import prod
 
 import numpy as np
@@ -27,12 +28,16 @@ Linear = tuple[dict[AffineExpr, int], int]
 """Sum of coefficient * atom plus a constant; atoms are dims or opaque div/mod terms."""
 
 
-def dims(n: int) -> list[AffineExpr]:
-    return [AffineExpr.dimension(i) for i in range(n)]
+@cache
+def dims(n: int) -> tuple[AffineExpr, ...]:
+    """(d0, ..., d{n-1})."""
+    return tuple(AffineExpr.dimension(i) for i in range(n))
 
 
+@cache
 def identity_map(rank: int) -> AffineMap:
-    return AffineMap(rank, 0, tuple(dims(rank)))
+    """(d0, ..., d{rank-1}) -> (d0, ..., d{rank-1})."""
+    return AffineMap(rank, 0, dims(rank))
 
 
 def strides_of(shape: Sequence[int]) -> list[int]:

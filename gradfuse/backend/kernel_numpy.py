@@ -33,7 +33,13 @@ _UNARY: dict[type, Callable[[Any], Any]] = {
     arith.NegfOp: np.negative, math.Exp2Op: np.exp2, math.Log2Op: np.log2,
     math.SqrtOp: np.sqrt, math.SinOp: np.sin,
 }  # fmt: skip
-_COMPARE = {"olt": np.less, "une": np.not_equal, "slt": np.less, "sge": np.greater_equal}
+_COMPARE = {
+    "oeq": np.equal, "ogt": np.greater, "oge": np.greater_equal, "olt": np.less,
+    "ole": np.less_equal, "one": np.not_equal, "ueq": np.equal, "ugt": np.greater,
+    "uge": np.greater_equal, "ult": np.less, "ule": np.less_equal, "une": np.not_equal,
+    "eq": np.equal, "ne": np.not_equal, "slt": np.less, "sle": np.less_equal,
+    "sgt": np.greater, "sge": np.greater_equal,
+}  # fmt: skip
 
 
 def tensor_of(ty: MemRefType) -> TensorType:

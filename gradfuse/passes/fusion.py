@@ -17,7 +17,9 @@ or the parallel dims (epilogue) to the op's own indices. The rules:
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
+from functools import cache
 from dataclasses import dataclass, field
 
 from xdsl.dialects import func
@@ -36,10 +38,15 @@ HOST = (tg.FeederOp, tg.ReceiverOp, tg.ForOp, func.ReturnOp, tg.YieldOp)
 
 @dataclass(eq=False)
 class Node:
-    """A scheduling node: a group (kernel) or a host op; `extra` holds ordering edges."""
+    """A scheduling node: a group (kernel) or a host op, with its dependency edges.
 
-    extra: set[Node] = field(default_factory=set, kw_only=True)
-    inputs: set[Node] = field(default_factory=set, kw_only=True)  # producers of operands
+    `level` is 1 + the deepest dependency's level, kept up to date as edges are
+    added, so a node can only depend on nodes of lower levels."""
+
+    deps: set[Node] = field(default_factory=set, kw_only=True)
+    users: set[Node] = field(default_factory=set, kw_only=True)
+    level: int = field(default=0, kw_only=True)
+    ordered: bool = field(default=False, kw_only=True)  # has an edge besides data flow
 
 
 @dataclass(eq=False)
@@ -73,6 +80,7 @@ class Host(Node):
     op: Operation
 
 
+@cache
 def resolve(value: SSAValue) -> tuple[SSAValue, AffineMap]:
     """The non-view value behind `value`, and the map from `value`'s indices to it."""
     map = affine.identity_map(len(shape_of(value)))
@@ -126,7 +134,27 @@ class Planner:
         return self.node_of.get(owner) if isinstance(owner, Operation) else None
 
     def deps(self, node: Node) -> set[Node]:
-        return (node.inputs | node.extra) - {node}
+        return node.deps
+
+    def link(self, node: Node, dep: Node, ordering: bool = False) -> None:
+        """Makes `node` run after `dep`."""
+        if dep is node:
+            return
+        node.ordered |= ordering
+        if dep in node.deps:
+            return
+        node.deps.add(dep)
+        dep.users.add(node)
+        stack = [(node, dep.level + 1)]
+        while stack:
+            n, level = stack.pop()
+            if n.level < level:
+                n.level = level
+                stack.extend((u, level + 1) for u in n.users)
+
+    def unlink(self, node: Node, dep: Node) -> None:
+        node.deps.discard(dep)
+        dep.users.discard(node)
 
     def reaches(self, start: Node | Iterable[Node], target: Node) -> bool:
         """Whether `start` (or any of several starts) transitively depends on `target`."""
@@ -136,17 +164,16 @@ class Planner:
             node = stack.pop()
             if node is target:
                 return True
-            if id(node) not in seen:
+            if node.level > target.level and id(node) not in seen:
                 seen.add(id(node))
-                stack.extend(node.inputs)
-                stack.extend(node.extra)
+                stack.extend(node.deps)
         return False
 
     def new_group(self, kind: str, domain, parallel: int) -> Group:
         g = Group(self.counter, kind, tuple(domain), parallel)
         self.counter += 1
         if self.barrier is not None:
-            g.extra.add(self.barrier)
+            self.link(g, self.barrier, ordering=True)
         self.groups.append(g)
         return g
 
@@ -157,8 +184,8 @@ class Planner:
         self.node_of[op] = node
         for operand in op.operands:
             producer = self.producer(operand)
-            if producer is not None and producer is not node:
-                node.inputs.add(producer)
+            if producer is not None:
+                self.link(node, producer)
             self.read_params(node, resolve(operand)[0])
 
     def read_params(self, node: Node, base: SSAValue) -> None:
@@ -168,8 +195,8 @@ class Planner:
             return
         key, epoch = param.key.data, self.epoch[param]
         writers = self.writers.get(key, [])
-        if epoch > 0 and writers[epoch - 1] is not node:
-            node.extra.add(writers[epoch - 1])
+        if epoch > 0:
+            self.link(node, writers[epoch - 1], ordering=True)
         if epoch < len(writers):  # read after the next write was planned
             later = writers[epoch]
             if later is not node and self.reaches(node, later):
@@ -177,7 +204,7 @@ class Planner:
                     f'tg-fuse: the old value of param "{key}" is read after it was overwritten',
                     position_of(param.location),
                 )
-            later.extra.add(node)
+            self.link(later, node, ordering=True)
         self.readers.setdefault((key, epoch), set()).add(node)
 
     # --- planning ----------------------------------------------------------------------
@@ -215,13 +242,14 @@ class Planner:
             )
         node = Host(op)
         if self.barrier is not None:
-            node.extra.add(self.barrier)
+            self.link(node, self.barrier, ordering=True)
         if isinstance(op, tg.FeederOp | tg.ReceiverOp | tg.ForOp):
             if self.last_effect is not None:
-                node.extra.add(self.last_effect)
+                self.link(node, self.last_effect, ordering=True)
             self.last_effect = node
         if isinstance(op, tg.ForOp | func.ReturnOp | tg.YieldOp):
-            node.extra.update(self.nodes())
+            for other in self.nodes():
+                self.link(node, other, ordering=True)
         if isinstance(op, tg.ForOp):
             self.barrier, self.first_after_barrier = node, self.counter
         self.hosts.append(node)
@@ -297,17 +325,22 @@ class Planner:
             g = self.new_group("elementwise", shape, len(shape))
         assert isinstance(g, Group)
         self.add(g, Member(op, affine.identity_map(len(shape))))
-        g.extra.update(r for r in before if r is not g)
+        for reader in before:
+            self.link(g, reader, ordering=True)
         self.writers.setdefault(key, []).append(g)
 
     def reads_own_point(self, g: Group, key: str) -> bool:
-        """g reads param `key` only at the points it writes (safe to update in place)."""
+        """g reads param `key` only at the point each thread writes (safe in place)."""
+        ident = affine.identity_map(g.parallel)
         for m in g.members:
             for operand in m.op.operands:
                 base, vmap = resolve(operand)
-                if isinstance(base.owner, tg.ParamOp) and base.owner.key.data == key:
-                    if m.prologue or vmap != affine.identity_map(len(shape_of(operand))):
-                        return False
+                if not (isinstance(base.owner, tg.ParamOp) and base.owner.key.data == key):
+                    continue
+                if m.prologue or m.operand_maps is not None:
+                    return False  # read across the reduction: other points too
+                if affine.simplify(vmap.compose(m.map), g.domain[: g.parallel]) != ident:
+                    return False
         return True
 
     def reduction(self, op: tg.ReduceOp) -> None:
@@ -338,7 +371,7 @@ class Planner:
         for value, access in inputs:
             base, vmap = resolve(value)
             src = self.producer(base)
-            if not isinstance(src, Group) or src.kind != "elementwise" or src.extra:
+            if not isinstance(src, Group) or src.kind != "elementwise" or src.ordered:
                 continue
             ok = self.private_to(src, root) and not any(
                 isinstance(m.op, (*SHAPED, tg.AssignOp)) for m in src.members
@@ -351,14 +384,12 @@ class Planner:
             self.groups.remove(src)
             for m in src.members:
                 self.add(g, Member(m.op, map, prologue=True))
-            g.inputs |= src.inputs - {g}
-            g.extra |= src.extra - {g}
-            for node in self.nodes():
-                for edges in (node.extra, node.inputs):
-                    if src in edges:
-                        edges.discard(src)
-                        if node is not g:
-                            edges.add(g)
+            for user in list(src.users):
+                self.unlink(user, src)
+                self.link(user, g)
+            for dep in list(src.deps):
+                self.unlink(src, dep)
+                self.link(g, dep)
             for readers in self.readers.values():
                 if src in readers:
                     readers.discard(src)
@@ -392,12 +423,13 @@ def plan_levels(planner: Planner) -> list[list[Node]]:
         for d in deps[id(n)]:
             users[id(d)].append(n)
     # Sink groups move later to share a launch with others (ALAP within their slack).
-    group_levels = {level[id(g)] for g in planner.groups}
+    group_levels = sorted({level[id(g)] for g in planner.groups})
+    top = max(level.values(), default=0)
     for g in sorted(planner.groups, key=lambda g: -level[id(g)]):
-        latest = min((level[id(u)] - 1 for u in users[id(g)]), default=max(level.values()))
-        choices = [lv for lv in group_levels if level[id(g)] < lv <= latest]
-        if choices:
-            level[id(g)] = max(choices)
+        latest = min((level[id(u)] - 1 for u in users[id(g)]), default=top)
+        best = group_levels[bisect.bisect_right(group_levels, latest) - 1] if group_levels else -1
+        if best > level[id(g)]:
+            level[id(g)] = best
     out: list[list[Node]] = [[] for _ in range(max(level.values(), default=-1) + 1)]
     for n in nodes:
         out[level[id(n)]].append(n)

@@ -58,6 +58,9 @@ UNARY = {
 }  # fmt: skip
 """How each elementwise tg op becomes a scalar op in a kernel body."""
 
+MAX_GROUP = 64
+"""At most this many kernels share one launch (horizontal fusion)."""
+
 
 def memref_of(ty: Attribute) -> MemRefType:
     assert isinstance(ty, TensorType)
@@ -71,10 +74,12 @@ class TgFusePass(ModulePass):
     name = "tg-fuse"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        resolve.cache_clear()  # views are looked through once per run
         names = itertools.count()
         for f in list(op.ops):
             if isinstance(f, func.FuncOp):
                 _FunctionFuser(f, names).run()
+        resolve.cache_clear()
 
 
 class _FunctionFuser:
@@ -129,12 +134,14 @@ class _FunctionFuser:
             for h in hosts:
                 self.host(h.op, new)
             kernels = [self.kernel(g, new) for g in level if isinstance(g, Group)]
-            if len(kernels) == 1:
-                new.add_op(kernels[0])
-            elif kernels:
-                group = K.GroupOp(f"g{next(self.names)}", kernels)
-                group.location = kernels[0].location
-                new.add_op(group)
+            for start in range(0, len(kernels), MAX_GROUP):
+                chunk = kernels[start : start + MAX_GROUP]
+                if len(chunk) == 1:
+                    new.add_op(chunk[0])
+                else:
+                    group = K.GroupOp(f"g{next(self.names)}", chunk)
+                    group.location = chunk[0].location
+                    new.add_op(group)
 
     def host(self, op: Operation, new: Block) -> None:
         if isinstance(op, tg.FeederOp):
