@@ -1,0 +1,22 @@
+"""gradfuse: record a model and its training loop in Python, compile it, run it.
+
+from gradfuse import execute, ir_for, Feeder, Receiver, print_graph
+from gradfuse.nn import Linear, Sequential, Sigmoid, SGD
+"""
+
+from gradfuse.frontend.recorder import manual_seed
+from gradfuse.frontend.tensor import Parameter, Tensor, where
+from gradfuse.frontend.tracing import (
+    Feeder,
+    Receiver,
+    execute,
+    ir_for,
+    ir_text,
+    print_graph,
+    reset,
+)
+
+__all__ = [
+    "Tensor", "Parameter", "where", "Feeder", "Receiver", "execute", "ir_for", "ir_text",
+    "print_graph", "reset", "manual_seed",
+]  # fmt: skip

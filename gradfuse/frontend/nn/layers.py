@@ -1,0 +1,101 @@
+"""Layers: `Linear`, `Sequential` and the activations, with PyTorch's names and init.
+
+model = Sequential(Linear(255, 255), Sigmoid(), Linear(255, 255))
+y = model(x)    # x @ W0.T + b0 -> sigmoid -> x @ W2.T + b2
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from gradfuse.frontend.nn.module import Module
+from gradfuse.frontend.recorder import rng
+from gradfuse.frontend.tensor import Parameter, Tensor
+
+
+def _uniform(bound: float, shape: tuple[int, ...]) -> np.ndarray:
+    return rng().uniform(-bound, bound, size=shape).astype(np.float32)
+
+
+class Linear(Module):
+    """`y = x @ weight.T + bias`, weight [out, in], both U(-1/sqrt(in), 1/sqrt(in)) like PyTorch.
+
+    `Linear(255, 10)(x)` maps [N, 255] to [N, 10].
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True):
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        bound = 1.0 / math.sqrt(in_features) if in_features else 0.0
+        self.weight = Parameter(_uniform(bound, (out_features, in_features)))
+        self.bias = Parameter(_uniform(bound, (out_features,))) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = x @ self.weight.T
+        return y + self.bias if self.bias is not None else y
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class Sequential(Module):
+    """Applies its children in order; they are named "0", "1", ...
+
+    `Sequential(Linear(4, 8), ReLU(), Linear(8, 1))`
+    """
+
+    def __init__(self, *modules: Module):
+        super().__init__()
+        for i, m in enumerate(modules):
+            setattr(self, str(i), m)
+
+    def __getitem__(self, index: int) -> Module:
+        return list(self.children())[index]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return self.children()
+
+    def forward(self, x: Any) -> Any:
+        for m in self.children():
+            x = m(x)
+        return x
+
+
+class Sigmoid(Module):
+    """`1 / (1 + exp(-x))` elementwise (`tg.sigmoid`). `Sigmoid()(x)`"""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.sigmoid()
+
+
+class ReLU(Module):
+    """`max(x, 0)` elementwise (`tg.relu`). `ReLU()(x)`"""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.relu()
+
+
+class Tanh(Module):
+    """`tanh(x)` elementwise (`tg.tanh`). `Tanh()(x)`"""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.tanh()
+
+
+class Softmax(Module):
+    """Softmax along `dim` (`tg.softmax`). `Softmax(dim=-1)(x)`"""
+
+    def __init__(self, dim: int = -1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.softmax(self.dim)

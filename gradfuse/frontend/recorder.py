@@ -1,0 +1,260 @@
+"""The recording state of the tracing frontend: the current program and where ops go.
+
+Every frontend call builds one tg op and hands it to `emit`, which gives it the
+user's provenance (file:line of the first stack frame outside gradfuse, the path
+of the running `Module`, the direction), inserts it at the current insertion
+point (the end of `func.func @main` or of a `tg.for` body) and verifies it,
+turning a verifier failure into a `GradfuseError` at the user's line:
+
+    y = emit(tg.DotOp(x, w))     # mlp.py:12:5: error: tg.dot: inner dimensions differ ...
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
+from xdsl.traits import IsTerminator
+from xdsl.utils.exceptions import VerifyException
+
+from gradfuse.diagnostics import GradfuseError, Position
+from gradfuse.provenance import Provenance
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+OpT = TypeVar("OpT", bound=Operation)
+
+
+class Keyed(Protocol):
+    """Something that names a param: `Parameter.key_hint()` gives its preferred key."""
+
+    def key_hint(self) -> str: ...
+
+
+@dataclass
+class Program:
+    """One recorded program: a module holding `func.func @main`, plus its host callbacks.
+
+    `Program().block` is the body of `@main`, where recording starts.
+    """
+
+    module: ModuleOp = field(init=False)
+    block: Block = field(init=False)
+    feeders: dict[str, Callable[[], np.ndarray]] = field(default_factory=dict)
+    receivers: dict[str, Callable[..., None]] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+    """Param key -> the `Parameter` object it belongs to."""
+    keys: dict[int, str] = field(default_factory=dict)
+    """id(Parameter) -> its key in this program."""
+    current: dict[tuple[int, str], SSAValue] = field(default_factory=dict)
+    """(id(block), key) -> the value a param has at the end of that block so far."""
+    insertion: list[Block] = field(default_factory=list)
+    module_paths: list[str] = field(default_factory=list)
+    directions: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        body = Block()
+        body.add_op(func.ReturnOp())
+        self.module = ModuleOp([func.FuncOp("main", ((), ()), Region(body))])
+        self.block = body
+        self.insertion = [body]
+
+    def unique_key(self, wanted: str, taken: Callable[[str], bool]) -> str:
+        """`wanted`, or `wanted_1`, `wanted_2`, ... whichever is not `taken` yet."""
+        key, n = wanted, 0
+        while taken(key):
+            n += 1
+            key = f"{wanted}_{n}"
+        return key
+
+    def key_of(self, param: Keyed) -> str:
+        """The key of `param` in this program (its module path, made unique once)."""
+        key = self.keys.get(id(param))
+        if key is None:
+            key = self.unique_key(param.key_hint(), lambda k: k in self.params)
+            self.keys[id(param)] = key
+            self.params[key] = param
+        return key
+
+
+_program = Program()
+_rng: np.random.Generator = np.random.default_rng()
+
+
+def program() -> Program:
+    """The program being recorded now."""
+    return _program
+
+
+def new_program() -> Program:
+    """Discards the recorded program and starts an empty one."""
+    global _program
+    _program = Program()
+    return _program
+
+
+def manual_seed(seed: int) -> None:
+    """Seeds the generator that initialises parameters. `gradfuse.manual_seed(0)`"""
+    global _rng
+    _rng = np.random.default_rng(seed)
+
+
+def rng() -> np.random.Generator:
+    """The generator seeded by `manual_seed` (parameter initialisation draws from it)."""
+    return _rng
+
+
+# --- provenance ---------------------------------------------------------------------
+
+
+def _display_path(path: str) -> str:
+    """A file path relative to the working directory when it lies below it."""
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
+def user_frame() -> FrameType | None:
+    """The innermost stack frame outside the gradfuse package (the user's line)."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        file = os.path.abspath(frame.f_code.co_filename)
+        if not file.startswith(_PACKAGE_DIR + os.sep):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def user_position() -> Position | None:
+    """File, line and column of the user's line, with its source text."""
+    frame = user_frame()
+    if frame is None:
+        return None
+    import linecache
+
+    file = frame.f_code.co_filename
+    line = frame.f_lineno or 0
+    column = 1
+    positions = list(frame.f_code.co_positions())
+    index = frame.f_lasti // 2
+    if 0 <= index < len(positions):
+        start_line, _, start_col, _ = positions[index]
+        if start_line == line and start_col is not None:
+            column = start_col + 1
+    source = linecache.getline(file, line) or None
+    return Position(_display_path(file), line, column, source)
+
+
+def provenance() -> Provenance:
+    """The provenance of an op recorded now."""
+    pos = user_position()
+    prog = _program
+    path = prog.module_paths[-1] if prog.module_paths and prog.module_paths[-1] else None
+    direction = prog.directions[-1] if prog.directions else "forward"
+    if pos is None:
+        return Provenance(None, 0, 0, path, direction)
+    return Provenance(pos.file, pos.line, pos.column, path, direction)
+
+
+@contextmanager
+def module_scope(path: str) -> Iterator[None]:
+    """Ops recorded inside belong to the module at `path` (`"0"`, `"encoder.linear1"`)."""
+    _program.module_paths.append(path)
+    try:
+        yield
+    finally:
+        _program.module_paths.pop()
+
+
+@contextmanager
+def direction_scope(direction: str) -> Iterator[None]:
+    """Ops recorded inside have `direction` ("forward", "backward", "optimizer")."""
+    _program.directions.append(direction)
+    try:
+        yield
+    finally:
+        _program.directions.pop()
+
+
+def current_module_path() -> str | None:
+    """The path of the module whose forward is running, if any."""
+    paths = _program.module_paths
+    return paths[-1] if paths else None
+
+
+# --- insertion ------------------------------------------------------------------------
+
+
+def insertion_block() -> Block:
+    """The block new ops are appended to (before its terminator)."""
+    return _program.insertion[-1]
+
+
+@contextmanager
+def insert_into(block: Block) -> Iterator[None]:
+    """Records into `block` (a `tg.for` body) while inside."""
+    _program.insertion.append(block)
+    try:
+        yield
+    finally:
+        _program.insertion.pop()
+
+
+def _defining_block(value: SSAValue) -> Block | None:
+    if isinstance(value, BlockArgument):
+        return value.block
+    owner = value.owner
+    assert isinstance(owner, Operation)
+    return owner.parent_block()
+
+
+def is_visible(value: SSAValue, block: Block | None = None) -> bool:
+    """Whether `value` may be used in `block` (defined there or in an enclosing block)."""
+    where: Block | None = block or insertion_block()
+    defined = _defining_block(value)
+    while where is not None:
+        if where is defined:
+            return True
+        parent = where.parent_op()
+        where = parent.parent_block() if parent is not None else None
+    return False
+
+
+def error(message: str) -> GradfuseError:
+    """A `GradfuseError` at the user's line."""
+    return GradfuseError(message, user_position())
+
+
+def emit(op: OpT) -> OpT:
+    """Records `op` at the insertion point with the user's provenance and verifies it.
+
+    `emit(tg.AddOp(a, b))` appends `%z = tg.add %a, %b` and returns the op.
+    """
+    block = insertion_block()
+    for value in op.operands:
+        if not is_visible(value, block):
+            raise error(
+                f"{op.name}: uses a tensor computed inside an ir_for body outside of it"
+                " (or from a program discarded by execute()/reset())"
+            ) from None
+    op.location = provenance().to_location()
+    last = block.last_op
+    if last is not None and last.has_trait(IsTerminator):
+        block.insert_op_before(op, last)
+    else:
+        block.add_op(op)
+    try:
+        op.verify(verify_nested_ops=False)
+    except VerifyException as err:
+        op.detach()
+        op.erase()
+        raise error(str(err)) from None
+    return op

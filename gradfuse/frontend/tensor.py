@@ -1,0 +1,436 @@
+"""`Tensor`, the tracer of the Python API, and `Parameter`, named persistent state.
+
+A `Tensor` holds one SSA value (its shape and element type come from the value's
+type); every operation on it records tg ops into the current program:
+
+    y = (x @ w.T + b).sigmoid()    # tg.permute, tg.dot, tg.reshape, tg.broadcast,
+                                   # tg.add, tg.sigmoid
+    y.backward()                   # tg.grad %y wrt <the params y depends on>
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from xdsl.dialects.builtin import (
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    IntegerType,
+    TensorType,
+)
+from xdsl.ir import Attribute, Block, OpResult, SSAValue
+
+from gradfuse.dialects import tg
+from gradfuse.dialects.tg_base import shape_of, tensor
+from gradfuse.frontend import ops
+from gradfuse.frontend.recorder import (
+    direction_scope,
+    emit,
+    error,
+    insertion_block,
+    is_visible,
+    program,
+)
+
+Scalar = float | int
+_ELEMENTS: dict[str, Attribute] = {
+    "float16": Float16Type(),
+    "float32": Float32Type(),
+    "float64": Float64Type(),
+}
+
+
+def element_for(dtype: object) -> Attribute:
+    """The tg element type of a NumPy dtype (float16/32/64)."""
+    name = np.dtype(dtype).name  # type: ignore[call-overload]
+    if name not in _ELEMENTS:
+        raise error(f"unsupported dtype {name} (float16, float32 or float64)")
+    return _ELEMENTS[name]
+
+
+def numpy_dtype(element: Attribute) -> np.dtype:
+    """The NumPy dtype of a tg element type (`bool` for masks)."""
+    if isinstance(element, IntegerType):
+        return np.dtype(bool) if element.width.data == 1 else np.dtype(f"int{element.width.data}")
+    for name, el in _ELEMENTS.items():
+        if el == element:
+            return np.dtype(name)
+    raise TypeError(f"no NumPy dtype for {element}")
+
+
+def _operand(x: object) -> SSAValue | Scalar:
+    if isinstance(x, Tensor):
+        return x.value
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        raise error(f"expected a Tensor or a Python number, got {type(x).__name__}")
+    return x
+
+
+class Tensor:
+    """A traced tensor: one SSA value in the recorded program.
+
+    `(x * 2.0).sum()` records `tg.constant`, `tg.mul` and `tg.reduce_sum`.
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: SSAValue):
+        self._value = value
+
+    @property
+    def value(self) -> SSAValue:
+        """The SSA value this tensor stands for."""
+        return self._value
+
+    # --- type ---------------------------------------------------------------------------
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The static shape, e.g. `(2, 255)`."""
+        return shape_of(self.value)
+
+    @property
+    def ndim(self) -> int:
+        """The rank."""
+        return len(self.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The element type as a NumPy dtype (`bool` for masks)."""
+        ty = self.value.type
+        assert isinstance(ty, TensorType)
+        return numpy_dtype(ty.element_type)
+
+    def size(self, dim: int | None = None) -> tuple[int, ...] | int:
+        """The shape, or the size of one dim (PyTorch's `size`)."""
+        return self.shape if dim is None else self.shape[dim]
+
+    def numel(self) -> int:
+        """The number of elements."""
+        return math.prod(self.shape)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"Tensor(shape={list(self.shape)}, dtype={self.dtype})"
+
+    # --- arithmetic ---------------------------------------------------------------------
+
+    def __add__(self, other: object) -> Tensor:
+        return Tensor(ops.binary(tg.AddOp, self.value, _operand(other)))
+
+    def __radd__(self, other: object) -> Tensor:
+        return Tensor(ops.binary(tg.AddOp, _operand(other), self.value))
+
+    def __sub__(self, other: object) -> Tensor:
+        return Tensor(ops.binary(tg.SubOp, self.value, _operand(other)))
+
+    def __rsub__(self, other: object) -> Tensor:
+        return Tensor(ops.binary(tg.SubOp, _operand(other), self.value))
+
+    def __mul__(self, other: object) -> Tensor:
+        return Tensor(ops.binary(tg.MulOp, self.value, _operand(other)))
+
+    def __rmul__(self, other: object) -> Tensor:
+        return Tensor(ops.binary(tg.MulOp, _operand(other), self.value))
+
+    def __truediv__(self, other: object) -> Tensor:
+        o = _operand(other)
+        if not isinstance(o, SSAValue):
+            return Tensor(ops.binary(tg.MulOp, self.value, 1.0 / o))
+        return Tensor(ops.binary(tg.DivOp, self.value, o))
+
+    def __rtruediv__(self, other: object) -> Tensor:
+        return Tensor(ops.binary(tg.DivOp, _operand(other), self.value))
+
+    def __neg__(self) -> Tensor:
+        return Tensor(ops.unary(tg.NegOp, self.value))
+
+    def __pos__(self) -> Tensor:
+        return self
+
+    def __pow__(self, exponent: object) -> Tensor:
+        if isinstance(exponent, bool) or not isinstance(exponent, int | float):
+            raise error("tensor ** exponent: the exponent must be a Python number")
+        p = float(exponent)
+        if p == 0:
+            return Tensor(ops.const(1.0, self.shape, self._element()))
+        if p < 0:
+            return (self ** (-p)).reciprocal()
+        if p == 0.5:
+            return self.sqrt()
+        if p.is_integer() and p <= 4:
+            out: Tensor = self
+            for _ in range(int(p) - 1):
+                out = out * self
+            return out
+        return (self.log2() * p).exp2()
+
+    def __matmul__(self, other: Tensor) -> Tensor:
+        return Tensor(ops.matmul(self.value, other.value))
+
+    def __rmatmul__(self, other: Tensor) -> Tensor:
+        return Tensor(ops.matmul(other.value, self.value))
+
+    def matmul(self, other: Tensor) -> Tensor:
+        """`self @ other`."""
+        return self @ other
+
+    # --- comparisons (masks) --------------------------------------------------------------
+
+    def __lt__(self, other: object) -> Tensor:
+        return Tensor(ops.compare_lt(self.value, _operand(other)))
+
+    def __gt__(self, other: object) -> Tensor:
+        return Tensor(ops.compare_lt(_operand(other), self.value))
+
+    def __le__(self, other: object) -> Tensor:
+        return Tensor(ops.logical_not(ops.compare_lt(_operand(other), self.value)))
+
+    def __ge__(self, other: object) -> Tensor:
+        return Tensor(ops.logical_not(ops.compare_lt(self.value, _operand(other))))
+
+    def float(self) -> Tensor:
+        """A mask as 0.0 / 1.0 (f32)."""
+        return Tensor(ops.cast(self.value, Float32Type()))
+
+    # --- elementwise functions ------------------------------------------------------------
+
+    def _element(self) -> Attribute:
+        return ops.element_of(self.value)
+
+    def exp2(self) -> Tensor:
+        """`2 ** self` (`tg.exp2`)."""
+        return Tensor(ops.unary(tg.Exp2Op, self.value))
+
+    def log2(self) -> Tensor:
+        """`log2(self)` (`tg.log2`)."""
+        return Tensor(ops.unary(tg.Log2Op, self.value))
+
+    def exp(self) -> Tensor:
+        """`e ** self`, recorded as `exp2(self * log2(e))`."""
+        return (self * ops.LOG2_E).exp2()
+
+    def log(self) -> Tensor:
+        """Natural log, recorded as `log2(self) * ln(2)`."""
+        return self.log2() * ops.LN_2
+
+    def sqrt(self) -> Tensor:
+        """`sqrt(self)` (`tg.sqrt`)."""
+        return Tensor(ops.unary(tg.SqrtOp, self.value))
+
+    def reciprocal(self) -> Tensor:
+        """`1 / self` (`tg.recip`)."""
+        return Tensor(ops.unary(tg.RecipOp, self.value))
+
+    def sin(self) -> Tensor:
+        """`sin(self)` (`tg.sin`)."""
+        return Tensor(ops.unary(tg.SinOp, self.value))
+
+    def abs(self) -> Tensor:
+        """`|self|`, recorded as `max(self, -self)`."""
+        return Tensor(ops.binary(tg.MaxOp, self.value, ops.unary(tg.NegOp, self.value)))
+
+    def maximum(self, other: object) -> Tensor:
+        """Elementwise maximum (`tg.max`)."""
+        return Tensor(ops.binary(tg.MaxOp, self.value, _operand(other)))
+
+    def relu(self) -> Tensor:
+        """`max(self, 0)` (the `tg.relu` composite)."""
+        return Tensor(ops.unary(tg.ReluOp, self.value))
+
+    def sigmoid(self) -> Tensor:
+        """`1 / (1 + exp(-self))` (the `tg.sigmoid` composite)."""
+        return Tensor(ops.unary(tg.SigmoidOp, self.value))
+
+    def tanh(self) -> Tensor:
+        """`tanh(self)` (the `tg.tanh` composite)."""
+        return Tensor(ops.unary(tg.TanhOp, self.value))
+
+    def softmax(self, dim: int = -1) -> Tensor:
+        """Softmax along `dim` (the `tg.softmax` composite)."""
+        d = ops.normalize_dims(dim, self.ndim, "tg.softmax")[0]
+        return Tensor(emit(tg.SoftmaxOp(self.value, d)).result)
+
+    # --- reductions -----------------------------------------------------------------------
+
+    def sum(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        """Sum over `dim` (all dims when None) (`tg.reduce_sum`)."""
+        return Tensor(ops.reduce(tg.ReduceSumOp, self.value, dim, keepdim))
+
+    def max(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        """Maximum over `dim` (all dims when None) (`tg.reduce_max`)."""
+        return Tensor(ops.reduce(tg.ReduceMaxOp, self.value, dim, keepdim))
+
+    def mean(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        """Mean over `dim`: `reduce_sum * (1/n)`."""
+        dims = ops.normalize_dims(dim, self.ndim, "mean")
+        n = math.prod(self.shape[d] for d in dims)
+        return self.sum(dims, keepdim) * (1.0 / n if n else math.nan)
+
+    # --- movement -------------------------------------------------------------------------
+
+    def reshape(self, *shape: int | Sequence[int]) -> Tensor:
+        """Same elements in a new shape; one dim may be -1 (`tg.reshape`)."""
+        dims = shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape
+        return Tensor(ops.reshape(self.value, list(dims)))  # type: ignore[arg-type]
+
+    view = reshape
+
+    def flatten(self) -> Tensor:
+        """All elements in one dim."""
+        return self.reshape(-1)
+
+    def permute(self, *dims: int | Sequence[int]) -> Tensor:
+        """Reorders dims: result dim i is dim `dims[i]` (`tg.permute`)."""
+        perm = dims[0] if len(dims) == 1 and not isinstance(dims[0], int) else dims
+        return Tensor(ops.permute(self.value, list(perm)))  # type: ignore[arg-type]
+
+    def transpose(self, d0: int, d1: int) -> Tensor:
+        """Swaps two dims."""
+        return Tensor(ops.transpose(self.value, d0, d1))
+
+    @property
+    def T(self) -> Tensor:
+        """All dims reversed (the transpose of a matrix)."""
+        return self.permute(list(reversed(range(self.ndim))))
+
+    def broadcast_to(self, shape: Sequence[int]) -> Tensor:
+        """Repeated to `shape` by NumPy's rules."""
+        return Tensor(ops.broadcast_to(self.value, list(shape)))
+
+    def __getitem__(self, key: object) -> Tensor:
+        return Tensor(ops.getitem(self.value, key))
+
+    # --- autodiff -------------------------------------------------------------------------
+
+    def backward(self) -> None:
+        """Records `tg.grad` of `self` wrt every parameter it depends on; sets their `.grad`.
+
+        A non-scalar tensor gets a gradient of ones (d sum(self)). `loss.backward()`
+        """
+        found = _params_reached_by(self.value)
+        if not found:
+            raise error(
+                "backward(): the tensor does not depend on any parameter, so there is nothing"
+                " to differentiate"
+            )
+        with direction_scope("backward"):
+            grad = emit(tg.GradOp(self.value, [v for _, v in found]))
+            for (param, _), g in zip(found, grad.grads, strict=True):
+                new = Tensor(g)
+                old = param.grad
+                if old is not None and is_visible(old.value):
+                    new = old + new
+                param.grad = new
+
+
+def _enclosing_blocks(block: Block) -> list[Block]:
+    out: list[Block] = []
+    where: Block | None = block
+    while where is not None:
+        out.append(where)
+        parent = where.parent_op()
+        where = parent.parent_block() if parent is not None else None
+    return out
+
+
+def _params_reached_by(value: SSAValue) -> list[tuple[Parameter, SSAValue]]:
+    """The params (with their current values) that `value` is computed from."""
+    reached: set[SSAValue] = set()
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        if v in reached:
+            continue
+        reached.add(v)
+        if isinstance(v, OpResult):
+            todo.extend(v.owner.operands)
+    prog = program()
+    blocks = _enclosing_blocks(insertion_block())
+    found: list[tuple[Parameter, SSAValue]] = []
+    for key, param in prog.params.items():
+        for block in blocks:
+            current = prog.current.get((id(block), key))
+            if current is not None:
+                if current in reached:
+                    found.append((param, current))
+                break
+    return found
+
+
+class Parameter(Tensor):
+    """A named persistent tensor: its host value is `data`; reading it records `tg.param`.
+
+    `w = Parameter(np.zeros((4, 4), np.float32), name="w"); y = x @ w` records
+    `%w = tg.param "w"` at the point of first use in each block.
+    """
+
+    __slots__ = ("data", "grad", "name", "_hint")
+
+    def __init__(self, data: np.ndarray | Sequence[float], name: str | None = None):
+        arr = np.array(data)
+        if arr.dtype.kind != "f":
+            arr = arr.astype(np.float32)
+        self.data: np.ndarray = arr
+        self.grad: Tensor | None = None
+        self.name = name
+        self._hint: Callable[[], str] | None = None
+
+    def key_hint(self) -> str:
+        """The key this parameter would like: its module path (`0.weight`), else its name."""
+        if self._hint is not None:
+            return self._hint()
+        return self.name or "param"
+
+    @property
+    def key(self) -> str:
+        """Its key in the current program (unique there)."""
+        return program().key_of(self)
+
+    @property
+    def value(self) -> SSAValue:
+        """The current value in the current block: records `tg.param` at first use."""
+        prog = program()
+        key = prog.key_of(self)
+        block = insertion_block()
+        current = prog.current.get((id(block), key))
+        if current is None:
+            ty = tensor(self.data.shape, element_for(self.data.dtype))
+            current = emit(tg.ParamOp(key, ty)).result
+            prog.current[(id(block), key)] = current
+        return current
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.data.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
+
+    def assign(self, new: Tensor) -> None:
+        """Records `tg.assign` of `new` to this parameter; later reads see `new`."""
+        if new.shape != self.shape:
+            raise error(
+                f'tg.assign "{self.key}": value of shape {list(new.shape)}, param is {list(self.shape)}'
+            )
+        prog = program()
+        emit(tg.AssignOp(prog.key_of(self), new.value))
+        prog.current[(id(insertion_block()), prog.key_of(self))] = new.value
+
+    def numpy(self) -> np.ndarray:
+        """A copy of the host value."""
+        return self.data.copy()
+
+    def __repr__(self) -> str:
+        return f"Parameter({self.key_hint()!r}, shape={list(self.shape)}, dtype={self.dtype})"
+
+
+def where(cond: Tensor, a: Tensor | Scalar, b: Tensor | Scalar) -> Tensor:
+    """`a` where the mask `cond` holds, else `b` (`tg.where`, broadcast). `where(x > 0, x, 0.0)`"""
+    return Tensor(ops.where(cond.value, _operand(a), _operand(b)))
