@@ -11,7 +11,7 @@ seed's `(((Global % 255) % 255) % 255)` into `d1`:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cache
+from functools import cache, lru_cache
 from math import prod
 
 import numpy as np
@@ -89,6 +89,11 @@ def slice_map(starts: Sequence[int], strides: Sequence[int]) -> AffineMap:
 
 def simplify(map: AffineMap, sizes: Sequence[int]) -> AffineMap:
     """Simplifies each result knowing that dim k ranges over [0, sizes[k])."""
+    return _simplify(map, tuple(sizes))
+
+
+@lru_cache(maxsize=8192)
+def _simplify(map: AffineMap, sizes: tuple[int, ...]) -> AffineMap:
     return AffineMap(
         map.num_dims, map.num_symbols, tuple(simplify_expr(e, sizes) for e in map.results)
     )

@@ -34,10 +34,21 @@ from gradfuse.dialects.tg_base import ints, shape_of
 
 
 def _replace_with_view(rewriter: PatternRewriter, op: Operation, map: AffineMap) -> None:
+    """Replaces `op` by a view of its input, composed with the input's own view."""
     shape = shape_of(op.results[0])
-    view = tg.ViewAccessOp(op.operands[0], affine.simplify(map, shape), shape)
-    view.location = op.location
-    rewriter.replace(op, view)
+    source = op.operands[0]
+    inner = source.owner
+    if isinstance(inner, tg.ViewAccessOp):
+        map, source = inner.map.data.compose(map), inner.input
+    map = affine.simplify(map, shape)
+    if source.type == op.results[0].type and _is_identity(map, shape):
+        rewriter.replace(op, [], [source])
+    else:
+        view = tg.ViewAccessOp(source, map, shape)
+        view.location = op.location
+        rewriter.replace(op, view)
+    if isinstance(inner, tg.ViewAccessOp) and not inner.result.uses:
+        rewriter.erase(inner)
 
 
 class ReshapeToView(RewritePattern):
@@ -77,21 +88,15 @@ class SliceToView(RewritePattern):
 
 
 class ComposeViews(RewritePattern):
-    """A view of a view reads the first input through the composed map."""
+    """A view of a view reads the first input through the composed map; an identity
+    view is no view at all."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: tg.ViewAccessOp, rewriter: PatternRewriter) -> None:
-        inner = op.input.owner
-        if isinstance(inner, tg.ViewAccessOp):
-            composed = affine.simplify(inner.map.data.compose(op.map.data), shape_of(op.result))
-            view = tg.ViewAccessOp(inner.input, composed, shape_of(op.result))
-            view.location = op.location
-            rewriter.replace(op, view)
-            if not inner.result.uses:
-                rewriter.erase(inner)
-            return
-        if op.input.type == op.result.type and _is_identity(op.map.data, shape_of(op.result)):
-            rewriter.replace(op, [], [op.input])
+        if isinstance(op.input.owner, tg.ViewAccessOp) or _is_identity(
+            op.map.data, shape_of(op.result)
+        ):
+            _replace_with_view(rewriter, op, op.map.data)
 
 
 def _is_identity(map: AffineMap, shape: tuple[int, ...]) -> bool:
@@ -111,7 +116,8 @@ class TgLowerAccessPass(ModulePass):
     name = "tg-lower-access"
 
     def apply(self, ctx: Context, op: builtin.ModuleOp) -> None:
+        # One forward walk suffices: a view's input is rewritten before the view.
         PatternRewriteWalker(
             GreedyRewritePatternApplier(populate_tg_lower_access_patterns()),
-            apply_recursively=True,
+            apply_recursively=False,
         ).rewrite_module(op)
