@@ -9,8 +9,11 @@ import time
 
 import numpy as np
 
-from gradfuse import Feeder, Receiver, execute, ir_for, print_graph
-from gradfuse.nn import SGD, Linear, Sequential, Sigmoid
+from gradfuse import execute, ir_for, Feeder, Receiver, print_graph
+from gradfuse.nn import Linear, Sequential, Sigmoid, SGD
+from gradfuse import manual_seed
+
+manual_seed(0)  # a reproducible checksum for `make demo`
 
 
 def benchmark(fn, name=""):
@@ -53,6 +56,9 @@ def f():
 
 benchmark(lambda: ir_for(range(0, 1000), f), name="Tracking nodes")
 Receiver(save_params, opt.parameters, name="saving params")
+print("== recorded program")
 print_graph()
+print("== after tg-autodiff, tg-decompose, canonicalize, cse, dce")
+print_graph(after="tg")
 benchmark(lambda: execute(), name="full exec")
 print("checksum:", sum(float(np.abs(v).sum()) for v in nn.state_dict().values()))

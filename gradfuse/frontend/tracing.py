@@ -38,16 +38,25 @@ def reset() -> None:
     new_program()
 
 
-def ir_text(print_locations: bool = False) -> str:
-    """The recorded program as `.tg` text (what `ir-opt` reads). `print(gradfuse.ir_text())`"""
+def ir_text(print_locations: bool = False, after: str | None = None) -> str:
+    """The recorded program as `.tg` text (what `ir-opt` reads); with `after`, the text
+    after that pipeline or pass spec ran on a copy (`after="tg"`: differentiated and
+    decomposed). `print(gradfuse.ir_text())`
+    """
     from gradfuse.frontend.printer import print_tg
 
-    return print_tg(program().module, print_locations)
+    module = program().module
+    if after is not None:
+        from gradfuse.passes import run_pipeline
+
+        module = module.clone()
+        run_pipeline(module, after)
+    return print_tg(module, print_locations)
 
 
-def print_graph(print_locations: bool = False) -> None:
-    """Prints the recorded program as `.tg` text. `print_graph()`"""
-    print(ir_text(print_locations), end="")
+def print_graph(print_locations: bool = False, after: str | None = None) -> None:
+    """Prints the recorded program as `.tg` text (see `ir_text`). `print_graph()`"""
+    print(ir_text(print_locations, after), end="")
 
 
 def _forget_block(block: Block) -> None:
@@ -150,13 +159,15 @@ def _write_back(params: dict[str, Parameter], values: dict[str, np.ndarray]) -> 
             param.data = np.array(values[key], dtype=param.data.dtype)
 
 
-def execute(backend: str | None = None) -> Any:
+def execute(backend: str | None = None, *, dtype: Any = None) -> Any:
     """Compiles the recorded program, runs it and writes the final params back.
 
     The backend is `backend`, else `$GRADFUSE_BACKEND`, else "reference" (the NumPy
     interpreter; the only one for now). Recording then starts anew, so a second
     `execute()` runs only what was recorded after the first. Returns the backend's
-    result (for "reference", a `RunResult`). `execute()`
+    result (for "reference", a `RunResult`). `dtype=np.float64` computes every float
+    value in float64 (for checks against float64 NumPy); params keep their own dtype.
+    `execute()`
     """
     name = backend or os.environ.get("GRADFUSE_BACKEND") or "reference"
     if name not in BACKENDS:
@@ -174,7 +185,13 @@ def execute(backend: str | None = None) -> Any:
     initial = {key: p.data for key, p in prog.params.items()}
     new_program()
     try:
-        result = run(module, feeders=prog.feeders, receivers=prog.receivers, params=initial)
+        result = run(
+            module,
+            feeders=prog.feeders,
+            receivers=prog.receivers,
+            params=initial,
+            dtype=dtype or np.float32,
+        )
     except GradfuseError as err:
         _write_back(prog.params, getattr(err, "params", {}))
         clean = GradfuseError(err.message, err.position)
