@@ -4,8 +4,9 @@ from gradfuse import execute, ir_for, Feeder, Receiver, print_graph
 from gradfuse.nn import Linear, Sequential, Sigmoid, SGD
 """
 
+from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import manual_seed
-from gradfuse.frontend.tensor import Parameter, Tensor, where
+from gradfuse.frontend.tensor import Tensor, where
 from gradfuse.frontend.tracing import (
     Feeder,
     Receiver,

@@ -10,8 +10,9 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import direction_scope, error, module_scope, program
-from gradfuse.frontend.tensor import Parameter, Tensor
+from gradfuse.frontend.tensor import Tensor
 
 
 class SGD:

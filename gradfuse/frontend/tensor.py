@@ -11,7 +11,8 @@ type); every operation on it records tg ops into the current program:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from xdsl.dialects.builtin import (
@@ -24,7 +25,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, OpResult, SSAValue
 
 from gradfuse.dialects import tg
-from gradfuse.dialects.tg_base import shape_of, tensor
+from gradfuse.dialects.tg_base import shape_of
 from gradfuse.frontend import ops
 from gradfuse.frontend.recorder import (
     direction_scope,
@@ -34,6 +35,9 @@ from gradfuse.frontend.recorder import (
     is_visible,
     program,
 )
+
+if TYPE_CHECKING:
+    from gradfuse.frontend.parameter import Parameter
 
 Scalar = float | int
 _ELEMENTS: dict[str, Attribute] = {
@@ -361,74 +365,6 @@ def _params_reached_by(value: SSAValue) -> list[tuple[Parameter, SSAValue]]:
                     found.append((param, current))
                 break
     return found
-
-
-class Parameter(Tensor):
-    """A named persistent tensor: its host value is `data`; reading it records `tg.param`.
-
-    `w = Parameter(np.zeros((4, 4), np.float32), name="w"); y = x @ w` records
-    `%w = tg.param "w"` at the point of first use in each block.
-    """
-
-    __slots__ = ("data", "grad", "name", "_hint")
-
-    def __init__(self, data: np.ndarray | Sequence[float], name: str | None = None):
-        arr = np.array(data)
-        if arr.dtype.kind != "f":
-            arr = arr.astype(np.float32)
-        self.data: np.ndarray = arr
-        self.grad: Tensor | None = None
-        self.name = name
-        self._hint: Callable[[], str] | None = None
-
-    def key_hint(self) -> str:
-        """The key this parameter would like: its module path (`0.weight`), else its name."""
-        if self._hint is not None:
-            return self._hint()
-        return self.name or "param"
-
-    @property
-    def key(self) -> str:
-        """Its key in the current program (unique there)."""
-        return program().key_of(self)
-
-    @property
-    def value(self) -> SSAValue:
-        """The current value in the current block: records `tg.param` at first use."""
-        prog = program()
-        key = prog.key_of(self)
-        block = insertion_block()
-        current = prog.current.get((id(block), key))
-        if current is None:
-            ty = tensor(self.data.shape, element_for(self.data.dtype))
-            current = emit(tg.ParamOp(key, ty)).result
-            prog.current[(id(block), key)] = current
-        return current
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(self.data.shape)
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.data.dtype
-
-    def assign(self, new: Tensor) -> None:
-        """Records `tg.assign` of `new` to this parameter; later reads see `new`."""
-        if new.shape != self.shape:
-            raise error(
-                f'tg.assign "{self.key}": value of shape {list(new.shape)}, param is {list(self.shape)}'
-            )
-        prog = program()
-        emit(tg.AssignOp(prog.key_of(self), new.value))
-        prog.current[(id(insertion_block()), prog.key_of(self))] = new.value
-
-    def numpy(self) -> np.ndarray:
-        """A copy of the host value."""
-        return self.data.copy()
-
-    def __repr__(self) -> str:
-        return f"Parameter({self.key_hint()!r}, shape={list(self.shape)}, dtype={self.dtype})"
 
 
 def where(cond: Tensor, a: Tensor | Scalar, b: Tensor | Scalar) -> Tensor:

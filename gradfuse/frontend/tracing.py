@@ -18,6 +18,7 @@ from xdsl.ir import Block
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import tensor
+from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import (
     emit,
     error,
@@ -27,7 +28,7 @@ from gradfuse.frontend.recorder import (
     new_program,
     program,
 )
-from gradfuse.frontend.tensor import Parameter, Tensor, element_for
+from gradfuse.frontend.tensor import Tensor, element_for
 
 BACKENDS = ("reference",)
 """The backends `execute()` can run on now."""

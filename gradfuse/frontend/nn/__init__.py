@@ -6,7 +6,7 @@ from gradfuse.nn import Linear, Sequential, Sigmoid, SGD
 from gradfuse.frontend.nn.layers import Linear, ReLU, Sequential, Sigmoid, Softmax, Tanh
 from gradfuse.frontend.nn.module import Module
 from gradfuse.frontend.optim import SGD
-from gradfuse.frontend.tensor import Parameter
+from gradfuse.frontend.parameter import Parameter
 
 __all__ = [
     "Module",

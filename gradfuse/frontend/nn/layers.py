@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 
 from gradfuse.frontend.nn.module import Module
+from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import rng
-from gradfuse.frontend.tensor import Parameter, Tensor
+from gradfuse.frontend.tensor import Tensor
 
 
 def _uniform(bound: float, shape: tuple[int, ...]) -> np.ndarray:

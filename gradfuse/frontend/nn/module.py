@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from gradfuse.diagnostics import GradfuseError
+from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import module_scope
-from gradfuse.frontend.tensor import Parameter
 
 
 class Module:

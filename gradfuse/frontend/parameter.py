@@ -1,0 +1,86 @@
+"""`Parameter`: a named persistent tensor whose reads record `tg.param`.
+
+w = Parameter(np.zeros((4, 4), np.float32), name="w")
+y = x @ w            # %w = tg.param "w" : tensor<4x4xf32> (once per block)
+w.assign(w - 0.1)    # tg.assign "w", %new
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from xdsl.ir import SSAValue
+
+from gradfuse.dialects import tg
+from gradfuse.dialects.tg_base import tensor
+from gradfuse.frontend.recorder import emit, error, insertion_block, program
+from gradfuse.frontend.tensor import Tensor, element_for
+
+
+class Parameter(Tensor):
+    """A named persistent tensor: its host value is `data`; reading it records `tg.param`.
+
+    `w = Parameter(np.zeros((4, 4), np.float32), name="w"); y = x @ w` records
+    `%w = tg.param "w"` at the point of first use in each block.
+    """
+
+    __slots__ = ("data", "grad", "name", "_hint")
+
+    def __init__(self, data: np.ndarray | Sequence[float], name: str | None = None):
+        arr = np.array(data)
+        if arr.dtype.kind != "f":
+            arr = arr.astype(np.float32)
+        self.data: np.ndarray = arr
+        self.grad: Tensor | None = None
+        self.name = name
+        self._hint: Callable[[], str] | None = None
+
+    def key_hint(self) -> str:
+        """The key this parameter would like: its module path (`0.weight`), else its name."""
+        if self._hint is not None:
+            return self._hint()
+        return self.name or "param"
+
+    @property
+    def key(self) -> str:
+        """Its key in the current program (unique there)."""
+        return program().key_of(self)
+
+    @property
+    def value(self) -> SSAValue:
+        """The current value in the current block: records `tg.param` at first use."""
+        prog = program()
+        key = prog.key_of(self)
+        block = insertion_block()
+        current = prog.current.get((id(block), key))
+        if current is None:
+            ty = tensor(self.data.shape, element_for(self.data.dtype))
+            current = emit(tg.ParamOp(key, ty)).result
+            prog.current[(id(block), key)] = current
+        return current
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.data.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
+
+    def assign(self, new: Tensor) -> None:
+        """Records `tg.assign` of `new` to this parameter; later reads see `new`."""
+        if new.shape != self.shape:
+            raise error(
+                f'tg.assign "{self.key}": value of shape {list(new.shape)}, param is {list(self.shape)}'
+            )
+        prog = program()
+        emit(tg.AssignOp(prog.key_of(self), new.value))
+        prog.current[(id(insertion_block()), prog.key_of(self))] = new.value
+
+    def numpy(self) -> np.ndarray:
+        """A copy of the host value."""
+        return self.data.copy()
+
+    def __repr__(self) -> str:
+        return f"Parameter({self.key_hint()!r}, shape={list(self.shape)}, dtype={self.dtype})"
