@@ -106,7 +106,7 @@ class KernelBuilder:
         key = (value, ty)
         if key not in self._consts:
             attr = FloatAttr(value, ty) if isinstance(value, float) else IntegerAttr(value, ty)
-            op = arith.ConstantOp(attr)  # type: ignore[arg-type]
+            op = arith.ConstantOp.create(properties={"value": attr}, result_types=[ty])
             if self._anchor is None:
                 self.entry.add_op(op)
             else:
@@ -126,17 +126,15 @@ class KernelBuilder:
         rhs = self.expand(expr.rhs, point, loc)
         kind, pos = expr.kind, nonnegative(expr.lhs) and nonnegative(expr.rhs)
         if kind == AffineBinaryOpKind.Add:
-            return self.add(arith.AddiOp(lhs, rhs), loc)
+            return self.add(_index_op(arith.AddiOp, lhs, rhs), loc)
         if kind == AffineBinaryOpKind.Mul:
-            return self.add(arith.MuliOp(lhs, rhs), loc)
+            return self.add(_index_op(arith.MuliOp, lhs, rhs), loc)
         if kind == AffineBinaryOpKind.FloorDiv:
-            op = arith.DivUIOp(lhs, rhs) if pos else arith.FloorDivSIOp(lhs, rhs)
-            return self.add(op, loc)
+            return self.add(_index_op(arith.DivUIOp if pos else arith.FloorDivSIOp, lhs, rhs), loc)
         if kind == AffineBinaryOpKind.CeilDiv:
-            op = arith.CeilDivUIOp(lhs, rhs) if pos else arith.CeilDivSIOp(lhs, rhs)
-            return self.add(op, loc)
+            return self.add(_index_op(arith.CeilDivUIOp if pos else arith.CeilDivSIOp, lhs, rhs), loc)
         if pos:
-            return self.add(arith.RemUIOp(lhs, rhs), loc)
+            return self.add(_index_op(arith.RemUIOp, lhs, rhs), loc)
         rem = self.add(arith.RemSIOp(lhs, rhs), loc)  # affine mod is never negative
         neg = self.add(arith.CmpiOp(rem, self.const(0), "slt"), loc)
         return self.add(arith.SelectOp(neg, self.add(arith.AddiOp(rem, rhs), loc), rem), loc)
@@ -290,6 +288,11 @@ class KernelBuilder:
                 f"{op.name} cannot stand here in kernel {k.sym_name.data}", position_of(loc)
             )
         self.block.add_op(op.clone(value_mapper=vm))
+
+
+def _index_op(cls: type[Operation], lhs: SSAValue, rhs: SSAValue) -> Operation:
+    """An index binary op, built without the generic constructor's checks (hot path)."""
+    return cls.create(operands=[lhs, rhs], result_types=[INDEX])
 
 
 def _inside(value: SSAValue, k: kd.KernelOp) -> bool:
