@@ -11,7 +11,7 @@ type); every operation on it records tg ops into the current program:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -68,9 +68,9 @@ def numpy_dtype(element: Attribute) -> np.dtype:
 def _operand(x: object) -> SSAValue | Scalar:
     if isinstance(x, Tensor):
         return x.value
-    if isinstance(x, bool) or not isinstance(x, int | float):
+    if isinstance(x, bool | np.bool_) or not isinstance(x, int | float | np.integer | np.floating):
         raise error(f"expected a Tensor or a Python number, got {type(x).__name__}")
-    return x
+    return float(x)
 
 
 class Tensor:
@@ -116,8 +116,22 @@ class Tensor:
         """The number of elements."""
         return math.prod(self.shape)
 
+    __array_ufunc__ = None  # `array * tensor` calls Tensor.__rmul__ (and says what is wrong)
+
     def __len__(self) -> int:
+        if not self.shape:
+            raise error("len() of a rank-0 tensor")
         return self.shape[0]
+
+    def __iter__(self) -> Iterator[Tensor]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def __bool__(self) -> bool:
+        raise error(
+            "a traced Tensor has no value while the program is recorded: use gradfuse.where"
+            " for data-dependent choices"
+        )
 
     def __repr__(self) -> str:
         return f"Tensor(shape={list(self.shape)}, dtype={self.dtype})"
@@ -144,7 +158,7 @@ class Tensor:
 
     def __truediv__(self, other: object) -> Tensor:
         o = _operand(other)
-        if not isinstance(o, SSAValue):
+        if not isinstance(o, SSAValue) and o != 0:
             return Tensor(ops.binary(tg.MulOp, self.value, 1.0 / o))
         return Tensor(ops.binary(tg.DivOp, self.value, o))
 

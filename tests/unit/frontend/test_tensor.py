@@ -207,3 +207,22 @@ def test_tensor_from_an_ir_for_body_cannot_be_used_outside() -> None:
     gradfuse.ir_for(range(3), lambda: kept.append(feeder(2)))
     with pytest.raises(GradfuseError, match="inside an ir_for body"):
         kept[0] + 1.0
+
+
+def test_a_traced_tensor_has_no_truth_value() -> None:
+    x = feeder(2)
+    with pytest.raises(GradfuseError, match="gradfuse.where"):
+        if x > 0.0:
+            pass
+
+
+def test_numpy_operands_are_rejected_but_numpy_scalars_work() -> None:
+    x = feeder(2)
+    assert (x * np.float32(2.0)).shape == (2,)
+    with pytest.raises(GradfuseError, match="got ndarray"):
+        np.ones(2) * x
+
+
+def test_iterating_gives_rows() -> None:
+    rows = list(feeder(3, 2))
+    assert len(rows) == 3 and all(r.shape == (2,) for r in rows)
