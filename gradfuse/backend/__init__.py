@@ -1,0 +1,106 @@
+"""Backends: each is a pipeline to run and a runner for its output.
+
+| name        | pipeline  | runs                                                   |
+| ----------- | --------- | ------------------------------------------------------ |
+| `reference` | `tg`      | the tg interpreter on NumPy (the oracle)               |
+| `numpy`     | `kernels` | fused kernels, each on whole NumPy grids               |
+| `lowered`   | `default` | the lowered gpu/scf IR, thread by thread (small only)  |
+| `c`         | `default` | generated C, compiled by gcc (the default without GPU) |
+| `cuda`      | `default` | generated CUDA, compiled by nvcc, launched by PyCUDA   |
+
+    program = compile_module(module, "c")
+    result = program.run(feeders={"x": x}, params={"w": w})
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from xdsl.dialects.builtin import ModuleOp
+
+from gradfuse.diagnostics import GradfuseError
+
+PIPELINE_OF = {
+    "reference": "tg",
+    "numpy": "kernels",
+    "lowered": "default",
+    "c": "default",
+    "cuda": "default",
+}
+
+
+@dataclass
+class Program:
+    """A module compiled for one backend; `run` may be called many times."""
+
+    backend: str
+    module: ModuleOp
+    runner: Callable[..., Any]
+
+    def run(self, **kwargs: Any) -> Any:
+        """Runs the program: `args`, `feeders`, `receivers`, `params` as `reference.run`."""
+        return self.runner(self.module, **kwargs)
+
+
+def cuda_available() -> bool:
+    """Whether PyCUDA is installed and sees a GPU (never imports it otherwise)."""
+    if importlib.util.find_spec("pycuda") is None:
+        return False
+    try:
+        import pycuda.driver as drv  # type: ignore[import-not-found]
+
+        drv.init()
+        return drv.Device.count() > 0
+    except Exception:
+        return False
+
+
+def choose_backend(name: str | None = None) -> str:
+    """`name`, else $GRADFUSE_BACKEND, else cuda when PyCUDA sees a GPU, else c."""
+    chosen = name or os.environ.get("GRADFUSE_BACKEND") or ("cuda" if cuda_available() else "c")
+    if chosen not in PIPELINE_OF:
+        raise GradfuseError(f"unknown backend '{chosen}' (choose from {', '.join(PIPELINE_OF)})")
+    return chosen
+
+
+def _runner(backend: str) -> Callable[[ModuleOp], Callable[..., Any]]:
+    if backend == "reference":
+        from gradfuse.backend.reference import run
+
+        return lambda module: run
+    if backend == "numpy":
+        from gradfuse.backend.kernel_numpy import run_kernels
+
+        return lambda module: run_kernels
+    if backend == "lowered":
+        from gradfuse.backend.lowered import run_lowered
+
+        return lambda module: run_lowered
+    if backend == "c":
+        from gradfuse.backend.c import compile_c
+
+        return lambda module: _bound(compile_c(module).run)
+    from gradfuse.backend.cuda import compile_cuda  # type: ignore[import-not-found]
+
+    return lambda module: _bound(compile_cuda(module).run)
+
+
+def _bound(run: Callable[..., Any]) -> Callable[..., Any]:
+    return lambda module, **kwargs: run(**kwargs)
+
+
+def compile_module(
+    module: ModuleOp, backend: str | None = None, pipeline: str | None = None
+) -> Program:
+    """Runs the backend's pipeline on `module` (in place) and prepares it to run."""
+    from gradfuse.passes import run_pipeline
+
+    name = choose_backend(backend)
+    spec = PIPELINE_OF[name] if pipeline is None else pipeline
+    if spec:
+        run_pipeline(module, spec)
+    return Program(name, module, _runner(name)(module))

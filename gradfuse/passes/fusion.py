@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable
-from functools import cache
 from dataclasses import dataclass, field
+from functools import cache
 
 from xdsl.dialects import func
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue

@@ -36,7 +36,6 @@ from xdsl.dialects.func import Func
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import ParseError, VerifyException
 
-from gradfuse.backend.reference import run
 from gradfuse.diagnostics import GradfuseError, Position, position_of
 from gradfuse.dialects.tg import TG
 
@@ -58,6 +57,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--outputs", help=".npz to write results, params and received arrays to")
     p.add_argument("--params", help=".npz with initial param values by key")
     p.add_argument("--entry", default="main", help="entry function (default: main)")
+    p.add_argument(
+        "--backend",
+        default="reference",
+        choices=["reference", "numpy", "lowered", "c", "cuda"],
+        help="what runs the program (default: reference, the NumPy interpreter)",
+    )
+    p.add_argument(
+        "--pipeline",
+        default=None,
+        help="passes to run first (default: the backend's; 'none' for no pass)",
+    )
     p.add_argument(
         "--dtype",
         choices=["float32", "float64"],
@@ -182,8 +192,14 @@ def run_file(opts: argparse.Namespace) -> dict[str, np.ndarray]:
         given = {k.removeprefix("param."): v for k, v in given.items() if k.startswith("param.")}
     params = given
     args, feeders = _split_inputs(inputs)
-    dtype = np.float64 if opts.dtype == "float64" else np.float32
-    result = run(module, args=args, feeders=feeders, params=params, entry=opts.entry, dtype=dtype)
+    from gradfuse.backend import compile_module
+
+    pipeline = "" if opts.pipeline == "none" else opts.pipeline
+    program = compile_module(module, opts.backend, pipeline)
+    extra = {"dtype": np.float64} if opts.dtype == "float64" else {}
+    if extra and opts.backend != "reference":
+        raise GradfuseError("--dtype float64 needs --backend reference")
+    result = program.run(args=args, feeders=feeders, params=params, entry=opts.entry, **extra)
     out: dict[str, np.ndarray] = {}
     for i, value in enumerate(result.results):
         out[f"result{i}"] = value

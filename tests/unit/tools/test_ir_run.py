@@ -228,8 +228,27 @@ def test_grad_is_refused(tmp_path, capsys):
     path.write_text(PROGRAM_MLIR.replace('"tg.add"(%a, %f)', '"tg.grad"(%a, %f)'))
     inp = tmp_path / "in.npz"
     np.savez(inp, arg0=np.zeros(2), noise=np.zeros(2))
-    line = run_fails([path, "--inputs", inp], capsys)
+    line = run_fails([path, "--inputs", inp, "--pipeline", "none"], capsys)
     assert "tg.grad cannot be run: it must be expanded by the `tg-autodiff` pass first" in line
+
+
+GRAD_TG = """\
+func @main(%x: tensor<3xf32>) -> (tensor<3xf32>) {
+  %s = tg.mul %x, %x : tensor<3xf32>
+  %g = tg.grad %s wrt %x : tensor<3xf32>
+  return %g
+}
+"""
+
+
+@pytest.mark.parametrize("backend", ["reference", "numpy", "lowered"])
+def test_grad_is_expanded_by_the_default_pipeline(tmp_path, capsys, backend):
+    path = tmp_path / "g.tg"
+    path.write_text(GRAD_TG)
+    inp, out = tmp_path / "in.npz", tmp_path / "out.npz"
+    np.savez(inp, arg0=np.array([1.0, -2.0, 3.0], np.float32))
+    run_ok([path, "--inputs", inp, "--outputs", out, "--backend", backend], capsys)
+    np.testing.assert_allclose(np.load(out)["result0"], [2.0, -4.0, 6.0])
 
 
 def test_usage_error(capsys):
