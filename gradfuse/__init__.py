@@ -8,7 +8,9 @@ from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import manual_seed
 from gradfuse.frontend.tensor import Tensor, where
 from gradfuse.frontend.tracing import (
+    Compiled,
     Feeder,
+    compile,
     Receiver,
     execute,
     ir_for,
@@ -19,5 +21,5 @@ from gradfuse.frontend.tracing import (
 
 __all__ = [
     "Tensor", "Parameter", "where", "Feeder", "Receiver", "execute", "ir_for", "ir_text",
-    "print_graph", "reset", "manual_seed",
+    "print_graph", "reset", "manual_seed", "compile", "Compiled",
 ]  # fmt: skip

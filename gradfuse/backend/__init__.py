@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -59,11 +60,20 @@ def cuda_available() -> bool:
         return False
 
 
+def c_available() -> bool:
+    """Whether the C backend can run here (its package and a C compiler)."""
+    return importlib.util.find_spec("gradfuse.backend.c") is not None and bool(
+        shutil.which(os.environ.get("CC", "gcc"))
+    )
+
+
 def choose_backend(name: str | None = None) -> str:
-    """`name`, else $GRADFUSE_BACKEND, else cuda when PyCUDA sees a GPU, else c."""
-    chosen = name or os.environ.get("GRADFUSE_BACKEND") or ("cuda" if cuda_available() else "c")
+    """`name`, else $GRADFUSE_BACKEND, else cuda when PyCUDA sees a GPU, else c (numpy
+    when there is no C compiler either)."""
+    default = "cuda" if cuda_available() else "c" if c_available() else "numpy"
+    chosen = name or os.environ.get("GRADFUSE_BACKEND") or default
     if chosen not in PIPELINE_OF:
-        raise GradfuseError(f"unknown backend '{chosen}' (choose from {', '.join(PIPELINE_OF)})")
+        raise GradfuseError(f'unknown backend "{chosen}" (choose from {", ".join(PIPELINE_OF)})')
     return chosen
 
 

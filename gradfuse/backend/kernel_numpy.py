@@ -85,6 +85,16 @@ class _Machine:
         self.state = state
         self.env: dict[SSAValue, Any] = {}
         self.snapshot: dict[str, np.ndarray] = {}
+        self.grids: dict[tuple[int, tuple[int, ...]], Any] = {}  # per (op, shape): indices
+
+    def indices(self, op: K.LoadOp | K.StoreOp, shape: tuple[int, ...]) -> Any:
+        """The flat positions a load or store touches, computed once per op."""
+        key = (id(op), shape)
+        if key not in self.grids:
+            buf_shape = tuple(op.buffer.type.get_shape())  # type: ignore[attr-defined]
+            idx = eval_grid(op.map.data, shape)
+            self.grids[key] = np.ravel_multi_index(idx, buf_shape) if buf_shape else ()
+        return self.grids[key]
 
     def block(self, block: Block, outer: bool = False) -> list[np.ndarray]:
         for op in block.ops:
@@ -160,10 +170,15 @@ class _Machine:
 
     def body_op(self, op: Operation, env: dict[SSAValue, Any], shape: tuple[int, ...]) -> None:
         if isinstance(op, K.LoadOp):
-            env[op.result] = env[op.buffer][eval_grid(op.map.data, shape)]
+            buf = env[op.buffer]
+            env[op.result] = buf.reshape(-1)[self.indices(op, shape)] if buf.ndim else buf[()]
         elif isinstance(op, K.StoreOp):
             value = np.broadcast_to(env[op.value], shape)
-            env[op.buffer][eval_grid(op.map.data, shape)] = value
+            buf = env[op.buffer]
+            if buf.ndim:
+                buf.reshape(-1)[self.indices(op, shape)] = value
+            else:
+                buf[()] = value
         elif isinstance(op, arith.ConstantOp):
             env[op.result] = op.value.value.data  # type: ignore[attr-defined]
         elif type(op) in _BINARY:

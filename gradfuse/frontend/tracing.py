@@ -30,9 +30,6 @@ from gradfuse.frontend.recorder import (
 )
 from gradfuse.frontend.tensor import Tensor, element_for
 
-BACKENDS = ("reference",)
-"""The backends `execute()` can run on now."""
-
 
 def reset() -> None:
     """Discards the recorded program and starts a new one. `gradfuse.reset()`"""
@@ -148,61 +145,101 @@ def Receiver(  # noqa: N802 (the seed program's name)
     prog.receivers[key] = fn
 
 
-def _pipeline_name() -> str:
-    from gradfuse.passes import PIPELINES
-
-    return "tg" if "tg" in PIPELINES else "default"
-
-
 def _write_back(params: dict[str, Parameter], values: dict[str, np.ndarray]) -> None:
     for key, param in params.items():
         if key in values:
             param.data = np.array(values[key], dtype=param.data.dtype)
 
 
+class Compiled:
+    """The recorded program compiled for one backend (`gradfuse.compile()`).
+
+    `.kernels`, `.kernels_per_iteration` and `.peak_bytes` count launches and
+    temporary memory of the fused program; `.run()` runs it once and writes the
+    final param values back into the model. `execute()` is `compile().run()`.
+    """
+
+    def __init__(self, backend: str | None, dtype: Any = None):
+        from gradfuse.backend import compile_module
+
+        prog = program()
+        self.source = prog.module.clone()
+        self.feeders, self.receivers, self.params = prog.feeders, prog.receivers, prog.params
+        self.dtype = dtype
+        if dtype is not None and backend is None:
+            backend = "reference"  # only the reference interpreter computes in float64
+        self.program = compile_module(prog.module.clone(), backend)
+        self.backend = self.program.backend
+        new_program()
+        self._stats: Any = None
+
+    @property
+    def stats(self) -> Any:
+        """Launch counts and arena bytes of the program lowered by the default pipeline."""
+        if self._stats is None:
+            from gradfuse.passes import run_pipeline
+            from gradfuse.stats import kernel_stats
+
+            module = self.program.module
+            if self.program.backend in ("reference", "numpy"):
+                module = self.source.clone()
+                run_pipeline(module, "default")
+            self._stats = kernel_stats(module)
+        return self._stats
+
+    @property
+    def kernels(self) -> int:
+        return self.stats.kernels
+
+    @property
+    def kernels_per_iteration(self) -> int:
+        return self.stats.kernels_per_iteration
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.stats.peak_bytes
+
+    def run(self) -> Any:
+        """Runs the program once; params are read from and written back to the model."""
+        initial = {key: p.data for key, p in self.params.items()}
+        extra = {"dtype": self.dtype} if self.dtype is not None else {}
+        if extra and self.backend != "reference":
+            raise GradfuseError("execute(dtype=...) needs backend='reference'")
+        try:
+            result = self.program.run(
+                feeders=self.feeders, receivers=self.receivers, params=initial, **extra
+            )
+        except GradfuseError as err:
+            _write_back(self.params, getattr(err, "params", {}))
+            clean = GradfuseError(err.message, err.position)
+            clean.params = getattr(err, "params", {})  # type: ignore[attr-defined]
+            raise clean from None
+        _write_back(self.params, result.params)
+        return result
+
+
+def compile(backend: str | None = None, *, dtype: Any = None) -> Compiled:  # noqa: A001
+    """Compiles the recorded program without running it; recording starts anew.
+
+    `backend`, else `$GRADFUSE_BACKEND`, else cuda when PyCUDA sees a GPU, else c.
+    `gradfuse.compile().kernels_per_iteration`
+    """
+    return Compiled(backend, dtype)
+
+
 def execute(backend: str | None = None, *, dtype: Any = None) -> Any:
     """Compiles the recorded program, runs it and writes the final params back.
 
-    The backend is `backend`, else `$GRADFUSE_BACKEND`, else "reference" (the NumPy
-    interpreter; the only one for now). Recording then starts anew, so a second
-    `execute()` runs only what was recorded after the first. Returns the backend's
-    result (for "reference", a `RunResult`). `dtype=np.float64` computes every float
-    value in float64 (for checks against float64 NumPy); params keep their own dtype.
-    `execute()`
+    The backend is `backend`, else `$GRADFUSE_BACKEND`, else cuda when PyCUDA sees
+    a GPU, else c (see `gradfuse.backend`). Recording then starts anew, so a second
+    `execute()` runs only what was recorded after the first. Returns the run's
+    `RunResult`. `dtype=np.float64` (reference backend only) computes every float
+    value in float64, for checks against float64 NumPy. `execute()`
     """
-    name = backend or os.environ.get("GRADFUSE_BACKEND") or "reference"
-    if name not in BACKENDS:
-        raise GradfuseError(
-            f'execute(): unknown or unavailable backend "{name}" (available: '
-            + ", ".join(f'"{b}"' for b in BACKENDS)
-            + ")"
-        )
-    from gradfuse.backend.reference import run
-    from gradfuse.passes import run_pipeline
-
-    prog = program()
-    module = prog.module.clone()
-    run_pipeline(module, _pipeline_name())
-    initial = {key: p.data for key, p in prog.params.items()}
-    new_program()
-    try:
-        result = run(
-            module,
-            feeders=prog.feeders,
-            receivers=prog.receivers,
-            params=initial,
-            dtype=dtype or np.float32,
-        )
-    except GradfuseError as err:
-        _write_back(prog.params, getattr(err, "params", {}))
-        clean = GradfuseError(err.message, err.position)
-        clean.params = getattr(err, "params", {})  # type: ignore[attr-defined]
-        raise clean from None
-    _write_back(prog.params, result.params)
-    return result
+    return compile(backend, dtype=dtype).run()
 
 
 __all__ = [
     "execute", "ir_for", "Feeder", "Receiver", "print_graph", "ir_text", "reset",
-    "manual_seed", "BACKENDS",
+    "manual_seed", "compile", "Compiled",
 ]  # fmt: skip
