@@ -10,8 +10,8 @@ from gradfuse.frontend.tensor import Tensor, where
 from gradfuse.frontend.tracing import (
     Compiled,
     Feeder,
-    compile,
     Receiver,
+    compile,
     execute,
     ir_for,
     ir_text,

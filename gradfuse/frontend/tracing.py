@@ -8,7 +8,6 @@ execute()                                          # compile, run, write params 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
