@@ -198,6 +198,15 @@ class Compiled:
     def peak_bytes(self) -> int:
         return self.stats.peak_bytes
 
+    def listing(self) -> str:
+        """The readable listing of the fused kernels (`ir-opt -t kernels`)."""
+        from gradfuse.dump import dump_kernels
+        from gradfuse.passes import run_pipeline
+
+        module = self.source.clone()
+        run_pipeline(module, "kernels")
+        return dump_kernels(module)
+
     def run(self) -> Any:
         """Runs the program once; params are read from and written back to the model."""
         initial = {key: p.data for key, p in self.params.items()}
