@@ -16,6 +16,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, SSAValue
 from xdsl.irdl import IRDLOperation
+from xdsl.traits import HasCanonicalizationPatternsTrait
 from xdsl.utils.exceptions import VerifyException
 
 FLOAT_TYPES = (Float16Type, BFloat16Type, Float32Type, Float64Type)
@@ -84,3 +85,13 @@ def parse_type(text: str) -> TensorType:
     """`tensor<2x4xf32>` -> TensorType (the .tg spelling of a type)."""
     *dims, elt = text[len("tensor<") : -1].split("x")
     return TensorType(ELEMENT_TYPES[elt], [int(d) for d in dims])
+
+
+class TgCanonicalize(HasCanonicalizationPatternsTrait):
+    """Folds splat constants and drops identities (`gradfuse.passes.tg_canonicalize`)."""
+
+    @classmethod
+    def get_canonicalization_patterns(cls):  # type: ignore[override]
+        from gradfuse.passes.tg_canonicalize import PATTERNS
+
+        return PATTERNS

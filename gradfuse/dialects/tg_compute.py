@@ -35,6 +35,7 @@ from xdsl.traits import (
 )
 
 from gradfuse.dialects.tg_base import (
+    TgCanonicalize,
     TgOp,
     fmt_shape,
     i64_array,
@@ -52,7 +53,7 @@ class BinaryOp(TgOp):
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TgCanonicalize())
     RESULT_IS_MASK: ClassVar[bool] = False
 
     def __init__(self, lhs: SSAValue, rhs: SSAValue):
@@ -79,7 +80,7 @@ class AddOp(BinaryOp):
     """Elementwise sum. `%z = tg.add %x, %y : tensor<4xf32>`"""
 
     name = "tg.add"
-    traits = traits_def(Pure(), Commutative())
+    traits = traits_def(Pure(), Commutative(), TgCanonicalize())
 
 
 @irdl_op_definition
@@ -94,7 +95,7 @@ class MulOp(BinaryOp):
     """Elementwise product. `%z = tg.mul %x, %y : tensor<4xf32>`"""
 
     name = "tg.mul"
-    traits = traits_def(Pure(), Commutative())
+    traits = traits_def(Pure(), Commutative(), TgCanonicalize())
 
 
 @irdl_op_definition
@@ -109,7 +110,7 @@ class MaxOp(BinaryOp):
     """Elementwise maximum. `%z = tg.max %x, %y : tensor<4xf32>`"""
 
     name = "tg.max"
-    traits = traits_def(Pure(), Commutative())
+    traits = traits_def(Pure(), Commutative(), TgCanonicalize())
 
 
 @irdl_op_definition
@@ -125,7 +126,7 @@ class UnaryOp(TgOp):
 
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TgCanonicalize())
 
     def __init__(self, input: SSAValue):
         super().__init__(operands=[input], result_types=[input.type])
@@ -209,7 +210,7 @@ class WhereOp(TgOp):
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TgCanonicalize())
 
     def __init__(self, cond: SSAValue, lhs: SSAValue, rhs: SSAValue):
         super().__init__(operands=[cond, lhs, rhs], result_types=[lhs.type])
@@ -233,7 +234,7 @@ class CastOp(TgOp):
     name = "tg.cast"
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TgCanonicalize())
 
     def __init__(self, input: SSAValue, element: Attribute):
         super().__init__(operands=[input], result_types=[tensor(shape_of(input), element)])
@@ -256,7 +257,7 @@ class DotOp(TgOp):
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TgCanonicalize())
 
     def __init__(self, lhs: SSAValue, rhs: SSAValue):
         a, b = shape_of(lhs), shape_of(rhs)
@@ -287,7 +288,7 @@ class ReduceOp(TgOp):
     input = operand_def(TensorType)
     result = result_def(TensorType)
     dims = prop_def(DenseArrayBase)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TgCanonicalize())
 
     def __init__(self, input: SSAValue, dims: Sequence[int]):
         shape = shape_of(input)
@@ -332,7 +333,7 @@ class SoftmaxOp(TgOp):
     input = operand_def(TensorType)
     result = result_def(TensorType)
     dim = prop_def(IntegerAttr)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TgCanonicalize())
 
     def __init__(self, input: SSAValue, dim: int):
         super().__init__(

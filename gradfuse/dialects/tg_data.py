@@ -27,7 +27,15 @@ from xdsl.irdl import (
 )
 from xdsl.traits import ConstantLike, Pure
 
-from gradfuse.dialects.tg_base import TgOp, fmt_shape, i64_array, ints, shape_of, tensor
+from gradfuse.dialects.tg_base import (
+    TgCanonicalize,
+    TgOp,
+    fmt_shape,
+    i64_array,
+    ints,
+    shape_of,
+    tensor,
+)
 
 
 class TgConstantLike(ConstantLike):
@@ -74,7 +82,7 @@ class ViewOp(TgOp):
 
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TgCanonicalize())
 
     def verify_element_type(self) -> None:
         if self.input.type.element_type != self.result.type.element_type:  # type: ignore[union-attr]
@@ -231,7 +239,7 @@ class ConcatOp(TgOp):
     inputs = var_operand_def(TensorType)
     result = result_def(TensorType)
     dim = prop_def(IntegerAttr)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TgCanonicalize())
 
     def __init__(self, inputs: Sequence[SSAValue], dim: int):
         shapes = [shape_of(v) for v in inputs]

@@ -291,7 +291,10 @@ class _Body:
             kind = "add" if isinstance(op, tg.ReduceSumOp) else "max"
             return self.add(K.ReduceOp(kind, args[0]), op)
         if isinstance(op, tg.DotOp):
-            prod = self.add(arith.MulfOp(args[0], args[1]), op)
+            ones = [_is_one(v) for v in args]
+            prod = args[1] if ones[0] else args[0] if ones[1] else None
+            if prod is None:
+                prod = self.add(arith.MulfOp(args[0], args[1]), op)
             return self.add(K.ReduceOp("add", prod), op)
         raise AssertionError(f"tg-fuse: no kernel form for {op.name}")
 
@@ -357,6 +360,16 @@ class _Body:
         )
         op.location = root.location
         return op
+
+
+def _is_one(value: SSAValue) -> bool:
+    """Whether a kernel scalar is the constant 1.0 (autodiff's seed, a ones operand)."""
+    owner = value.owner
+    return (
+        isinstance(owner, arith.ConstantOp)
+        and isinstance(owner.value, FloatAttr)
+        and owner.value.value.data == 1.0
+    )
 
 
 def _hint(key: str) -> str | None:

@@ -1,0 +1,90 @@
+"""Canonicalization patterns of tg ops, run by xDSL's `canonicalize` pass.
+
+Splat constants fold through elementwise ops, views and reductions, and
+identities disappear, so autodiff's seed of ones costs nothing:
+
+    %one = tg.constant 1.0 : tensor<2x8xf32>
+    %y = tg.mul %x, %one : tensor<2x8xf32>      // -> %x
+    %s = tg.reduce_sum %one dims=[0] : tensor<8xf32>   // -> tg.constant 2.0
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from math import prod
+
+from xdsl.dialects.builtin import FloatAttr, TensorType
+from xdsl.ir import Operation, SSAValue
+from xdsl.pattern_rewriter import PatternRewriter, RewritePattern
+
+from gradfuse.dialects import tg
+from gradfuse.dialects.tg_base import ints, shape_of
+
+FOLD: dict[type, Callable[..., float]] = {
+    tg.AddOp: lambda a, b: a + b,
+    tg.SubOp: lambda a, b: a - b,
+    tg.MulOp: lambda a, b: a * b,
+    tg.DivOp: lambda a, b: a / b if b else math.copysign(math.inf, a) if a else math.nan,
+    tg.MaxOp: max,
+    tg.NegOp: lambda a: -a,
+    tg.Exp2Op: lambda a: 2.0**a if a < 1024 else math.inf,
+    tg.Log2Op: lambda a: math.log2(a) if a > 0 else -math.inf if a == 0 else math.nan,
+    tg.SqrtOp: lambda a: math.sqrt(a) if a >= 0 else math.nan,
+    tg.RecipOp: lambda a: 1.0 / a if a else math.inf,
+    tg.SinOp: math.sin,
+}
+"""How each elementwise op computes on scalars, for folding splat constants."""
+
+VIEWS = (tg.ReshapeOp, tg.PermuteOp, tg.BroadcastOp, tg.SliceOp, tg.ViewAccessOp)
+
+
+def splat(value: SSAValue) -> float | None:
+    """The value of a splat `tg.constant` of a float type, else None."""
+    owner = value.owner
+    if isinstance(owner, tg.ConstantOp) and isinstance(owner.value, FloatAttr):
+        ty = value.type
+        if isinstance(ty, TensorType) and isinstance(ty.element_type, tg.FLOAT_TYPES):
+            return owner.value.value.data
+    return None
+
+
+def _constant(rewriter: PatternRewriter, op: Operation, value: float) -> None:
+    ty = op.results[0].type
+    assert isinstance(ty, TensorType)
+    c = tg.ConstantOp(value, ty)
+    c.location = op.location
+    rewriter.replace(op, c)
+
+
+class FoldSplats(RewritePattern):
+    """An elementwise op on splats, a view of a splat, a reduction of a splat: a splat."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        values = [splat(v) for v in op.operands]
+        if not values or any(v is None for v in values):
+            return
+        if type(op) in FOLD:
+            _constant(rewriter, op, FOLD[type(op)](*values))
+        elif isinstance(op, VIEWS) or isinstance(op, tg.ReduceMaxOp):
+            _constant(rewriter, op, values[0])  # type: ignore[arg-type]
+        elif isinstance(op, tg.ReduceSumOp):
+            n = prod(shape_of(op.input)[d] for d in ints(op.dims))
+            _constant(rewriter, op, values[0] * n)  # type: ignore[operator]
+
+
+class DropIdentity(RewritePattern):
+    """`x * 1`, `x + 0`, `x - 0`, `x / 1` are `x`."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, tg.MulOp | tg.AddOp | tg.SubOp | tg.DivOp):
+            return
+        unit = 1.0 if isinstance(op, tg.MulOp | tg.DivOp) else 0.0
+        lhs, rhs = op.operands
+        if splat(rhs) == unit and rhs.type == op.results[0].type:
+            rewriter.replace(op, [], [lhs])
+        elif isinstance(op, tg.MulOp | tg.AddOp) and splat(lhs) == unit:
+            rewriter.replace(op, [], [rhs])
+
+
+PATTERNS = (FoldSplats(), DropIdentity())
