@@ -40,7 +40,7 @@ def _where(op: Operation) -> str:
     return f"{path}({p.direction}) {at}".strip()
 
 
-def _map(op: K.LoadOp | K.StoreOp) -> str:
+def _map(op: K.LoadOp | K.StoreOp | K.GatherOp | K.ScatterAddOp | K.RandomOp) -> str:
     return ", ".join(str(r) for r in op.map.data.results)
 
 
@@ -127,6 +127,13 @@ class _Dumper:
             return f"{res} = load {val(op.buffer)}[{_map(op)}]"
         if isinstance(op, K.StoreOp):
             return f"store {val(op.buffer)}[{_map(op)}] = {val(op.value)}"
+        if isinstance(op, K.GatherOp):
+            return f"{res} = gather {val(op.buffer)}[{_map(op)}] with s0 = {val(op.index)}"
+        if isinstance(op, K.ScatterAddOp):
+            where = f"{val(op.buffer)}[{_map(op)}] with s0 = {val(op.index)}"
+            return f"scatter_add {where} += {val(op.value)}"
+        if isinstance(op, K.RandomOp):
+            return f"{res} = random[{_map(op)}] counter {val(op.counter)} seed {op.seed.value.data}"
         if isinstance(op, K.ReduceOp):
             return f"{res} = reduce {op.kind.data} {val(op.value)}"
         if isinstance(op, arith.ConstantOp):

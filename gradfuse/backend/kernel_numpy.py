@@ -17,13 +17,17 @@ import numpy as np
 from xdsl.dialects import arith, func, math
 from xdsl.dialects.builtin import MemRefType, ModuleOp, TensorType
 from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir.affine import AffineExpr, AffineMap
 
+from gradfuse import affine
 from gradfuse.affine import eval_grid
 from gradfuse.backend.reference import RunResult
+from gradfuse.backend.reference_sparse import erf
 from gradfuse.backend.reference_state import RunState, attr_array, dtype_of
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import kernel as K
 from gradfuse.dialects import tg
+from gradfuse.philox import uniform
 
 _BINARY: dict[type, Callable[[Any, Any], Any]] = {
     arith.AddfOp: np.add, arith.SubfOp: np.subtract, arith.MulfOp: np.multiply,
@@ -31,7 +35,7 @@ _BINARY: dict[type, Callable[[Any, Any], Any]] = {
 }  # fmt: skip
 _UNARY: dict[type, Callable[[Any], Any]] = {
     arith.NegfOp: np.negative, math.Exp2Op: np.exp2, math.Log2Op: np.log2,
-    math.SqrtOp: np.sqrt, math.SinOp: np.sin,
+    math.SqrtOp: np.sqrt, math.SinOp: np.sin, math.ErfOp: erf,
 }  # fmt: skip
 _COMPARE = {
     "oeq": np.equal, "ogt": np.greater, "oge": np.greater_equal, "olt": np.less,
@@ -168,6 +172,20 @@ class _Machine:
             shape = domain[:par] if epilogue else domain
             self.body_op(op, env, shape)
 
+    def indexed(self, op: Any, env: dict[SSAValue, Any], shape: tuple[int, ...]) -> None:
+        buf = env[op.buffer]
+        index = np.rint(np.asarray(env[op.index], dtype=np.float64)).astype(np.int64)
+        where = _with_symbol(op.map.data, index, shape)
+        for k, (w, n) in enumerate(zip(where, buf.shape)):
+            if w.size and (w.min() < 0 or w.max() >= n):
+                raise GradfuseError(
+                    f"{op.name}: index out of range in dim {k} (size {n})", position_of(op.location)
+                )
+        if isinstance(op, K.GatherOp):
+            env[op.result] = buf[where]
+        else:
+            np.add.at(buf, where, np.broadcast_to(env[op.value], shape))
+
     def body_op(self, op: Operation, env: dict[SSAValue, Any], shape: tuple[int, ...]) -> None:
         if isinstance(op, K.LoadOp):
             buf = env[op.buffer]
@@ -179,6 +197,12 @@ class _Machine:
                 buf.reshape(-1)[self.indices(op, shape)] = value
             else:
                 buf[()] = value
+        elif isinstance(op, K.GatherOp | K.ScatterAddOp):
+            self.indexed(op, env, shape)
+        elif isinstance(op, K.RandomOp):
+            (linear,) = eval_grid(op.map.data, shape)
+            counter = float(np.asarray(env[op.counter]).reshape(-1)[0])
+            env[op.result] = uniform(linear, counter, op.seed.value.data)
         elif isinstance(op, arith.ConstantOp):
             env[op.result] = op.value.value.data  # type: ignore[attr-defined]
         elif type(op) in _BINARY:
@@ -202,6 +226,18 @@ class _Machine:
                 env[r] = v.astype(np.float32)
             elif isinstance(v, float):
                 env[r] = np.float32(v)
+
+
+def _with_symbol(map: AffineMap, index: np.ndarray, shape: tuple[int, ...]) -> tuple:
+    """The map's results at every point of `shape`, its symbol s0 taking `index`."""
+    dims_only = AffineMap(
+        map.num_dims + 1, 0, tuple(e.replace_dims_and_symbols(
+            affine.dims(map.num_dims + 1)[: map.num_dims], (AffineExpr.dimension(map.num_dims),)
+        ) for e in map.results)
+    )  # fmt: skip
+    grid = np.indices(shape, dtype=np.int64) if shape else np.zeros((0,), np.int64)
+    full = np.concatenate([grid, np.broadcast_to(index, shape)[None].astype(np.int64)])
+    return tuple(np.broadcast_to(affine._eval(e, full), shape) for e in dims_only.results)
 
 
 def _predicate(op: arith.CmpfOp | arith.CmpiOp) -> str:

@@ -27,6 +27,7 @@ from xdsl.interpreters.func import FuncFunctions
 from xdsl.ir import Attribute, Operation
 
 from gradfuse.backend.reference_ops import RunState, TgFunctions, dtype_of
+from gradfuse.backend.reference_sparse import SparseFunctions
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import fmt_shape
@@ -157,6 +158,7 @@ def run(
     interpreter = _TgInterpreter(module)
     interpreter.register_implementations(FuncFunctions())
     interpreter.register_implementations(TgFunctions(state))
+    interpreter.register_implementations(SparseFunctions(state))
     try:
         with np.errstate(all="ignore"):
             results = interpreter.call_op(fn, tuple(call_args))

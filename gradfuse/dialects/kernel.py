@@ -146,11 +146,11 @@ class KernelOp(IRDLOperation):
                     self, "kernel.reduce ops must stand together between prologue and epilogue"
                 )
             epilogue = i >= split
-            if isinstance(op, LoadOp | StoreOp):
+            if isinstance(op, LoadOp | StoreOp | GatherOp | ScatterAddOp | RandomOp):
                 rank = self.num_parallel if epilogue else len(dims)
                 if op.map.data.num_dims != rank:
                     raise _fail(op, f"access map {op.map.data} must take {rank} dims here")
-            if isinstance(op, StoreOp) and not epilogue:
+            if isinstance(op, StoreOp | ScatterAddOp) and not epilogue:
                 raise _fail(op, "stores belong after the reductions")
             if epilogue and any(o.owner in prologue for o in op.operands):
                 raise _fail(op, "an epilogue op may only use reductions, not prologue values")
@@ -235,6 +235,98 @@ class StoreOp(_AccessOp):
 
     def verify_(self) -> None:
         self.verify_map(self.buffer)
+
+
+@irdl_op_definition
+class GatherOp(_AccessOp):
+    """Reads `buffer[map(point)[index]]`: the map's symbol s0 is the value of `index`
+    (an integer held in a float).
+
+    `%v = kernel.gather %x[affine_map<(d0, d1)[s0] -> (s0, d1)>], %i : memref<9x4xf32> -> f32`
+    """
+
+    name = "kernel.gather"
+    buffer = operand_def(MemRefType)
+    index = operand_def()
+    map = prop_def(AffineMapAttr)
+    result = result_def()
+    traits = traits_def(MemoryReadEffect())
+    assembly_format = (
+        "$buffer `[` $map `]` `,` $index attr-dict `:` type($buffer) `,` type($index)"
+        " `->` type($result)"
+    )
+
+    def __init__(self, buffer: SSAValue, map: AffineMap, index: SSAValue):
+        assert isinstance(buffer.type, MemRefType)
+        super().__init__(
+            operands=[buffer, index],
+            result_types=[buffer.type.element_type],
+            properties={"map": AffineMapAttr(map)},
+        )
+
+    def verify_(self) -> None:
+        self.verify_map(self.buffer)
+        if self.map.data.num_symbols != 1:
+            raise _fail(self, "the access map needs one symbol (s0) for the index")
+
+
+@irdl_op_definition
+class ScatterAddOp(_AccessOp):
+    """Adds `value` to `buffer[map(point)[index]]`, atomically (indices may repeat).
+
+    `kernel.scatter_add %v, %g[affine_map<(d0, d1)[s0] -> (s0, d1)>], %i : f32, memref<9x4xf32>, f32`
+    """
+
+    name = "kernel.scatter_add"
+    value = operand_def()
+    buffer = operand_def(MemRefType)
+    index = operand_def()
+    map = prop_def(AffineMapAttr)
+    traits = traits_def(MemoryWriteEffect())
+    assembly_format = (
+        "$value `,` $buffer `[` $map `]` `,` $index attr-dict `:` type($value) `,`"
+        " type($buffer) `,` type($index)"
+    )
+
+    def __init__(self, value: SSAValue, buffer: SSAValue, map: AffineMap, index: SSAValue):
+        super().__init__(operands=[value, buffer, index], properties={"map": AffineMapAttr(map)})
+
+    def verify_(self) -> None:
+        self.verify_map(self.buffer)
+        if self.map.data.num_symbols != 1:
+            raise _fail(self, "the access map needs one symbol (s0) for the index")
+
+
+@irdl_op_definition
+class RandomOp(IRDLOperation):
+    """Uniform [0, 1) f32 from Philox2x32-10 (`gradfuse.philox`) at counter
+    (linear index `map(point)`, `counter`) under key `seed`.
+
+    `%u = kernel.random %c[affine_map<(d0, d1) -> (d0 * 16 + d1)>] seed 7 : f32 -> f32`
+    """
+
+    name = "kernel.random"
+    counter = operand_def()
+    map = prop_def(AffineMapAttr)
+    seed = prop_def(IntegerAttr)
+    result = result_def()
+    traits = traits_def(Pure())
+    assembly_format = (
+        "$counter `[` $map `]` `seed` $seed attr-dict `:` type($counter) `->` type($result)"
+    )
+
+    def __init__(self, counter: SSAValue, map: AffineMap, seed: int):
+        from xdsl.dialects.builtin import f32
+
+        super().__init__(
+            operands=[counter],
+            result_types=[f32],
+            properties={"map": AffineMapAttr(map), "seed": IntegerAttr(seed, i64)},
+        )
+
+    def verify_(self) -> None:
+        if len(self.map.data.results) != 1:
+            raise _fail(self, "the map gives the one linear element index")
 
 
 @irdl_op_definition
@@ -358,6 +450,20 @@ class ReceiveOp(IRDLOperation):
 
 KERNEL = Dialect(
     "kernel",
-    [KernelOp, GroupOp, LoadOp, StoreOp, ReduceOp, ParamOp, AllocOp, ConstantOp, FeedOp, ReceiveOp],
+    [
+        KernelOp,
+        GroupOp,
+        LoadOp,
+        StoreOp,
+        GatherOp,
+        ScatterAddOp,
+        RandomOp,
+        ReduceOp,
+        ParamOp,
+        AllocOp,
+        ConstantOp,
+        FeedOp,
+        ReceiveOp,
+    ],  # fmt: skip
     [],
 )

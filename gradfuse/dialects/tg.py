@@ -18,6 +18,7 @@ from gradfuse.dialects.tg_compute import (
     CmpLtOp,
     DivOp,
     DotOp,
+    ErfOp,
     Exp2Op,
     Log2Op,
     MaxOp,
@@ -56,6 +57,7 @@ from gradfuse.dialects.tg_program import (
     ReceiverOp,
     YieldOp,
 )
+from gradfuse.dialects.tg_sparse import GatherOp, RandomOp, ScatterAddOp
 
 COMPOSITES = (SigmoidOp, TanhOp, ReluOp, SoftmaxOp)
 """Ops that `tg-decompose` expands into primitives."""
@@ -64,11 +66,12 @@ TG = Dialect(
     "tg",
     [
         AddOp, SubOp, MulOp, DivOp, MaxOp, CmpLtOp,
-        NegOp, Exp2Op, Log2Op, SqrtOp, RecipOp, SinOp,
+        NegOp, Exp2Op, Log2Op, SqrtOp, RecipOp, SinOp, ErfOp,
         WhereOp, CastOp, DotOp, ReduceSumOp, ReduceMaxOp,
         SigmoidOp, TanhOp, ReluOp, SoftmaxOp,
         ConstantOp, ReshapeOp, PermuteOp, BroadcastOp, SliceOp, PadOp, ConcatOp, ViewAccessOp,
         ParamOp, AssignOp, FeederOp, ReceiverOp, ForOp, YieldOp, GradOp,
+        GatherOp, ScatterAddOp, RandomOp,
     ],
     [],
 )  # fmt: skip
@@ -76,7 +79,7 @@ TG = Dialect(
 __all__ = [
     "TG", "COMPOSITES", "FLOAT_TYPES", "parse_type", "BinaryOp", "UnaryOp", "ReduceOp", "fmt_shape", "shape_of", "tensor",
     "AddOp", "SubOp", "MulOp", "DivOp", "MaxOp", "CmpLtOp",
-    "NegOp", "Exp2Op", "Log2Op", "SqrtOp", "RecipOp", "SinOp",
+    "NegOp", "Exp2Op", "Log2Op", "SqrtOp", "RecipOp", "SinOp", "ErfOp",
     "WhereOp", "CastOp", "DotOp", "ReduceSumOp", "ReduceMaxOp",
     "SigmoidOp", "TanhOp", "ReluOp", "SoftmaxOp",
     "ConstantOp", "ReshapeOp", "PermuteOp", "BroadcastOp", "SliceOp", "PadOp", "ConcatOp",

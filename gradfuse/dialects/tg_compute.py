@@ -181,6 +181,13 @@ class SinOp(UnaryOp):
 
 
 @irdl_op_definition
+class ErfOp(UnaryOp):
+    """The error function. `%y = tg.erf %x : tensor<4xf32>`"""
+
+    name = "tg.erf"
+
+
+@irdl_op_definition
 class SigmoidOp(UnaryOp):
     """Composite `1/(1+exp(-x))`. `%y = tg.sigmoid %x : tensor<4xf32>`"""
 

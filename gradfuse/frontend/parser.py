@@ -45,7 +45,7 @@ SPECIAL_OPS = ("tg.for", "tg.grad", "tg.yield")
 ATTR_KINDS: dict[str, str] = {
     "dims": "ints", "perm": "ints", "starts": "ints", "limits": "ints", "strides": "ints",
     "low": "ints", "high": "ints", "dim": "int", "value": "float", "init": "number_or_dense",
-    "map": "affine_map",
+    "map": "affine_map", "seed": "int",
 }  # fmt: skip
 """How each `key=value` attribute of the .tg syntax is read and printed."""
 

@@ -94,6 +94,29 @@ def sin_rule(e: Emitter, op: tg.SinOp, g: SSAValue) -> Cotangents:
     return (e.mul(g, cos),)
 
 
+def erf_rule(e: Emitter, op: tg.ErfOp, g: SSAValue) -> Cotangents:
+    """z = erf(x): g * 2/sqrt(pi) * exp(-x^2), with exp(y) = exp2(y * log2 e)."""
+    x = op.input
+    bell = e.exp2(e.scale(e.mul(x, x), -1.0 / LN_2))
+    return (e.mul(g, e.scale(bell, 2.0 / math.sqrt(math.pi))),)
+
+
+def gather_rule(e: Emitter, op: tg.GatherOp, g: SSAValue) -> Cotangents:
+    """z = gather(x, idx): x gets g scattered back (added where indices repeat)."""
+    grad = e.emit(tg.ScatterAddOp(op.index, g, op.dim.value.data, shape_of(op.input)))
+    return grad, None
+
+
+def scatter_add_rule(e: Emitter, op: tg.ScatterAddOp, g: SSAValue) -> Cotangents:
+    """z = scatter_add(idx, src): src gets g gathered at the same indices."""
+    return None, e.emit(tg.GatherOp(g, op.index, op.dim.value.data))
+
+
+def random_rule(e: Emitter, op: tg.RandomOp, g: SSAValue) -> Cotangents:
+    """Random numbers do not depend on their counter."""
+    return (None,)
+
+
 def cmplt_rule(e: Emitter, op: tg.CmpLtOp, g: SSAValue) -> Cotangents:
     """A mask has no gradient."""
     return None, None
@@ -252,6 +275,10 @@ RULES: dict[type[Operation], Rule] = {
     tg.SqrtOp: sqrt_rule,
     tg.RecipOp: recip_rule,
     tg.SinOp: sin_rule,
+    tg.ErfOp: erf_rule,
+    tg.GatherOp: gather_rule,
+    tg.ScatterAddOp: scatter_add_rule,
+    tg.RandomOp: random_rule,
     tg.CmpLtOp: cmplt_rule,
     tg.WhereOp: where_rule,
     tg.CastOp: cast_rule,

@@ -31,7 +31,7 @@ from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import ints, shape_of
 
-ELEMENTWISE = (tg.BinaryOp, tg.UnaryOp, tg.WhereOp, tg.CastOp)
+ELEMENTWISE = (tg.BinaryOp, tg.UnaryOp, tg.WhereOp, tg.CastOp, tg.GatherOp, tg.RandomOp)
 SHAPED = (tg.PadOp, tg.ConcatOp)  # elementwise over their result, with index conditions
 HOST = (tg.FeederOp, tg.ReceiverOp, tg.ForOp, func.ReturnOp, tg.YieldOp)
 
@@ -57,6 +57,7 @@ class Member:
     map: AffineMap
     prologue: bool = False
     operand_maps: tuple[AffineMap, ...] | None = None
+    fill: bool = False  # stores zeros into the op's result (before a scatter_add)
 
 
 @dataclass(eq=False)
@@ -215,6 +216,8 @@ class Planner:
                 self.epoch[op] = len(self.writers.get(op.key.data, []))
             elif isinstance(op, ELEMENTWISE):
                 self.elementwise(op)
+            elif isinstance(op, tg.ScatterAddOp):
+                self.scatter(op)
             elif isinstance(op, tg.ReduceOp):
                 self.reduction(op)
             elif isinstance(op, tg.DotOp):
@@ -261,11 +264,15 @@ class Planner:
         member = g.member_of(base.owner)
         if member is None or member.prologue or g.domain[: g.parallel] != shape:
             return False
+        if isinstance(member.op, tg.ScatterAddOp):
+            return False  # written by atomic adds: complete only after the launch
         return affine.simplify(map, shape) == member.map
 
     def joinable(self, g: Group, op: Operation, shape: tuple[int, ...]) -> bool:
         if g.domain[: g.parallel] != shape or g.id < self.first_after_barrier:
             return False
+        if isinstance(op, tg.GatherOp) and self.producer(op.input) is g:
+            return False  # a gather reads anywhere in its input: it must be complete
         refs = [v for v in op.operands if self.producer(v) is g]
         if not all(self.available(g, v, shape) for v in refs):
             return False
@@ -298,8 +305,10 @@ class Planner:
             g.domain = tuple(shape) + g.domain[g.parallel :]
             return
 
-    def elementwise(self, op: Operation) -> None:
-        shape = shape_of(op.results[0])
+    def elementwise(self, op: Operation, shape: tuple[int, ...] | None = None) -> None:
+        """Joins `op` (computed at every point of `shape`, its result's by default) to
+        an operand's group, else starts a group."""
+        shape = shape or shape_of(op.results[0])
         ident = affine.identity_map(len(shape))
         candidates = {self.producer(v) for v in op.operands}
         for g in sorted((c for c in candidates if isinstance(c, Group)), key=lambda c: -c.id):
@@ -342,6 +351,14 @@ class Planner:
                 if affine.simplify(vmap.compose(m.map), g.domain[: g.parallel]) != ident:
                     return False
         return True
+
+    def scatter(self, op: tg.ScatterAddOp) -> None:
+        """Zeros first (a fill kernel), then the adds, fused with the source's kernel."""
+        out = shape_of(op.result)
+        fill = self.new_group("elementwise", out, len(out))
+        fill.members.append(Member(op, affine.identity_map(len(out)), fill=True))
+        self.elementwise(op, shape_of(op.src))
+        self.link(self.node_of[op], fill, ordering=True)
 
     def reduction(self, op: tg.ReduceOp) -> None:
         in_shape, dims = shape_of(op.input), ints(op.dims)

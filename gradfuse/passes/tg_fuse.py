@@ -30,7 +30,7 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
-from xdsl.ir.affine import AffineMap
+from xdsl.ir.affine import AffineExpr, AffineMap
 from xdsl.passes import ModulePass
 
 from gradfuse import affine
@@ -54,7 +54,7 @@ BINARY = {
 }  # fmt: skip
 UNARY = {
     tg.NegOp: arith.NegfOp, tg.Exp2Op: math.Exp2Op, tg.Log2Op: math.Log2Op,
-    tg.SqrtOp: math.SqrtOp, tg.SinOp: math.SinOp,
+    tg.SqrtOp: math.SqrtOp, tg.SinOp: math.SinOp, tg.ErfOp: math.ErfOp,
 }  # fmt: skip
 """How each elementwise tg op becomes a scalar op in a kernel body."""
 
@@ -250,19 +250,61 @@ class _Body:
 
     def member(self, m: Member) -> None:
         op = m.op
+        if m.fill:
+            zero = self.constant(0.0, op.results[0].type.element_type)  # type: ignore[attr-defined]
+            self.store(zero, self.fuser.alloc(op.results[0], self.host), m.map)
+            return
+        if isinstance(op, tg.GatherOp | tg.ScatterAddOp | tg.RandomOp):
+            self.indexed(m)
+            return
         maps = m.operand_maps or tuple(m.map for _ in op.operands)
         in_prologue = m.prologue or m.operand_maps is not None  # a root reads its domain
         args = [self.operand(v, mp, in_prologue) for v, mp in zip(op.operands, maps)]
         if isinstance(op, tg.AssignOp):
-            self.store(args[0], self.fuser.params[op.key.data])
+            self.store(args[0], self.fuser.params[op.key.data], m.map)
             return
         if isinstance(op, tg.PadOp | tg.ConcatOp):
-            result = self.shaped(op)
+            self.finish_member(m, self.shaped(op))
         else:
-            result = self.compute(op, args)
-        self.scalars[op.results[0]] = result
-        if not m.prologue and self.stored(op.results[0]):
-            self.store(result, self.fuser.alloc(op.results[0], self.host), m.map)
+            self.finish_member(m, self.compute(op, args))
+
+    def indexed(self, m: Member) -> None:
+        """gather / scatter_add (a data-dependent index as the map's symbol) and random."""
+        op = m.op
+        if isinstance(op, tg.RandomOp):
+            scalar = AffineMap(m.map.num_dims, 0, ())
+            counter = self.operand(op.counter, scalar, m.prologue)
+            shape = shape_of(op.result)
+            linear = sum(
+                (e * stride for e, stride in zip(m.map.results, affine.strides_of(shape))),
+                AffineExpr.constant(0),
+            )
+            lin_map = affine.simplify(AffineMap(m.map.num_dims, 0, (linear,)), self.sizes(m))
+            result = self.add(K.RandomOp(counter, lin_map, op.seed.value.data), op)
+            self.finish_member(m, result)
+            return
+        dim = op.dim.value.data
+        index = self.operand(op.index, m.map, m.prologue)
+        data = op.input if isinstance(op, tg.GatherOp) else op.results[0]
+        base, vmap = resolve(data)
+        point = list(m.map.results)
+        point[dim] = AffineExpr.symbol(0)
+        map = vmap.compose(AffineMap(m.map.num_dims, 1, tuple(point)))
+        if isinstance(op, tg.GatherOp):
+            buffer = self.arg(self.fuser.buffers[base])
+            self.finish_member(m, self.add(K.GatherOp(buffer, map, index), op))
+        else:
+            value = self.operand(op.src, m.map, m.prologue)
+            buffer = self.arg(self.fuser.alloc(op.results[0], self.host))
+            self.add(K.ScatterAddOp(value, buffer, map, index), op)
+
+    def sizes(self, m: Member) -> tuple[int, ...]:
+        return self.g.domain if m.prologue else self.g.domain[: self.g.parallel]
+
+    def finish_member(self, m: Member, result: SSAValue) -> None:
+        self.scalars[m.op.results[0]] = result
+        if not m.prologue and self.stored(m.op.results[0]):
+            self.store(result, self.fuser.alloc(m.op.results[0], self.host), m.map)
 
     def stored(self, value: SSAValue) -> bool:
         members = {m.op for m in self.g.members}
