@@ -192,6 +192,14 @@ class GpuMemrefFunctions(InterpreterFunctions):
         array[tuple(indices)] = value
         return ()
 
+    @impl(memref.AtomicRMWOp)
+    def run_atomic_rmw(self, interp: Interpreter, op: memref.AtomicRMWOp, args: PythonValues):
+        value, array, *indices = args
+        _check_bounds(op, array, tuple(indices))
+        old = array[tuple(indices)]  # atomic: no race check; only addf is generated
+        array[tuple(indices)] = old + value
+        return (old,)
+
     @impl(memref.GetGlobalOp)
     def run_get_global(self, interp: Interpreter, op: memref.GetGlobalOp, args: PythonValues):
         return (self.state.globals[op.name_.root_reference.data],)
@@ -253,6 +261,8 @@ class ScalarFunctions(InterpreterFunctions):
     run_extf = impl(arith.ExtFOp)(_convert)
     run_truncf = impl(arith.TruncFOp)(_convert)
     run_fptosi = impl(arith.FPToSIOp)(_numpy(int))
+    run_shrui = impl(arith.ShRUIOp)(_unsigned(lambda a, b: a >> b))
+    run_xori = impl(arith.XOrIOp)(_numpy(lambda a, b: a ^ b))
 
     run_exp = impl(math.ExpOp)(_numpy(np.exp))
     run_exp2 = impl(math.Exp2Op)(_numpy(np.exp2))

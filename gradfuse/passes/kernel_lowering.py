@@ -39,6 +39,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     UnitAttr,
     UnknownLoc,
+    f32,
     i64,
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
@@ -48,6 +49,7 @@ from xdsl.ir.affine import (
     AffineConstantExpr,
     AffineDimExpr,
     AffineExpr,
+    AffineSymExpr,
 )
 
 from gradfuse.diagnostics import GradfuseError, position_of
@@ -114,16 +116,25 @@ class KernelBuilder:
             self._consts[key] = op.result
         return self._consts[key]
 
-    def expand(self, expr: AffineExpr, point: Sequence[SSAValue], loc: Attribute) -> SSAValue:
-        """`expr` over the dims `point` as arith index ops (`d0 * 4 + d1` -> muli, addi)."""
+    def expand(
+        self,
+        expr: AffineExpr,
+        point: Sequence[SSAValue],
+        loc: Attribute,
+        symbols: Sequence[SSAValue] = (),
+    ) -> SSAValue:
+        """`expr` over the dims `point` (and `symbols`) as arith index ops
+        (`d0 * 4 + d1` -> muli, addi)."""
         if isinstance(expr, AffineDimExpr):
             return point[expr.position]
+        if isinstance(expr, AffineSymExpr) and expr.position < len(symbols):
+            return symbols[expr.position]
         if isinstance(expr, AffineConstantExpr):
             return self.const(expr.value)
         if not isinstance(expr, AffineBinaryOpExpr):
             raise GradfuseError(f"access map symbols are not supported: {expr}", position_of(loc))
-        lhs = self.expand(expr.lhs, point, loc)
-        rhs = self.expand(expr.rhs, point, loc)
+        lhs = self.expand(expr.lhs, point, loc, symbols)
+        rhs = self.expand(expr.rhs, point, loc, symbols)
         kind, pos = expr.kind, nonnegative(expr.lhs) and nonnegative(expr.rhs)
         if kind == AffineBinaryOpKind.Add:
             return self.add(_index_op(arith.AddiOp, lhs, rhs), loc)
@@ -223,6 +234,11 @@ class KernelBuilder:
         for op in epilogue:
             self.lower_op(op, k, vm, point)
 
+    def to_index(self, value: SSAValue, loc: Attribute) -> SSAValue:
+        """An index from an integer held in a float (gather/scatter indices)."""
+        as_int = self.add(arith.FPToSIOp(value, i64), loc)
+        return self.add(arith.IndexCastOp(as_int, INDEX), loc)
+
     def _init(self, r: kd.ReduceOp) -> SSAValue:
         ty = r.result.type
         if not isinstance(ty, AnyFloat):
@@ -283,11 +299,56 @@ class KernelBuilder:
             else:
                 self.add(memref.StoreOp.get(vm[op.value], vm[op.buffer], idx), loc)
             return
+        if isinstance(op, kd.GatherOp | kd.ScatterAddOp):
+            symbol = self.to_index(vm[op.index], loc)
+            idx = [self.expand(e, point, loc, [symbol]) for e in op.map.data.results]
+            if isinstance(op, kd.GatherOp):
+                vm[op.result] = self.add(memref.LoadOp.get(vm[op.buffer], idx), loc)
+            else:
+                add = memref.AtomicRMWOp.create(
+                    operands=[vm[op.value], vm[op.buffer], *idx],
+                    result_types=[op.value.type],
+                    properties={"kind": IntegerAttr(0, i64)},  # addf
+                )
+                self.add(add, loc)
+            return
+        if isinstance(op, kd.RandomOp):
+            linear = self.expand(op.map.data.results[0], point, loc)
+            vm[op.result] = philox_uniform(self, linear, vm[op.counter], op.seed.value.data, loc)
+            return
         if isinstance(op, kd.ReduceOp) or op.regions:
             raise GradfuseError(
                 f"{op.name} cannot stand here in kernel {k.sym_name.data}", position_of(loc)
             )
         self.block.add_op(op.clone(value_mapper=vm))
+
+
+def philox_uniform(
+    b: KernelBuilder, linear: SSAValue, counter: SSAValue, seed: int, loc: Attribute
+) -> SSAValue:
+    """Philox2x32-10 at counter (linear, counter) under `seed`, as i64 arith ops
+    (the 32-bit words kept in the low half), scaled into a uniform f32 in [0, 1)."""
+    from gradfuse.philox import MASK, MULTIPLIER, ROUNDS, WEYL
+
+    def op(cls: type[Operation], *args: SSAValue) -> SSAValue:
+        return b.add(cls.create(operands=list(args), result_types=[i64]), loc)
+
+    mask = b.const(MASK, i64)
+    x0 = b.add(arith.IndexCastOp(linear, i64), loc)
+    x0 = op(arith.AndIOp, x0, mask)
+    x1 = b.add(arith.FPToSIOp(counter, i64), loc)
+    x1 = op(arith.AndIOp, x1, mask)
+    key = seed & MASK
+    for _ in range(ROUNDS):
+        product = op(arith.MuliOp, x0, b.const(MULTIPLIER, i64))
+        hi = op(arith.ShRUIOp, product, b.const(32, i64))
+        lo = op(arith.AndIOp, product, mask)
+        x0 = op(arith.XOrIOp, op(arith.XOrIOp, hi, b.const(key, i64)), x1)
+        x1 = lo
+        key = (key + WEYL) & MASK
+    top = op(arith.ShRUIOp, x0, b.const(8, i64))
+    real = b.add(arith.SIToFPOp(top, f32), loc)
+    return b.add(arith.MulfOp(real, b.const(2.0**-24, f32)), loc)
 
 
 def _index_op(cls: type[Operation], lhs: SSAValue, rhs: SSAValue) -> Operation:
