@@ -146,8 +146,6 @@ class KernelOp(IRDLOperation):
                 rank = self.num_parallel if epilogue else len(dims)
                 if op.map.data.num_dims != rank:
                     raise _fail(op, f"access map {op.map.data} must take {rank} dims here")
-            if isinstance(op, StoreOp | ScatterAddOp) and not epilogue:
-                raise _fail(op, "stores belong after the reductions")
             if epilogue and any(o.owner in prologue for o in op.operands):
                 raise _fail(op, "an epilogue op may only use reductions, not prologue values")
 

@@ -390,10 +390,15 @@ class Planner:
             src = self.producer(base)
             if not isinstance(src, Group) or src.kind != "elementwise" or src.ordered:
                 continue
-            ok = self.private_to(src, root) and not any(
-                isinstance(m.op, (*SHAPED, tg.AssignOp)) for m in src.members
-            )
             map = affine.simplify(vmap.compose(access), g.domain)
+            ident = affine.identity_map(len(src.domain))
+            ok = (
+                (self.private_to(src, root) or self.one_to_one(map, g.domain, src.domain))
+                and all(m.map == ident for m in src.members)
+                and not any(
+                    isinstance(m.op, (*SHAPED, tg.AssignOp, tg.ScatterAddOp)) for m in src.members
+                )
+            )
             wanted[src] = map if ok and wanted.get(src, map) == map else None
         for src, map in wanted.items():
             if map is None:
@@ -411,6 +416,17 @@ class Planner:
                 if src in readers:
                     readers.discard(src)
                     readers.add(g)
+
+    @staticmethod
+    def one_to_one(map: AffineMap, domain: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+        """Whether `map` visits every point of `shape` exactly once over `domain` (then
+        a prologue computes each value once, and may store values others need)."""
+        dims = [r.position for r in map.results if isinstance(r, AffineDimExpr)]
+        return (
+            len(dims) == len(map.results) == len(domain)
+            and sorted(dims) == list(range(len(domain)))
+            and all(domain[d] == n for d, n in zip(dims, shape))
+        )
 
     def private_to(self, src: Group, root: Operation) -> bool:
         members = {m.op for m in src.members}

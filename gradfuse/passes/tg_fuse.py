@@ -302,8 +302,10 @@ class _Body:
         return self.g.domain if m.prologue else self.g.domain[: self.g.parallel]
 
     def finish_member(self, m: Member, result: SSAValue) -> None:
+        """Records a member's scalar; stores it when others need it (a prologue member
+        only when its map visits each point once: see `Planner.one_to_one`)."""
         self.scalars[m.op.results[0]] = result
-        if not m.prologue and self.stored(m.op.results[0]):
+        if self.stored(m.op.results[0]):
             self.store(result, self.fuser.alloc(m.op.results[0], self.host), m.map)
 
     def stored(self, value: SSAValue) -> bool:

@@ -186,3 +186,19 @@ func @main(%x: tensor<3x4xf32>) -> (tensor<3x4xf32>, tensor<4xf32>) {
     want, got = run(ref, args=[x]).results, run_kernels(fused, args=[x]).results
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_softmax_is_three_kernels_and_exact():
+    src = """
+func @main(%x: tensor<4x8xf32>) -> (tensor<4x8xf32>) {
+  %s = tg.softmax %x dim=1 : tensor<4x8xf32>
+  return %s
+}
+"""
+    module = parse_tg(src)
+    run_pipeline(module, FUSE)
+    assert sum(isinstance(op, K.KernelOp) for op in module.walk()) == 3
+    x = np.random.default_rng(4).standard_normal((4, 8)).astype(np.float32)
+    e = np.exp(x - x.max(1, keepdims=True))
+    out = run_kernels(module, args=[x]).results[0]
+    np.testing.assert_allclose(out, e / e.sum(1, keepdims=True), rtol=1e-5)
