@@ -19,9 +19,12 @@ from xdsl.ir.affine import (
     AffineBinaryOpExpr,
     AffineBinaryOpKind,
     AffineConstantExpr,
+    AffineConstraintExpr,
+    AffineConstraintKind,
     AffineDimExpr,
     AffineExpr,
     AffineMap,
+    AffineSet,
 )
 
 Linear = tuple[dict[AffineExpr, int], int]
@@ -239,3 +242,65 @@ def _eval(expr: AffineExpr, grid: np.ndarray) -> np.ndarray | int:
             return np.mod(a, b)
         case _:
             return -np.floor_divide(-a, b)
+
+
+# --- guards: affine sets saying which points of a masked view read their input -----
+
+
+def pad_guard(low: Sequence[int], sizes: Sequence[int]) -> AffineSet:
+    """`low[k] <= d_k < low[k] + sizes[k]` for every dim (the inside of a padding)."""
+    d = dims(len(low))
+    cons = []
+    for k, (lo, n) in enumerate(zip(low, sizes)):
+        cons.append(AffineConstraintExpr(AffineConstraintKind.ge, d[k], AffineExpr.constant(lo)))
+        cons.append(
+            AffineConstraintExpr(AffineConstraintKind.ge, AffineExpr.constant(lo + n - 1), d[k])
+        )
+    return AffineSet(len(low), 0, tuple(cons))
+
+
+def compose_guard(guard: AffineSet, map: AffineMap) -> AffineSet:
+    """The guard of a view read through `map`: each constraint with its dims replaced."""
+    cons = tuple(
+        AffineConstraintExpr(c.kind, c.lhs.compose(map), c.rhs.compose(map))
+        for c in guard.constraints
+    )
+    return AffineSet(map.num_dims, map.num_symbols, cons)
+
+
+def join_guards(a: AffineSet | None, b: AffineSet | None) -> AffineSet | None:
+    """Both guards at once (None: no guard)."""
+    if a is None or b is None:
+        return a or b
+    return AffineSet(a.num_dims, a.num_symbols, a.constraints + b.constraints)
+
+
+def simplify_guard(guard: AffineSet, sizes: Sequence[int]) -> AffineSet | None:
+    """Drops the constraints that hold everywhere over `sizes` (None if all do)."""
+    kept = []
+    for c in guard.constraints:
+        lin = _linear(c.lhs - c.rhs, sizes)
+        lo, hi = _range(lin, sizes)
+        if c.kind == AffineConstraintKind.ge and lo >= 0:
+            continue
+        if c.kind == AffineConstraintKind.le and hi <= 0:
+            continue
+        if c.kind == AffineConstraintKind.eq and lo == hi == 0:
+            continue
+        kept.append(AffineConstraintExpr(c.kind, _to_expr(lin), AffineExpr.constant(0)))
+    return AffineSet(guard.num_dims, guard.num_symbols, tuple(kept)) if kept else None
+
+
+def eval_guard(guard: AffineSet, shape: Sequence[int]) -> np.ndarray:
+    """A boolean mask of `shape`: where every constraint holds."""
+    grid = np.indices(tuple(shape), dtype=np.int64) if shape else np.zeros((0,), np.int64)
+    mask = np.ones(tuple(shape), dtype=bool)
+    for c in guard.constraints:
+        value = np.broadcast_to(_eval(c.lhs - c.rhs, grid), tuple(shape))
+        if c.kind == AffineConstraintKind.ge:
+            mask &= value >= 0
+        elif c.kind == AffineConstraintKind.le:
+            mask &= value <= 0
+        else:
+            mask &= value == 0
+    return mask

@@ -124,7 +124,10 @@ class _Dumper:
             local[op.results[0]] = f"%{len(local)}"
         res = local[op.results[0]] if op.results else ""
         if isinstance(op, K.LoadOp):
-            return f"{res} = load {val(op.buffer)}[{_map(op)}]"
+            guard = ""
+            if op.guard is not None:
+                guard = " if " + " and ".join(str(c) for c in op.guard.data.constraints) + " else 0"
+            return f"{res} = load {val(op.buffer)}[{_map(op)}]{guard}"
         if isinstance(op, K.StoreOp):
             return f"store {val(op.buffer)}[{_map(op)}] = {val(op.value)}"
         if isinstance(op, K.GatherOp):

@@ -187,7 +187,11 @@ class _Machine:
             np.add.at(buf, where, np.broadcast_to(env[op.value], shape))
 
     def body_op(self, op: Operation, env: dict[SSAValue, Any], shape: tuple[int, ...]) -> None:
-        if isinstance(op, K.LoadOp):
+        if isinstance(op, K.LoadOp) and op.guard is not None:
+            buf, mask = env[op.buffer], affine.eval_guard(op.guard.data, shape)
+            where = tuple(np.where(mask, w, 0) for w in eval_grid(op.map.data, shape))
+            env[op.result] = np.where(mask, buf[where], np.zeros((), buf.dtype))
+        elif isinstance(op, K.LoadOp):
             buf = env[op.buffer]
             env[op.result] = buf.reshape(-1)[self.indices(op, shape)] if buf.ndim else buf[()]
         elif isinstance(op, K.StoreOp):

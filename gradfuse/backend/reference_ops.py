@@ -25,7 +25,7 @@ from xdsl.interpreter import (
 )
 from xdsl.ir import Operation
 
-from gradfuse.affine import eval_grid
+from gradfuse.affine import eval_grid, eval_guard
 from gradfuse.backend.reference_state import RunState, attr_array, dtype_of, shape_str
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
@@ -195,7 +195,13 @@ class TgFunctions(InterpreterFunctions):
         self, interp: Interpreter, op: tg.ViewAccessOp, args: PythonValues
     ) -> PythonValues:
         shape = tuple(op.result.type.get_shape())  # type: ignore[attr-defined]
-        return self.out(op, np.asarray(args[0])[eval_grid(op.map.data, shape)])
+        x = np.asarray(args[0])
+        where = eval_grid(op.map.data, shape)
+        if op.guard is None:
+            return self.out(op, x[where])
+        mask = eval_guard(op.guard.data, shape)
+        clipped = tuple(np.where(mask, w, 0) for w in where)  # outside reads index 0
+        return self.out(op, np.where(mask, x[clipped], np.zeros((), x.dtype)))
 
     @impl(tg.BroadcastOp)
     def run_broadcast(

@@ -30,6 +30,7 @@ from typing import ClassVar
 
 from xdsl.dialects.builtin import (
     AffineMapAttr,
+    AffineSetAttr,
     DenseArrayBase,
     IndexType,
     IntegerAttr,
@@ -37,14 +38,16 @@ from xdsl.dialects.builtin import (
     StringAttr,
     i64,
 )
-from xdsl.ir import Block, Dialect, Region, SSAValue
-from xdsl.ir.affine import AffineMap
+from xdsl.ir import Attribute, Block, Dialect, Region, SSAValue
+from xdsl.ir.affine import AffineMap, AffineSet
 from xdsl.irdl import (
     AnyAttr,
     IRDLOperation,
+    ParsePropInAttrDict,
     VarConstraint,
     irdl_op_definition,
     operand_def,
+    opt_prop_def,
     prop_def,
     region_def,
     result_def,
@@ -186,7 +189,7 @@ class _AccessOp(IRDLOperation):
 
 @irdl_op_definition
 class LoadOp(_AccessOp):
-    """Reads `buffer[map(domain point)]`.
+    """Reads `buffer[map(domain point)]`, or 0 where an optional `guard` fails (padding).
 
     `%a = kernel.load %x[affine_map<(d0, d1) -> (d1, d0)>] : f32`
     """
@@ -194,16 +197,19 @@ class LoadOp(_AccessOp):
     name = "kernel.load"
     buffer = operand_def(MemRefType)
     map = prop_def(AffineMapAttr)
+    guard = opt_prop_def(AffineSetAttr)
     result = result_def()
     traits = traits_def(MemoryReadEffect())
     assembly_format = "$buffer `[` $map `]` attr-dict `:` type($buffer) `->` type($result)"
+    irdl_options = (ParsePropInAttrDict(),)
 
-    def __init__(self, buffer: SSAValue, map: AffineMap):
+    def __init__(self, buffer: SSAValue, map: AffineMap, guard: AffineSet | None = None):
         assert isinstance(buffer.type, MemRefType)
+        props: dict[str, Attribute] = {"map": AffineMapAttr(map)}
+        if guard is not None:
+            props["guard"] = AffineSetAttr(guard)
         super().__init__(
-            operands=[buffer],
-            result_types=[buffer.type.element_type],
-            properties={"map": AffineMapAttr(map)},
+            operands=[buffer], result_types=[buffer.type.element_type], properties=props
         )
 
     def verify_(self) -> None:

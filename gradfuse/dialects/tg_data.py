@@ -7,6 +7,7 @@ from math import ceil, prod
 
 from xdsl.dialects.builtin import (
     AffineMapAttr,
+    AffineSetAttr,
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
     FloatAttr,
@@ -16,10 +17,11 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.ir import Attribute, SSAValue
-from xdsl.ir.affine import AffineMap
+from xdsl.ir.affine import AffineMap, AffineSet
 from xdsl.irdl import (
     irdl_op_definition,
     operand_def,
+    opt_prop_def,
     prop_def,
     result_def,
     traits_def,
@@ -274,20 +276,28 @@ class ConcatOp(TgOp):
 
 @irdl_op_definition
 class ViewAccessOp(ViewOp):
-    """A view as an affine access map: `result[i] = input[map(i)]`.
+    """A view as an affine access map: `result[i] = input[map(i)]`, and 0 where an
+    optional `guard` (an affine set of result indices) does not hold.
 
-    Made by `tg-lower-access` from reshape/permute/broadcast/slice chains.
+    Made by `tg-lower-access` from reshape/permute/broadcast/slice chains; a zero
+    padding is a guarded view.
     `%y = tg.view %b map=affine_map<(d0, d1) -> (d1)> : tensor<2x255xf32>` (b: 255)
     """
 
     name = "tg.view"
     map = prop_def(AffineMapAttr)
+    guard = opt_prop_def(AffineSetAttr)
 
-    def __init__(self, input: SSAValue, map: AffineMap, shape: Sequence[int]):
+    def __init__(
+        self, input: SSAValue, map: AffineMap, shape: Sequence[int], guard: AffineSet | None = None
+    ):
+        props: dict[str, Attribute] = {"map": AffineMapAttr(map)}
+        if guard is not None:
+            props["guard"] = AffineSetAttr(guard)
         super().__init__(
             operands=[input],
             result_types=[tensor(shape, input.type.element_type)],  # type: ignore[attr-defined]
-            properties={"map": AffineMapAttr(map)},
+            properties=props,
         )
 
     def verify_(self) -> None:
@@ -299,6 +309,8 @@ class ViewAccessOp(ViewOp):
                 f"map {m} must take {rank_out} dims (the result rank) and give"
                 f" {rank_in} indices (the input rank)"
             )
+        if self.guard is not None and self.guard.data.num_dims != rank_out:
+            raise self.fail(f"guard {self.guard.data} must take {rank_out} dims")
 
 
 __all__ = [

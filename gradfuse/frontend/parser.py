@@ -45,7 +45,7 @@ SPECIAL_OPS = ("tg.for", "tg.grad", "tg.yield")
 ATTR_KINDS: dict[str, str] = {
     "dims": "ints", "perm": "ints", "starts": "ints", "limits": "ints", "strides": "ints",
     "low": "ints", "high": "ints", "dim": "int", "value": "float", "init": "number_or_dense",
-    "map": "affine_map", "seed": "int",
+    "map": "affine_map", "seed": "int", "guard": "affine_set",
 }  # fmt: skip
 """How each `key=value` attribute of the .tg syntax is read and printed."""
 
@@ -381,9 +381,9 @@ class _Builder:
             if tree_kind != "number":
                 raise self.error(_first_token(node), f"{op}: {name} must be an integer")
             return IntegerAttr(self.integer(node.children[0]), i64)
-        if kind == "affine_map":
-            if tree_kind != "affine_map":
-                raise self.error(node, f"{op}: {name} must be an affine_map<(d0, ...) -> (...)>")
+        if kind in ("affine_map", "affine_set"):
+            if tree_kind != kind:
+                raise self.error(node, f"{op}: {name} must be an {kind}<(d0, ...) ...>")
             return self.affine_map(node.children[0])
         if kind == "float":
             if tree_kind != "number":

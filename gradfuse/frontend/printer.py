@@ -18,6 +18,7 @@ import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     AffineMapAttr,
+    AffineSetAttr,
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
     FileLineColLoc,
@@ -181,6 +182,8 @@ class _Printer:
             return str(attr.value.data)
         if isinstance(attr, AffineMapAttr):
             return f"affine_map<{attr.data}>"
+        if isinstance(attr, AffineSetAttr):
+            return f"affine_set<{attr.data}>"
         result_type = op.results[0].type if op.results else None
         return self.literal(attr, result_type)
 

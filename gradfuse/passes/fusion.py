@@ -24,7 +24,7 @@ from functools import cache
 
 from xdsl.dialects import func
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
-from xdsl.ir.affine import AffineDimExpr, AffineMap
+from xdsl.ir.affine import AffineDimExpr, AffineMap, AffineSet
 
 from gradfuse import affine
 from gradfuse.diagnostics import GradfuseError, position_of
@@ -89,6 +89,21 @@ def resolve(value: SSAValue) -> tuple[SSAValue, AffineMap]:
         map = value.owner.map.data.compose(map)
         value = value.owner.input
     return value, map
+
+
+@cache
+def resolve_guard(value: SSAValue) -> AffineSet | None:
+    """The guard (over `value`'s indices) of the views between `value` and its base:
+    where it fails, `value` is 0 (padding)."""
+    guard: AffineSet | None = None
+    map = affine.identity_map(len(shape_of(value)))
+    while isinstance(value.owner, tg.ViewAccessOp):
+        view = value.owner
+        if view.guard is not None:
+            guard = affine.join_guards(guard, affine.compose_guard(view.guard.data, map))
+        map = view.map.data.compose(map)
+        value = view.input
+    return guard
 
 
 def is_splat(value: SSAValue) -> bool:
@@ -260,6 +275,8 @@ class Planner:
 
     def available(self, g: Group, value: SSAValue, shape: tuple[int, ...]) -> bool:
         """Whether g's epilogue has `value` at every point of `shape` (identity access)."""
+        if resolve_guard(value) is not None:
+            return False  # a padded read needs the value at other points too
         base, map = resolve(value)
         member = g.member_of(base.owner)
         if member is None or member.prologue or g.domain[: g.parallel] != shape:

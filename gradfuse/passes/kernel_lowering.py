@@ -47,6 +47,7 @@ from xdsl.ir.affine import (
     AffineBinaryOpExpr,
     AffineBinaryOpKind,
     AffineConstantExpr,
+    AffineConstraintKind,
     AffineDimExpr,
     AffineExpr,
     AffineSymExpr,
@@ -143,7 +144,9 @@ class KernelBuilder:
         if kind == AffineBinaryOpKind.FloorDiv:
             return self.add(_index_op(arith.DivUIOp if pos else arith.FloorDivSIOp, lhs, rhs), loc)
         if kind == AffineBinaryOpKind.CeilDiv:
-            return self.add(_index_op(arith.CeilDivUIOp if pos else arith.CeilDivSIOp, lhs, rhs), loc)
+            return self.add(
+                _index_op(arith.CeilDivUIOp if pos else arith.CeilDivSIOp, lhs, rhs), loc
+            )
         if pos:
             return self.add(_index_op(arith.RemUIOp, lhs, rhs), loc)
         rem = self.add(arith.RemSIOp(lhs, rhs), loc)  # affine mod is never negative
@@ -234,6 +237,31 @@ class KernelBuilder:
         for op in epilogue:
             self.lower_op(op, k, vm, point)
 
+    def guarded_load(
+        self, op: kd.LoadOp, vm: dict[SSAValue, SSAValue], point: list[SSAValue], loc: Attribute
+    ) -> SSAValue:
+        """A load that reads 0 where the guard fails: branch-free, with the indices set to 0
+        there so that no thread reads out of bounds."""
+        assert op.guard is not None
+        inside: SSAValue | None = None
+        zero = self.const(0)
+        preds = {
+            AffineConstraintKind.ge: "sge",
+            AffineConstraintKind.le: "sle",
+            AffineConstraintKind.eq: "eq",
+        }
+        for c in op.guard.data.constraints:
+            value = self.expand(c.lhs - c.rhs, point, loc)
+            holds = self.add(arith.CmpiOp(value, zero, preds[c.kind]), loc)
+            inside = holds if inside is None else self.add(arith.AndIOp(inside, holds), loc)
+        assert inside is not None
+        idx = [
+            self.add(arith.SelectOp(inside, self.expand(e, point, loc), zero), loc)
+            for e in op.map.data.results
+        ]
+        value = self.add(memref.LoadOp.get(vm[op.buffer], idx), loc)
+        return self.add(arith.SelectOp(inside, value, self.const(0.0, op.result.type)), loc)
+
     def to_index(self, value: SSAValue, loc: Attribute) -> SSAValue:
         """An index from an integer held in a float (gather/scatter indices)."""
         as_int = self.add(arith.FPToSIOp(value, i64), loc)
@@ -292,6 +320,9 @@ class KernelBuilder:
                     position_of(op.location),
                 )
         loc = op.location
+        if isinstance(op, kd.LoadOp) and op.guard is not None:
+            vm[op.result] = self.guarded_load(op, vm, point, loc)
+            return
         if isinstance(op, kd.LoadOp | kd.StoreOp):
             idx = [self.expand(e, point, loc) for e in op.map.data.results]
             if isinstance(op, kd.LoadOp):

@@ -45,6 +45,7 @@ from gradfuse.passes.fusion import (
     is_splat,
     plan_levels,
     resolve,
+    resolve_guard,
     view_uses,
 )
 
@@ -75,11 +76,13 @@ class TgFusePass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         resolve.cache_clear()  # views are looked through once per run
+        resolve_guard.cache_clear()
         names = itertools.count()
         for f in list(op.ops):
             if isinstance(f, func.FuncOp):
                 _FunctionFuser(f, names).run()
         resolve.cache_clear()
+        resolve_guard.cache_clear()
 
 
 class _FunctionFuser:
@@ -231,11 +234,14 @@ class _Body:
             return self.constant(owner.value.value.data, base.type.element_type)  # type: ignore[attr-defined]
         sizes = self.g.domain if prologue else self.g.domain[: self.g.parallel]
         access = affine.simplify(vmap.compose(map), sizes)
+        guard = resolve_guard(value)
+        if guard is not None:
+            guard = affine.simplify_guard(affine.compose_guard(guard, map), sizes)
         buffer = self.fuser.buffers[base]
-        key = (id(buffer), f"{prologue}{access}")
+        key = (id(buffer), f"{prologue}{access}{guard}")
         if key not in self.loads:
             like = base.owner if isinstance(base.owner, Operation) else None
-            self.loads[key] = self.add(K.LoadOp(self.arg(buffer), access), like)
+            self.loads[key] = self.add(K.LoadOp(self.arg(buffer), access, guard), like)
         return self.loads[key]
 
     def constant(self, value: float, element: Attribute) -> SSAValue:

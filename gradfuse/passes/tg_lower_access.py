@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import builtin
 from xdsl.ir import Operation
-from xdsl.ir.affine import AffineMap
+from xdsl.ir.affine import AffineMap, AffineSet
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
@@ -33,18 +33,23 @@ from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import ints, shape_of
 
 
-def _replace_with_view(rewriter: PatternRewriter, op: Operation, map: AffineMap) -> None:
+def _replace_with_view(
+    rewriter: PatternRewriter, op: Operation, map: AffineMap, guard: AffineSet | None = None
+) -> None:
     """Replaces `op` by a view of its input, composed with the input's own view."""
     shape = shape_of(op.results[0])
     source = op.operands[0]
     inner = source.owner
     if isinstance(inner, tg.ViewAccessOp):
+        if inner.guard is not None:
+            guard = affine.join_guards(guard, affine.compose_guard(inner.guard.data, map))
         map, source = inner.map.data.compose(map), inner.input
     map = affine.simplify(map, shape)
-    if source.type == op.results[0].type and _is_identity(map, shape):
+    guard = affine.simplify_guard(guard, shape) if guard is not None else None
+    if guard is None and source.type == op.results[0].type and _is_identity(map, shape):
         rewriter.replace(op, [], [source])
     else:
-        view = tg.ViewAccessOp(source, map, shape)
+        view = tg.ViewAccessOp(source, map, shape, guard)
         view.location = op.location
         rewriter.replace(op, view)
     if isinstance(inner, tg.ViewAccessOp) and not inner.result.uses:
@@ -87,16 +92,30 @@ class SliceToView(RewritePattern):
         _replace_with_view(rewriter, op, affine.slice_map(ints(op.starts), ints(op.strides)))
 
 
+class ZeroPadToView(RewritePattern):
+    """A zero `tg.pad` is a guarded view: no copy, no kernel."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: tg.PadOp, rewriter: PatternRewriter) -> None:
+        if op.value.value.data != 0.0:
+            return
+        low, sizes = ints(op.low), shape_of(op.input)
+        d = affine.dims(len(low))
+        map = AffineMap(len(low), 0, tuple(d[k] - lo for k, lo in enumerate(low)))
+        _replace_with_view(rewriter, op, map, affine.pad_guard(low, sizes))
+
+
 class ComposeViews(RewritePattern):
     """A view of a view reads the first input through the composed map; an identity
     view is no view at all."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: tg.ViewAccessOp, rewriter: PatternRewriter) -> None:
-        if isinstance(op.input.owner, tg.ViewAccessOp) or _is_identity(
-            op.map.data, shape_of(op.result)
+        guard = op.guard.data if op.guard is not None else None
+        if isinstance(op.input.owner, tg.ViewAccessOp) or (
+            guard is None and _is_identity(op.map.data, shape_of(op.result))
         ):
-            _replace_with_view(rewriter, op, op.map.data)
+            _replace_with_view(rewriter, op, op.map.data, guard)
 
 
 def _is_identity(map: AffineMap, shape: tuple[int, ...]) -> bool:
@@ -106,7 +125,10 @@ def _is_identity(map: AffineMap, shape: tuple[int, ...]) -> bool:
 
 def populate_tg_lower_access_patterns() -> list[RewritePattern]:
     """The patterns of `tg-lower-access`."""
-    return [ReshapeToView(), PermuteToView(), BroadcastToView(), SliceToView(), ComposeViews()]
+    return [
+        ReshapeToView(), PermuteToView(), BroadcastToView(), SliceToView(), ZeroPadToView(),
+        ComposeViews(),
+    ]  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -202,3 +202,23 @@ func @main(%x: tensor<4x8xf32>) -> (tensor<4x8xf32>) {
     e = np.exp(x - x.max(1, keepdims=True))
     out = run_kernels(module, args=[x]).results[0]
     np.testing.assert_allclose(out, e / e.sum(1, keepdims=True), rtol=1e-5)
+
+
+def test_zero_padding_is_a_guarded_load_not_a_kernel():
+    src = """
+func @main(%x: tensor<2x3xf32>, %w: tensor<5x2xf32>) -> (tensor<4x2xf32>) {
+  %p = tg.pad %x low=[1, 1] high=[1, 1] value=0.0 : tensor<4x5xf32>
+  %d = tg.dot %p, %w : tensor<4x2xf32>
+  return %d
+}
+"""
+    module = parse_tg(src)
+    run_pipeline(module, FUSE)
+    kernels = [op for op in module.walk() if isinstance(op, K.KernelOp)]
+    assert len(kernels) == 1
+    guarded = [op for op in module.walk() if isinstance(op, K.LoadOp) and op.guard is not None]
+    assert len(guarded) == 1
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((2, 3)).astype(np.float32), rng.standard_normal((5, 2)).astype(np.float32)
+    want = np.pad(x, 1) @ w
+    np.testing.assert_allclose(run_kernels(module, args=[x, w]).results[0], want, rtol=1e-5)
