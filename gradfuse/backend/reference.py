@@ -26,6 +26,7 @@ from xdsl.interpreter import Interpreter, OpImplResult, PythonValues
 from xdsl.interpreters.func import FuncFunctions
 from xdsl.ir import Attribute, Operation
 
+from gradfuse.backend.reference_conv import ConvFunctions
 from gradfuse.backend.reference_ops import RunState, TgFunctions, dtype_of
 from gradfuse.backend.reference_sparse import SparseFunctions
 from gradfuse.diagnostics import GradfuseError, position_of
@@ -159,6 +160,7 @@ def run(
     interpreter.register_implementations(FuncFunctions())
     interpreter.register_implementations(TgFunctions(state))
     interpreter.register_implementations(SparseFunctions(state))
+    interpreter.register_implementations(ConvFunctions(state))
     try:
         with np.errstate(all="ignore"):
             results = interpreter.call_op(fn, tuple(call_args))

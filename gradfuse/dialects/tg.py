@@ -38,6 +38,7 @@ from gradfuse.dialects.tg_compute import (
     UnaryOp,
     WhereOp,
 )
+from gradfuse.dialects.tg_conv import Conv2dOp, ConvTranspose2dOp
 from gradfuse.dialects.tg_data import (
     BroadcastOp,
     ConcatOp,
@@ -59,7 +60,7 @@ from gradfuse.dialects.tg_program import (
 )
 from gradfuse.dialects.tg_sparse import GatherOp, RandomOp, ScatterAddOp
 
-COMPOSITES = (SigmoidOp, TanhOp, ReluOp, SoftmaxOp)
+COMPOSITES = (SigmoidOp, TanhOp, ReluOp, SoftmaxOp, Conv2dOp, ConvTranspose2dOp)
 """Ops that `tg-decompose` expands into primitives."""
 
 TG = Dialect(
@@ -71,7 +72,7 @@ TG = Dialect(
         SigmoidOp, TanhOp, ReluOp, SoftmaxOp,
         ConstantOp, ReshapeOp, PermuteOp, BroadcastOp, SliceOp, PadOp, ConcatOp, ViewAccessOp,
         ParamOp, AssignOp, FeederOp, ReceiverOp, ForOp, YieldOp, GradOp,
-        GatherOp, ScatterAddOp, RandomOp,
+        GatherOp, ScatterAddOp, RandomOp, Conv2dOp, ConvTranspose2dOp,
     ],
     [],
 )  # fmt: skip

@@ -46,6 +46,8 @@ ATTR_KINDS: dict[str, str] = {
     "dims": "ints", "perm": "ints", "starts": "ints", "limits": "ints", "strides": "ints",
     "low": "ints", "high": "ints", "dim": "int", "value": "float", "init": "number_or_dense",
     "map": "affine_map", "seed": "int", "guard": "affine_set",
+    "stride": "ints", "padding": "ints", "dilation": "ints", "output_padding": "ints",
+    "groups": "int",
 }  # fmt: skip
 """How each `key=value` attribute of the .tg syntax is read and printed."""
 

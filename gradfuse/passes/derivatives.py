@@ -24,6 +24,7 @@ from xdsl.ir import Operation, SSAValue
 
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import FLOAT_TYPES, ints, shape_of
+from gradfuse.passes import conv
 from gradfuse.passes.builders import Emitter, element_type
 
 Cotangents = Sequence[SSAValue | None]
@@ -115,6 +116,20 @@ def scatter_add_rule(e: Emitter, op: tg.ScatterAddOp, g: SSAValue) -> Cotangents
 def random_rule(e: Emitter, op: tg.RandomOp, g: SSAValue) -> Cotangents:
     """Random numbers do not depend on their counter."""
     return (None,)
+
+
+def conv2d_rule(e: Emitter, op: tg.Conv2dOp, g: SSAValue) -> Cotangents:
+    """y = conv2d(x, w): x gets the transposed convolution of g, w the correlation of x and g."""
+    geo = op.geometry
+    return conv.conv2d_input_grad(e, g, op.weight, geo), conv.conv2d_weight_grad(
+        e, op.input, g, geo
+    )
+
+
+def conv_transpose2d_rule(e: Emitter, op: tg.ConvTranspose2dOp, g: SSAValue) -> Cotangents:
+    """y = conv_transpose2d(x, w): x gets conv2d(g, w), w the correlation of g and x."""
+    geo = op.geometry
+    return conv.conv2d(e, g, op.weight, geo), conv.conv2d_weight_grad(e, g, op.input, geo)
 
 
 def cmplt_rule(e: Emitter, op: tg.CmpLtOp, g: SSAValue) -> Cotangents:
@@ -279,6 +294,8 @@ RULES: dict[type[Operation], Rule] = {
     tg.GatherOp: gather_rule,
     tg.ScatterAddOp: scatter_add_rule,
     tg.RandomOp: random_rule,
+    tg.Conv2dOp: conv2d_rule,
+    tg.ConvTranspose2dOp: conv_transpose2d_rule,
     tg.CmpLtOp: cmplt_rule,
     tg.WhereOp: where_rule,
     tg.CastOp: cast_rule,

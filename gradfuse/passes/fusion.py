@@ -21,7 +21,9 @@ import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
+from math import prod
 
+import numpy as np
 from xdsl.dialects import func
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.ir.affine import AffineDimExpr, AffineMap, AffineSet
@@ -58,6 +60,7 @@ class Member:
     prologue: bool = False
     operand_maps: tuple[AffineMap, ...] | None = None
     fill: bool = False  # stores zeros into the op's result (before a scatter_add)
+    views: list[SSAValue] = field(default_factory=list)  # also stored laid out as these
 
 
 @dataclass(eq=False)
@@ -104,6 +107,23 @@ def resolve_guard(value: SSAValue) -> AffineSet | None:
         map = view.map.data.compose(map)
         value = view.input
     return guard
+
+
+def bijective(map: AffineMap, shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """Whether `map` sends the points of `shape` one-to-one onto those of `target`
+    (checked by evaluating it, up to 2**22 points; beyond, only permutations)."""
+    if prod(shape) != prod(target) or len(map.results) != len(target):
+        return False
+    dims = [r.position for r in map.results if isinstance(r, AffineDimExpr)]
+    if len(dims) == len(shape) == len(target) and sorted(dims) == list(range(len(shape))):
+        return all(shape[d] == t for d, t in zip(dims, target))
+    if prod(shape) > 1 << 22:
+        return False
+    where = affine.eval_grid(map, shape)
+    if any(w.min() < 0 or w.max() >= t for w, t in zip(where, target) if w.size):
+        return False
+    flat = np.ravel_multi_index(where, target) if target else np.zeros(1, np.int64)
+    return np.unique(flat).size == prod(shape)
 
 
 def is_splat(value: SSAValue) -> bool:
@@ -270,8 +290,23 @@ class Planner:
                 self.link(node, other, ordering=True)
         if isinstance(op, tg.ForOp):
             self.barrier, self.first_after_barrier = node, self.counter
+        if isinstance(op, tg.ReceiverOp | func.ReturnOp):
+            for value in op.operands:
+                self.store_as_view(value)
         self.hosts.append(node)
         self.add(node)
+
+    def store_as_view(self, value: SSAValue) -> None:
+        """A host op takes a one-to-one view of a kernel's value: let that kernel store
+        the view itself (laid out plainly), instead of a copy kernel afterwards."""
+        base, vmap = resolve(value)
+        g = self.producer(base)
+        shape = shape_of(value)
+        if not isinstance(g, Group) or vmap == affine.identity_map(len(shape)):
+            return
+        member = g.member_of(base.owner)
+        if member is not None and self.reindex_for(g, value, shape):
+            member.views.append(value)
 
     def available(self, g: Group, value: SSAValue, shape: tuple[int, ...]) -> bool:
         """Whether g's epilogue has `value` at every point of `shape` (identity access)."""
@@ -297,30 +332,37 @@ class Planner:
         return not self.reaches(others, g)  # type: ignore[arg-type]
 
     def reindex(self, g: Group, op: Operation, shape: tuple[int, ...]) -> None:
-        """Renumbers g's parallel dims so that `op`, which reads a value of g through a
-        permutation, reads it at the same point. Stored values keep their own layout
-        (stores go through member maps), so this only changes the iteration order."""
-        if any(isinstance(m.op, SHAPED) for m in g.members) or len(shape) != g.parallel:
-            return
+        """Renumbers g's parallel dims for `op` (see `reindex_for`) by its first operand
+        that reads a value of g through a one-to-one view."""
         for v in op.operands:
-            base, vmap = resolve(v)
-            member = g.member_of(base.owner)
-            if member is None or member.prologue:
-                continue
-            vmap = affine.simplify(vmap.compose(affine.identity_map(len(shape))), shape)
-            perm = [r.position for r in vmap.results if isinstance(r, AffineDimExpr)]
-            if len(perm) != len(shape) or sorted(perm) != list(range(len(shape))):
+            if self.reindex_for(g, v, shape):
                 return
-            if member.map != affine.identity_map(len(shape)):
-                return
-            d = affine.dims(len(g.domain))
-            q = AffineMap(len(g.domain), 0, (*(d[p] for p in perm), *d[g.parallel :]))
-            for m in g.members:
-                if m.operand_maps is not None:
-                    m.operand_maps = tuple(mp.compose(q) for mp in m.operand_maps)
-                m.map = m.map.compose(q if m.prologue else vmap)
-            g.domain = tuple(shape) + g.domain[g.parallel :]
-            return
+
+    def reindex_for(self, g: Group, value: SSAValue, shape: tuple[int, ...]) -> bool:
+        """Renumbers g's parallel dims so that `value`, a one-to-one view (a permutation,
+        a reshape...) of a value of g, is at the same point as the new domain `shape`.
+        Stored values keep their own layout (stores go through member maps), so this
+        only changes the iteration order."""
+        if any(isinstance(m.op, SHAPED) for m in g.members):
+            return False
+        old = g.domain[: g.parallel]
+        base, vmap = resolve(value)
+        member = g.member_of(base.owner)
+        if member is None or member.prologue or resolve_guard(value) is not None:
+            return False
+        vmap = affine.simplify(vmap.compose(affine.identity_map(len(shape))), shape)
+        if member.map != affine.identity_map(len(old)) or not bijective(vmap, shape, old):
+            return False
+        n_new, red = len(shape), g.domain[g.parallel :]
+        d = affine.dims(n_new + len(red))
+        q = AffineMap(n_new + len(red), 0, (*vmap.results, *d[n_new:]))
+        vpar = AffineMap(n_new, 0, vmap.results)
+        for m in g.members:
+            if m.operand_maps is not None:
+                m.operand_maps = tuple(mp.compose(q) for mp in m.operand_maps)
+            m.map = m.map.compose(q if m.prologue else vpar)
+        g.domain, g.parallel = tuple(shape) + red, n_new
+        return True
 
     def elementwise(self, op: Operation, shape: tuple[int, ...] | None = None) -> None:
         """Joins `op` (computed at every point of `shape`, its result's by default) to

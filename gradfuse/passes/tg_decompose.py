@@ -32,6 +32,7 @@ from xdsl.pattern_rewriter import (
 
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of
+from gradfuse.passes import conv
 from gradfuse.passes.builders import Emitter
 
 LOG2_E = math.log2(math.e)
@@ -100,9 +101,31 @@ class DecomposeSoftmax(RewritePattern):
         rewriter.replace(op, [], [result])
 
 
+class DecomposeConv2d(RewritePattern):
+    """`tg.conv2d` -> a batched dot of guarded views (`gradfuse.passes.conv`)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: tg.Conv2dOp, rewriter: PatternRewriter, /):
+        result = conv.conv2d(Emitter(rewriter, op.location), op.input, op.weight, op.geometry)
+        rewriter.replace(op, [], [result])
+
+
+class DecomposeConvTranspose2d(RewritePattern):
+    """`tg.conv_transpose2d` -> the input gradient of a conv2d: a dot of guarded views."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: tg.ConvTranspose2dOp, rewriter: PatternRewriter, /):
+        e = Emitter(rewriter, op.location)
+        result = conv.conv2d_input_grad(e, op.input, op.weight, op.geometry)
+        rewriter.replace(op, [], [result])
+
+
 def populate_tg_decompose_patterns() -> list[RewritePattern]:
     """The patterns of `tg-decompose`, one per composite op."""
-    return [DecomposeSigmoid(), DecomposeTanh(), DecomposeRelu(), DecomposeSoftmax()]
+    return [
+        DecomposeSigmoid(), DecomposeTanh(), DecomposeRelu(), DecomposeSoftmax(),
+        DecomposeConv2d(), DecomposeConvTranspose2d(),
+    ]  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ buffers (`kernel.param`, `kernel.alloc`, `kernel.feed`, ...) around one
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -46,7 +47,6 @@ from gradfuse.passes.fusion import (
     plan_levels,
     resolve,
     resolve_guard,
-    view_uses,
 )
 
 BINARY = {
@@ -179,6 +179,8 @@ class _FunctionFuser:
 
     def materialized(self, value: SSAValue, new: Block) -> SSAValue:
         """A buffer holding `value` laid out plainly (a copy kernel for views and splats)."""
+        if value in self.buffers:  # stored laid out by the kernel that made it
+            return self.buffers[value]
         base, vmap = resolve(value)
         shape = shape_of(value)
         if base in self.buffers and vmap == affine.identity_map(len(shape)):
@@ -311,12 +313,23 @@ class _Body:
         """Records a member's scalar; stores it when others need it (a prologue member
         only when its map visits each point once: see `Planner.one_to_one`)."""
         self.scalars[m.op.results[0]] = result
-        if self.stored(m.op.results[0]):
+        if self.stored(m.op.results[0], m.views):
             self.store(result, self.fuser.alloc(m.op.results[0], self.host), m.map)
+        for view in m.views:  # a host op's view of this value, laid out plainly
+            self.store(result, self.fuser.alloc(view, self.host))
 
-    def stored(self, value: SSAValue) -> bool:
+    def stored(self, value: SSAValue, views: Sequence[SSAValue] = ()) -> bool:
+        """Whether some op outside the group reads `value` (other than through one of
+        `views`, which the group stores laid out on their own)."""
         members = {m.op for m in self.g.members}
-        return any(use not in members for use in view_uses(value))
+        for use in value.uses:
+            user = use.operation
+            if isinstance(user, tg.ViewAccessOp):
+                if user.result not in views and self.stored(user.result, views):
+                    return True
+            elif user not in members:
+                return True
+        return False
 
     def store(self, value: SSAValue, buffer: SSAValue, map: AffineMap | None = None) -> None:
         map = map or affine.identity_map(self.g.parallel)
