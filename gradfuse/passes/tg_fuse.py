@@ -121,7 +121,7 @@ class _FunctionFuser:
                     entry.add_op(p)
                     self.params[key] = p.result
                 self.buffers[op.result] = self.params[key]
-            elif isinstance(op, tg.ConstantOp) and not op.is_splat:
+            elif isinstance(op, tg.ConstantOp) and (not op.is_splat or _read_padded(op.result)):
                 c = K.ConstantOp(op.value, memref_of(op.result.type))
                 c.location = op.location
                 entry.add_op(c)
@@ -230,7 +230,7 @@ class _Body:
         base, vmap = resolve(value)
         if base in self.scalars:
             return self.scalars[base]
-        if is_splat(base):
+        if is_splat(base) and resolve_guard(value) is None:
             owner = base.owner
             assert isinstance(owner, tg.ConstantOp) and isinstance(owner.value, FloatAttr)
             return self.constant(owner.value.value.data, base.type.element_type)  # type: ignore[attr-defined]
@@ -423,6 +423,16 @@ class _Body:
         )
         op.location = root.location
         return op
+
+
+def _read_padded(value: SSAValue) -> bool:
+    """Whether some op reads `value` through a guarded view (so it needs a buffer)."""
+    for use in value.uses:
+        view = use.operation
+        if isinstance(view, tg.ViewAccessOp):
+            if view.guard is not None or _read_padded(view.result):
+                return True
+    return False
 
 
 def _is_one(value: SSAValue) -> bool:
