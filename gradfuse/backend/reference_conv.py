@@ -52,6 +52,19 @@ def conv2d_input_grad(g: np.ndarray, w: np.ndarray, geo: ConvGeometry) -> np.nda
     return xp[:, :, ph : ph + geo.h, pw : pw + geo.w]
 
 
+def windows(x: np.ndarray, geo: ConvGeometry) -> np.ndarray:
+    """The sliding windows [n, c, oh, ow, kh, kw] of x, 0 outside it."""
+    (sh, sw), (ph, pw), (dh, dw) = geo.stride, geo.padding, geo.dilation
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph + sh * geo.oh), (pw, pw + sw * geo.ow)))
+    out = np.zeros((geo.n, geo.c, geo.oh, geo.ow, geo.kh, geo.kw), dtype=x.dtype)
+    for p in range(geo.kh):
+        for q in range(geo.kw):
+            out[..., p, q] = xp[
+                :, :, p * dh : p * dh + sh * geo.oh : sh, q * dw : q * dw + sw * geo.ow : sw
+            ]
+    return out
+
+
 @register_impls
 class ConvFunctions(InterpreterFunctions):
     """`@impl`s of the convolutions."""
@@ -65,6 +78,12 @@ class ConvFunctions(InterpreterFunctions):
     @impl(tg.Conv2dOp)
     def run_conv2d(self, interp: Interpreter, op: tg.Conv2dOp, args: PythonValues) -> PythonValues:
         return self.out(op, conv2d(np.asarray(args[0]), np.asarray(args[1]), op.geometry))
+
+    @impl(tg.WindowsOp)
+    def run_windows(
+        self, interp: Interpreter, op: tg.WindowsOp, args: PythonValues
+    ) -> PythonValues:
+        return self.out(op, windows(np.asarray(args[0]), op.geometry))
 
     @impl(tg.ConvTranspose2dOp)
     def run_conv_transpose2d(

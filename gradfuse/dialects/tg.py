@@ -38,7 +38,7 @@ from gradfuse.dialects.tg_compute import (
     UnaryOp,
     WhereOp,
 )
-from gradfuse.dialects.tg_conv import Conv2dOp, ConvTranspose2dOp
+from gradfuse.dialects.tg_conv import Conv2dOp, ConvGeometry, ConvTranspose2dOp, WindowsOp
 from gradfuse.dialects.tg_data import (
     BroadcastOp,
     ConcatOp,
@@ -60,7 +60,7 @@ from gradfuse.dialects.tg_program import (
 )
 from gradfuse.dialects.tg_sparse import GatherOp, RandomOp, ScatterAddOp
 
-COMPOSITES = (SigmoidOp, TanhOp, ReluOp, SoftmaxOp, Conv2dOp, ConvTranspose2dOp)
+COMPOSITES = (SigmoidOp, TanhOp, ReluOp, SoftmaxOp, Conv2dOp, ConvTranspose2dOp, WindowsOp)
 """Ops that `tg-decompose` expands into primitives."""
 
 TG = Dialect(
@@ -72,7 +72,7 @@ TG = Dialect(
         SigmoidOp, TanhOp, ReluOp, SoftmaxOp,
         ConstantOp, ReshapeOp, PermuteOp, BroadcastOp, SliceOp, PadOp, ConcatOp, ViewAccessOp,
         ParamOp, AssignOp, FeederOp, ReceiverOp, ForOp, YieldOp, GradOp,
-        GatherOp, ScatterAddOp, RandomOp, Conv2dOp, ConvTranspose2dOp,
+        GatherOp, ScatterAddOp, RandomOp, Conv2dOp, ConvTranspose2dOp, WindowsOp,
     ],
     [],
 )  # fmt: skip
@@ -85,4 +85,6 @@ __all__ = [
     "SigmoidOp", "TanhOp", "ReluOp", "SoftmaxOp",
     "ConstantOp", "ReshapeOp", "PermuteOp", "BroadcastOp", "SliceOp", "PadOp", "ConcatOp",
     "ViewAccessOp", "ParamOp", "AssignOp", "FeederOp", "ReceiverOp", "ForOp", "YieldOp", "GradOp",
+    "ErfOp", "GatherOp", "ScatterAddOp", "RandomOp", "Conv2dOp", "ConvTranspose2dOp",
+    "ConvGeometry", "WindowsOp", "FLOAT_TYPES", "parse_type",
 ]  # fmt: skip

@@ -207,4 +207,67 @@ class ConvTranspose2dOp(ConvOp):
             )
 
 
-__all__ = ["ConvGeometry", "Conv2dOp", "ConvTranspose2dOp"]
+@irdl_op_definition
+class WindowsOp(TgOp):
+    """The sliding windows of an NCHW tensor, 0 where a window leaves the input:
+    `y[n, c, i, j, p, q] = x[n, c, i*sh + p*dh - ph, j*sw + q*dw - pw]`. Pooling
+    reduces over the last two dims.
+
+    `%w = tg.windows %x kernel=[3, 3] stride=[2, 2] padding=[1, 1] dilation=[1, 1] : tensor<1x4x4x4x3x3xf32>`
+    """
+
+    name = "tg.windows"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    kernel = prop_def(DenseArrayBase)
+    stride = prop_def(DenseArrayBase)
+    padding = prop_def(DenseArrayBase)
+    dilation = prop_def(DenseArrayBase)
+    traits = traits_def(Pure())
+
+    def __init__(
+        self,
+        x: SSAValue,
+        kernel: Sequence[int],
+        stride: Sequence[int],
+        padding: Sequence[int] = (0, 0),
+        dilation: Sequence[int] = (1, 1),
+    ):
+        n, c, h, w = shape_of(x)
+        geo = ConvGeometry(
+            n, c, h, w, c, kernel[0], kernel[1], tuple(stride), tuple(padding), tuple(dilation)
+        )  # type: ignore[arg-type]
+        super().__init__(
+            operands=[x],
+            result_types=[tensor((n, c, geo.oh, geo.ow, *kernel), x.type.element_type)],  # type: ignore[attr-defined]
+            properties={
+                "kernel": i64_array(kernel), "stride": i64_array(stride),
+                "padding": i64_array(padding), "dilation": i64_array(dilation),
+            },
+        )  # fmt: skip
+
+    @property
+    def geometry(self) -> ConvGeometry:
+        """A depthwise conv2d geometry with the same windows."""
+        n, c, h, w = shape_of(self.input)
+        kh, kw = ints(self.kernel)
+        return ConvGeometry(
+            n, c, h, w, c, kh, kw, tuple(ints(self.stride)), tuple(ints(self.padding)),  # type: ignore[arg-type]
+            tuple(ints(self.dilation)), c,  # type: ignore[arg-type]
+        )  # fmt: skip
+
+    def verify_(self) -> None:
+        x = shape_of(self.input)
+        if len(x) != 4:
+            raise self.fail(f"input must be 4-d (NCHW), got {fmt_shape(x)}")
+        for name in ("kernel", "stride", "padding", "dilation"):
+            if len(ints(getattr(self, name))) != 2:
+                raise self.fail(f"{name} needs 2 values")
+        geo = self.geometry
+        if geo.oh < 1 or geo.ow < 1:
+            raise self.fail(f"the window is larger than the padded input {fmt_shape(x)}")
+        want = (geo.n, geo.c, geo.oh, geo.ow, geo.kh, geo.kw)
+        self.expect_shape("result shape", shape_of(self.result), want)
+
+
+__all__ = ["ConvGeometry", "Conv2dOp", "ConvTranspose2dOp", "WindowsOp"]

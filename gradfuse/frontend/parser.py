@@ -47,7 +47,7 @@ ATTR_KINDS: dict[str, str] = {
     "low": "ints", "high": "ints", "dim": "int", "value": "float", "init": "number_or_dense",
     "map": "affine_map", "seed": "int", "guard": "affine_set",
     "stride": "ints", "padding": "ints", "dilation": "ints", "output_padding": "ints",
-    "groups": "int",
+    "groups": "int", "kernel": "ints",
 }  # fmt: skip
 """How each `key=value` attribute of the .tg syntax is read and printed."""
 

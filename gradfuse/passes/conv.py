@@ -122,3 +122,37 @@ def conv2d_input_grad(e: Emitter, g: SSAValue, w: SSAValue, geo: ConvGeometry) -
     o = affine.dims(4)
     flat = o[0] * (geo.h * geo.w) + o[2] * geo.w + o[3]
     return _view(e, dx3, [o[1] // geo.cg, flat, o[1] % geo.cg], (geo.n, geo.c, geo.h, geo.w))
+
+
+def windows(e: Emitter, x: SSAValue, geo: ConvGeometry) -> SSAValue:
+    """The sliding windows [n, c, oh, ow, kh, kw] of x: one guarded view."""
+    d = affine.dims(6)
+    ih = d[2] * geo.stride[0] + d[4] * geo.dilation[0] - geo.padding[0]
+    iw = d[3] * geo.stride[1] + d[5] * geo.dilation[1] - geo.padding[1]
+    guard = [
+        _ge(ih, 0),
+        _ge(AffineExpr.constant(geo.h - 1), ih),
+        _ge(iw, 0),
+        _ge(AffineExpr.constant(geo.w - 1), iw),
+    ]
+    shape = (geo.n, geo.c, geo.oh, geo.ow, geo.kh, geo.kw)
+    return _view(e, x, [d[0], d[1], ih, iw], shape, guard)
+
+
+def windows_grad(e: Emitter, g: SSAValue, geo: ConvGeometry) -> SSAValue:
+    """The adjoint of `windows`: each input element sums the window slots that read it
+    (a guarded view of g to [n, c, h, w, kh, kw], reduced over kh, kw)."""
+    d = affine.dims(6)
+    ty = d[2] + geo.padding[0] - d[4] * geo.dilation[0]
+    tx = d[3] + geo.padding[1] - d[5] * geo.dilation[1]
+    guard = [
+        _ge(ty, 0), _ge(AffineExpr.constant((geo.oh - 1) * geo.stride[0]), ty),
+        _ge(tx, 0), _ge(AffineExpr.constant((geo.ow - 1) * geo.stride[1]), tx),
+        AffineConstraintExpr(EQ, ty % geo.stride[0], AffineExpr.constant(0)),
+        AffineConstraintExpr(EQ, tx % geo.stride[1], AffineExpr.constant(0)),
+    ]  # fmt: skip
+    shape = (geo.n, geo.c, geo.h, geo.w, geo.kh, geo.kw)
+    spread = _view(
+        e, g, [d[0], d[1], ty // geo.stride[0], tx // geo.stride[1], d[4], d[5]], shape, guard
+    )
+    return e.reduce_sum(spread, [4, 5])

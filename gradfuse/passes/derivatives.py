@@ -132,6 +132,11 @@ def conv_transpose2d_rule(e: Emitter, op: tg.ConvTranspose2dOp, g: SSAValue) -> 
     return conv.conv2d(e, g, op.weight, geo), conv.conv2d_weight_grad(e, g, op.input, geo)
 
 
+def windows_rule(e: Emitter, op: tg.WindowsOp, g: SSAValue) -> Cotangents:
+    """y = windows(x): each x element gets the sum of the window slots that read it."""
+    return (conv.windows_grad(e, g, op.geometry),)
+
+
 def cmplt_rule(e: Emitter, op: tg.CmpLtOp, g: SSAValue) -> Cotangents:
     """A mask has no gradient."""
     return None, None
@@ -296,6 +301,7 @@ RULES: dict[type[Operation], Rule] = {
     tg.RandomOp: random_rule,
     tg.Conv2dOp: conv2d_rule,
     tg.ConvTranspose2dOp: conv_transpose2d_rule,
+    tg.WindowsOp: windows_rule,
     tg.CmpLtOp: cmplt_rule,
     tg.WhereOp: where_rule,
     tg.CastOp: cast_rule,

@@ -120,11 +120,20 @@ class DecomposeConvTranspose2d(RewritePattern):
         rewriter.replace(op, [], [result])
 
 
+class DecomposeWindows(RewritePattern):
+    """`tg.windows` -> one guarded view."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: tg.WindowsOp, rewriter: PatternRewriter, /):
+        result = conv.windows(Emitter(rewriter, op.location), op.input, op.geometry)
+        rewriter.replace(op, [], [result])
+
+
 def populate_tg_decompose_patterns() -> list[RewritePattern]:
     """The patterns of `tg-decompose`, one per composite op."""
     return [
         DecomposeSigmoid(), DecomposeTanh(), DecomposeRelu(), DecomposeSoftmax(),
-        DecomposeConv2d(), DecomposeConvTranspose2d(),
+        DecomposeConv2d(), DecomposeConvTranspose2d(), DecomposeWindows(),
     ]  # fmt: skip
 
 

@@ -112,3 +112,36 @@ def test_conv_transpose_gradients_against_finite_differences():
         return e.emit(tg.ConvTranspose2dOp(x, w, (2, 2), (1, 1), (1, 1)))
 
     check_gradients(body, [(1, 2, 3, 3), (2, 3, 3, 3)], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["plain", "stride_pad", "dilation"])
+def test_windows_reference_decomposition_and_gradient(name):
+    geo = GEOMETRIES[name]
+    small = ConvGeometry(1, 2, min(geo.h, 5), min(geo.w, 6), 2, min(geo.kh, 3), min(geo.kw, 2),
+                         geo.stride, geo.padding, geo.dilation, 2)  # fmt: skip
+
+    def body(e, x):
+        return e.emit(tg.WindowsOp(x, (small.kh, small.kw), small.stride, small.padding, small.dilation))
+
+    check_gradients(body, [(small.n, small.c, small.h, small.w)], rtol=1e-5, atol=1e-6)
+    check_gradients(body, [(small.n, small.c, small.h, small.w)], decompose="after", rtol=1e-5, atol=1e-6)
+
+
+def test_max_pool_as_windows_is_one_kernel():
+    src = """
+func @main(%x: tensor<1x2x6x6xf32>) -> (tensor<1x2x3x3xf32>) {
+  %w = tg.windows %x kernel=[3, 3] stride=[2, 2] padding=[1, 1] dilation=[1, 1] : tensor<1x2x3x3x3x3xf32>
+  %m = tg.reduce_max %w dims=[4, 5] : tensor<1x2x3x3xf32>
+  return %m
+}
+"""
+    x = np.abs(np.random.default_rng(2).standard_normal((1, 2, 6, 6))).astype(np.float32)
+    want = run(parse_tg(src), args=[x]).results[0]
+    fused = parse_tg(src)
+    run_pipeline(fused, "kernels")
+    assert sum(isinstance(op, K.KernelOp) for op in fused.walk()) == 1
+    np.testing.assert_allclose(run_kernels(fused, args=[x]).results[0], want)
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    direct = np.array([[[[xp[0, c, 2 * i : 2 * i + 3, 2 * j : 2 * j + 3].max() for j in range(3)]
+                         for i in range(3)] for c in range(2)]])  # fmt: skip
+    np.testing.assert_allclose(want, direct)
