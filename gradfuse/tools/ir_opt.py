@@ -54,6 +54,12 @@ class IrOptMain(xDSLOptMain):
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
         super().register_all_arguments(arg_parser)
         arg_parser.add_argument(
+            "--kernel-stats",
+            action="store_true",
+            help="after the passes, print kernel launches per loop iteration and per"
+            " program and the peak bytes of temporaries (as // comment lines)",
+        )
+        arg_parser.add_argument(
             "--pipeline",
             default=None,
             help=f"named pipeline to run before -p ({', '.join(passes.PIPELINES)})",
@@ -78,7 +84,30 @@ class IrOptMain(xDSLOptMain):
     def print_tg_output(self, module: ModuleOp, out: IO[str]) -> None:
         from gradfuse.frontend.printer import print_tg
 
-        out.write(print_tg(module, print_locations=self.args.print_debuginfo))
+        try:
+            out.write(print_tg(module, print_locations=self.args.print_debuginfo))
+        except GradfuseError:
+            if DEFAULTED_TG_TARGET not in getattr(self, "extra_args", []):
+                raise
+            # `-t tg` was only the default for .tg input: lowered IR prints as MLIR.
+            from xdsl.printer import Printer
+
+            Printer(stream=out, print_debuginfo=self.args.print_debuginfo).print_op(module)
+            out.write("\n")
+
+    def output_resulting_program(self, prog: ModuleOp) -> str:
+        text = super().output_resulting_program(prog)
+        if self.args.kernel_stats:
+            from gradfuse.stats import kernel_stats
+
+            st = kernel_stats(prog)
+            loops = ", ".join(str(n) for n in st.per_loop) or "no loop"
+            text += (
+                f"// kernel-stats: {st.kernels_per_iteration} per iteration ({loops}),"
+                f" {st.kernels} in the program, {st.launches} launches per run,"
+                f" peak {st.peak_bytes} bytes\n"
+            )
+        return text
 
     def print_kernel_listing(self, module: ModuleOp, out: IO[str]) -> None:
         from gradfuse.dump import dump_kernels
@@ -92,21 +121,27 @@ class IrOptMain(xDSLOptMain):
         return self.buffer
 
 
+DEFAULTED_TG_TARGET = "--target=tg"
+"""How `_default_target` spells the `-t tg` it adds (so that the printer may fall back)."""
+
+
 def _default_target(argv: list[str]) -> list[str]:
-    """`-t tg` is the default for .tg input, `-t mlir` otherwise."""
+    """`-t tg` is the default for .tg input (MLIR where the result has no .tg form),
+    `-t mlir` otherwise."""
     if any(a in ("-t", "--target") or a.startswith(("--target=", "-t")) for a in argv):
         return argv
     tg_input = any(a.endswith(".tg") for a in argv if not a.startswith("-"))
     tg_frontend = (
         "tg" in argv[argv.index("-f") + 1 : argv.index("-f") + 2] if "-f" in argv else False
     )
-    return [*argv, "-t", "tg"] if tg_input or tg_frontend else argv
+    return [*argv, DEFAULTED_TG_TARGET] if tg_input or tg_frontend else argv
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `ir-opt` console script."""
     args = _default_target(list(sys.argv[1:] if argv is None else argv))
     try:
+        IrOptMain.extra_args = args  # type: ignore[attr-defined]
         tool = IrOptMain(args=args)
         tool.run()
     except SystemExit as e:  # argparse usage errors and --version
