@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-filecheck test-slow lint install clean
+.PHONY: demo test test-unit test-filecheck test-slow test-gpu lint install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ test-filecheck: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
+
+# On a machine with an NVIDIA GPU: installs PyCUDA, runs the GPU tests.
+test-gpu: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[cuda]'
+	$(BIN)/python -m pytest -q -m gpu tests/gpu
 
 lint: $(STAMP)
 	$(BIN)/ruff check gradfuse tests

@@ -1,0 +1,86 @@
+"""CUDA C for a lowered module's kernels, compiled by nvcc to a cubin, cached on disk.
+
+The source comes from the one C-style renderer (`-t cuda`); the cubin is cached
+by a hash of source, flags and nvcc's version, written to a temporary file and
+renamed into place, so two processes compiling at once, or a crash half-way,
+never leave a broken entry:
+
+    cubin = compile_cubin(cuda_source(module), "sm_90")
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+import subprocess
+import tempfile
+from functools import cache
+from pathlib import Path
+
+from xdsl.dialects.builtin import ModuleOp
+
+from gradfuse.diagnostics import GradfuseError
+
+FLAGS = ("-O3", "--use_fast_math")
+
+
+def cuda_source(module: ModuleOp) -> str:
+    """The CUDA C translation unit of the module's kernels (`ir-opt -t cuda`)."""
+    from gradfuse.tools.targets import print_cuda
+
+    out = io.StringIO()
+    print_cuda(module, out)
+    return out.getvalue()
+
+
+def nvcc() -> str:
+    """The nvcc to use: $NVCC, else the one on PATH, else CUDA's default place."""
+    for candidate in (os.environ.get("NVCC"), shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
+        if candidate and Path(candidate).exists():
+            return candidate
+    raise GradfuseError(
+        "the cuda backend needs nvcc, the CUDA compiler: install the CUDA toolkit"
+        " (https://developer.nvidia.com/cuda-downloads) or set NVCC to its path"
+    )
+
+
+@cache
+def nvcc_version(path: str) -> str:
+    return subprocess.run([path, "--version"], capture_output=True, text=True).stdout
+
+
+def cache_dir() -> Path:
+    root = Path(os.environ.get("GRADFUSE_CACHE_DIR") or Path.home() / ".cache" / "gradfuse")
+    path = root / "cuda"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def compile_cubin(source: str, arch: str = "sm_90") -> bytes:
+    """The cubin of `source` for `arch`, from the cache or freshly compiled."""
+    compiler = nvcc()
+    key = hashlib.sha256(
+        "\0".join([source, arch, *FLAGS, nvcc_version(compiler)]).encode()
+    ).hexdigest()[:32]
+    target = cache_dir() / f"{key}.cubin"
+    if target.exists():
+        data = target.read_bytes()
+        if data[:4] == b"\x7fELF":  # a cubin is an ELF file; anything else is rebuilt
+            return data
+    with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+        src = Path(tmp) / "kernels.cu"
+        src.write_text(source)
+        out = Path(tmp) / "kernels.cubin"
+        cmd = [compiler, "-cubin", f"-arch={arch}", *FLAGS, "-o", str(out), str(src)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            kept = cache_dir() / f"{key}-failed.cu"
+            kept.write_text(source)
+            first = (done.stderr.strip().splitlines() or ["no message"])[0]
+            raise GradfuseError(f"nvcc failed on the generated kernels ({first}); source: {kept}")
+        partial = Path(tmp) / "partial"
+        partial.write_bytes(out.read_bytes())
+        os.replace(partial, target)
+    return target.read_bytes()

@@ -1,0 +1,346 @@
+"""Runs a lowered program on an NVIDIA GPU with PyCUDA.
+
+The kernels of the `gpu.module` are rendered to CUDA C, compiled by nvcc to one
+cubin (cached on disk) and loaded once. The host function is turned into a list
+of actions once: params live on the device for the whole run (`memref.global`),
+temporaries in one arena, launches are queued on one stream, and inside loops
+every run of launches between host callbacks is captured once as a CUDA graph
+and replayed. Feeders fill pinned staging buffers (two per feeder, guarded by
+events) that are copied asynchronously; receivers copy back asynchronously and
+their callbacks run, in order, once the copies have landed.
+
+    program = CudaProgram(lowered_module)
+    result = program.run(feeders={"x": x}, params={"0.weight": w})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from xdsl.dialects import arith, func, gpu, memref, scf
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, MemRefType, ModuleOp, StringAttr
+from xdsl.ir import Block, Operation, SSAValue
+
+from gradfuse.backend.cuda.compiler import compile_cubin, cuda_source
+from gradfuse.backend.kernel_numpy import tensor_of
+from gradfuse.backend.reference import RunResult
+from gradfuse.backend.reference_state import RunState, attr_array, dtype_of
+from gradfuse.diagnostics import GradfuseError, position_of
+
+Action = Callable[[], None]
+
+
+@dataclass
+class DeviceBuffer:
+    """A typed view of device memory: `ptr` bytes, `shape`, `dtype`."""
+
+    ptr: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+def _key(op: Operation) -> str:
+    callee = op.attributes.get("gradfuse.key")
+    return callee.data if isinstance(callee, StringAttr) else ""
+
+
+class CudaProgram:
+    """A lowered module compiled for the GPU; `run` may be called many times."""
+
+    def __init__(self, module: ModuleOp):
+        import pycuda.autoprimaryctx  # noqa: F401  (the device's primary context)
+        import pycuda.driver as drv
+
+        self.drv, self.module = drv, module
+        cubin = compile_cubin(cuda_source(module), _arch(drv))
+        self.cu_module = drv.module_from_buffer(cubin)
+        self.functions: dict[str, Any] = {}
+        self.globals = {
+            op.sym_name.data: op for op in module.walk() if isinstance(op, memref.GlobalOp)
+        }
+        self.main = next(op for op in module.ops if isinstance(op, func.FuncOp) and op.body.blocks)
+        self.externals = {
+            op.sym_name.data: _key(op)
+            for op in module.ops
+            if isinstance(op, func.FuncOp) and not op.body.blocks
+        }
+
+    def function(self, name: str, arity: int) -> Any:
+        if name not in self.functions:
+            fn = self.cu_module.get_function(name)
+            fn.prepare("P" * arity)
+            self.functions[name] = fn
+        return self.functions[name]
+
+    def run(
+        self,
+        *,
+        args: tuple[np.ndarray, ...] | list[np.ndarray] = (),
+        feeders: Mapping[str, Any] | None = None,
+        receivers: Mapping[str, Callable[..., None]] | None = None,
+        params: dict[str, np.ndarray] | None = None,
+        entry: str = "main",
+    ) -> RunResult:
+        """Runs the program; the API and the errors are `reference.run`'s."""
+        run = _Run(self, feeders or {}, receivers or {}, params or {})
+        try:
+            results = run.execute(list(args))
+        except GradfuseError as err:
+            err.params = run.finished_params()  # type: ignore[attr-defined]
+            err.received = run.state.received  # type: ignore[attr-defined]
+            raise
+        return RunResult(results, run.final_params(), run.state.received)
+
+
+def _arch(drv: Any) -> str:
+    major, minor = drv.Context.get_device().compute_capability()
+    return f"sm_{major}{minor}"
+
+
+class _Run:
+    """One execution: device state, the host actions, callbacks in order."""
+
+    def __init__(self, prog: CudaProgram, feeders, receivers, params):
+        drv = prog.drv
+        self.prog, self.drv = prog, drv
+        keys = {
+            name: op.attributes["gradfuse.key"].data
+            for name, op in prog.globals.items()
+            if "gradfuse.key" in op.attributes
+        }  # type: ignore[union-attr]
+        types = {keys[n]: tensor_of(op.type) for n, op in prog.globals.items() if n in keys}  # type: ignore[arg-type]
+        self.state = RunState(np.float32, types, {}, dict(feeders), dict(receivers))
+        self.stream = drv.Stream()
+        self.env: dict[SSAValue, Any] = {}
+        self.device: dict[str, Any] = {}  # global symbol -> DeviceAllocation
+        self.buffers: dict[str, DeviceBuffer] = {}
+        self.keys = keys
+        self.pending: list[tuple[Any, str, list[np.ndarray], Any]] = []
+        self.staging: dict[int, list[tuple[np.ndarray, Any]]] = {}
+        for name, op in prog.globals.items():
+            ty = op.type
+            assert isinstance(ty, MemRefType)
+            key = keys.get(name)
+            if key is not None and key in params:
+                host = self.state.check_param_value(key, params[key])
+            elif isinstance(op.initial_value, DenseIntOrFPElementsAttr):
+                host = _initial(op, ty)
+            else:
+                raise GradfuseError(f'param "{key or name}" has no initial value')
+            buf = drv.mem_alloc(max(host.nbytes, 1))
+            drv.memcpy_htod(buf, np.ascontiguousarray(host))
+            self.device[name] = buf
+            self.buffers[name] = DeviceBuffer(int(buf), tuple(ty.get_shape()), host.dtype)
+
+    # --- host program -> actions ------------------------------------------------------
+
+    def execute(self, args: list[np.ndarray]) -> list[np.ndarray]:
+        block = self.prog.main.body.block
+        for arg, value in zip(block.args, args):
+            ty = arg.type
+            assert isinstance(ty, MemRefType)
+            host = np.ascontiguousarray(value, dtype=dtype_of(tensor_of(ty)))
+            buf = self.drv.mem_alloc(max(host.nbytes, 1))
+            self.drv.memcpy_htod(buf, host)
+            self.env[arg] = DeviceBuffer(int(buf), tuple(ty.get_shape()), host.dtype)
+            self.device[f"arg{len(self.device)}"] = buf
+        for action in self.actions(block, outer=True):
+            action()
+        self.stream.synchronize()
+        self.flush(block_all=True)
+        ret = block.last_op
+        out = []
+        if isinstance(ret, func.ReturnOp):
+            for value in ret.arguments:
+                buf = self.env[value]
+                host = np.empty(buf.shape, buf.dtype)
+                self.drv.memcpy_dtoh(host, buf.ptr)
+                out.append(host)
+        return out
+
+    def actions(self, block: Block, outer: bool = False) -> list[Action]:
+        """The block's host ops as closures; runs of launches become graph segments."""
+        out: list[Action] = []
+        launches: list[Action] = []
+        for op in block.ops:
+            step = self.host_op(op, outer)
+            if isinstance(op, gpu.LaunchFuncOp):
+                launches.append(step)  # type: ignore[arg-type]
+                continue
+            if launches:
+                out.append(self.segment(launches, captured=not outer))
+                launches = []
+            if step is not None:
+                out.append(step)
+        if launches:
+            out.append(self.segment(launches, captured=not outer))
+        return out
+
+    def segment(self, launches: list[Action], captured: bool) -> Action:
+        """Launches in a row; inside a loop, captured once as a CUDA graph and replayed."""
+        if not captured:
+            return lambda: [launch() for launch in launches] and None  # type: ignore[func-returns-value]
+        from gradfuse.backend.cuda.graphs import Capture
+
+        graph: list[Any] = []
+
+        def run() -> None:
+            if not graph:
+                try:
+                    with Capture(self.stream) as cap:
+                        for launch in launches:
+                            launch()
+                    graph.append(cap.graph)
+                except (OSError, AttributeError, RuntimeError):
+                    graph.append(None)  # no graphs here: launch one by one
+            if graph[0] is None:
+                for launch in launches:
+                    launch()
+            else:
+                graph[0].launch(self.stream)
+
+        return run
+
+    def host_op(self, op: Operation, outer: bool) -> Action | None:
+        env = self.env
+        if isinstance(op, arith.ConstantOp):
+            env[op.result] = op.value.value.data  # type: ignore[attr-defined]
+        elif isinstance(op, memref.AllocOp):
+            nbytes = int(np.prod(op.memref.type.get_shape()))  # type: ignore[attr-defined]
+            buf = self.drv.mem_alloc(max(nbytes, 1))
+            self.device[f"arena{len(self.device)}"] = buf
+            env[op.memref] = DeviceBuffer(int(buf), (nbytes,), np.dtype(np.int8))
+        elif isinstance(op, memref.GetGlobalOp):
+            env[op.memref] = self.buffers[op.name_.root_reference.data]
+        elif isinstance(op, memref.ViewOp):
+            base, offset = env[op.source], env[op.byte_shift]
+            ty = op.result.type
+            assert isinstance(ty, MemRefType)
+            env[op.result] = DeviceBuffer(
+                base.ptr + offset, tuple(ty.get_shape()), dtype_of(tensor_of(ty))
+            )
+        elif isinstance(op, gpu.LaunchFuncOp):
+            return self.launch(op)
+        elif isinstance(op, func.CallOp):
+            return self.call(op)
+        elif isinstance(op, scf.ForOp):
+            return self.loop(op, outer)
+        elif not isinstance(op, func.ReturnOp | scf.YieldOp):
+            raise GradfuseError(f"cuda: unexpected host op {op.name}", position_of(op.location))
+        return None
+
+    def launch(self, op: gpu.LaunchFuncOp) -> Action:
+        env = self.env
+        name = op.kernel.nested_references[-1].data
+        grid = (env[op.gridSizeX], env[op.gridSizeY])
+        block = (env[op.blockSizeX], env[op.blockSizeY], env[op.blockSizeZ])
+        fn = self.prog.function(name, len(op.kernelOperands))
+        pointers = [np.uintp(env[a].ptr) for a in op.kernelOperands]
+        stream = self.stream
+        return lambda: fn.prepared_async_call(grid, block, stream, *pointers)
+
+    def call(self, op: func.CallOp) -> Action:
+        key = self.prog.externals.get(op.callee.root_reference.data, "")
+        buffers = [self.env[a] for a in op.arguments]
+        where = position_of(op.location)
+        if op.callee.root_reference.data.startswith("gradfuse_feed"):
+            ty = tensor_of(op.arguments[0].type)  # type: ignore[arg-type]
+            return lambda: self.feed(key, ty, buffers[0], where)
+        return lambda: self.receive(key, buffers, where)
+
+    def loop(self, op: scf.ForOp, outer: bool) -> Action:
+        lo, hi, st = self.env[op.lb], self.env[op.ub], self.env[op.step]
+        body = self.actions(op.body.block)
+
+        calls = outer and any(isinstance(o, func.CallOp) for o in op.body.walk())
+
+        def run() -> None:
+            for i in range(lo, hi, st):
+                if calls:  # a host callback may fail: keep the params of the last iteration
+                    self.save_params()
+                try:
+                    for action in body:
+                        action()
+                except GradfuseError as err:
+                    raise GradfuseError(
+                        f"{err.message} (in iteration {(i - lo) // st} of the loop)", err.position
+                    ) from None
+                self.flush()
+
+        return run
+
+    # --- host callbacks ---------------------------------------------------------------
+
+    def feed(self, key: str, ty: Any, buf: DeviceBuffer, where: Any) -> None:
+        value = self.state.feed(key, ty, where)
+        ring = self.staging.setdefault(
+            buf.ptr, [(self.drv.pagelocked_empty(buf.shape, buf.dtype), None) for _ in range(2)]
+        )
+        host, event = ring.pop(0)
+        if event is not None:
+            event.synchronize()  # the copy that last used this staging buffer is done
+        np.copyto(host, value, casting="unsafe")
+        self.drv.memcpy_htod_async(buf.ptr, host, self.stream)
+        done = self.drv.Event()
+        done.record(self.stream)
+        ring.append((host, done))
+
+    def receive(self, key: str, buffers: list[DeviceBuffer], where: Any) -> None:
+        hosts = [self.drv.pagelocked_empty(b.shape, b.dtype) for b in buffers]
+        for host, b in zip(hosts, buffers):
+            self.drv.memcpy_dtoh_async(host, b.ptr, self.stream)
+        done = self.drv.Event()
+        done.record(self.stream)
+        self.pending.append((done, key, hosts, where))
+
+    def flush(self, block_all: bool = False) -> None:
+        """Calls the receivers whose copies have landed, in order."""
+        while self.pending and (block_all or self.pending[0][0].query()):
+            done, key, hosts, where = self.pending.pop(0)
+            done.synchronize()
+            self.state.receive(key, tuple(np.array(h) for h in hosts), where)
+
+    # --- params back to the host ------------------------------------------------------
+
+    def save_params(self) -> None:
+        """Copies every param on the device (queued), into buffers made once."""
+        if not hasattr(self, "saved"):
+            self.saved = {
+                key: (self.drv.mem_alloc(max(self.buffers[name].nbytes, 1)), self.buffers[name])
+                for name, key in self.keys.items()
+            }
+        for dst, b in self.saved.values():
+            self.drv.memcpy_dtod_async(dst, b.ptr, b.nbytes, self.stream)
+
+    def finished_params(self) -> dict[str, np.ndarray]:
+        """The params as the last finished iteration left them (or as they are)."""
+        self.stream.synchronize()
+        if not hasattr(self, "saved"):
+            return self.final_params()
+        out = {}
+        for key, (dst, b) in self.saved.items():
+            host = np.empty(b.shape, b.dtype)
+            self.drv.memcpy_dtoh(host, dst)
+            out[key] = host
+        return out
+
+    def final_params(self) -> dict[str, np.ndarray]:
+        self.stream.synchronize()
+        out = {}
+        for name, key in self.keys.items():
+            b = self.buffers[name]
+            host = np.empty(b.shape, b.dtype)
+            self.drv.memcpy_dtoh(host, b.ptr)
+            out[key] = host
+        return out
+
+
+def _initial(op: memref.GlobalOp, ty: MemRefType) -> np.ndarray:
+    return attr_array(op.initial_value, tensor_of(ty))  # type: ignore[arg-type]
