@@ -50,6 +50,8 @@ class IrOptMain(xDSLOptMain):
         super().register_all_targets()
         self.available_targets["tg"] = self.print_tg_output
         self.available_targets["kernels"] = self.print_kernel_listing
+        self.available_targets["c"] = _code_target("print_c")
+        self.available_targets["cuda"] = _code_target("print_cuda")
 
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
         super().register_all_arguments(arg_parser)
@@ -170,6 +172,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         sys.stdout.write(output)
     return 0
+
+
+def _code_target(name: str):
+    """`-t c` / `-t cuda`: the renderer's printer, imported when used."""
+
+    def emit(module: ModuleOp, out: IO[str]) -> None:
+        from gradfuse.tools import targets
+
+        getattr(targets, name)(module, out)
+
+    return emit
 
 
 def with_source_line(err: GradfuseError) -> GradfuseError:
