@@ -203,6 +203,15 @@ class LoadOp(_AccessOp):
     assembly_format = "$buffer `[` $map `]` attr-dict `:` type($buffer) `->` type($result)"
     irdl_options = (ParsePropInAttrDict(),)
 
+    @classmethod
+    def build_fast(cls, buffer: SSAValue, map: AffineMap, guard: AffineSet | None = None) -> LoadOp:
+        """The same as the constructor, without its generic argument checks (hot path)."""
+        assert isinstance(buffer.type, MemRefType)
+        props: dict[str, Attribute] = {"map": AffineMapAttr(map)}
+        if guard is not None:
+            props["guard"] = AffineSetAttr(guard)
+        return cls.create(operands=[buffer], result_types=[buffer.type.element_type], properties=props)
+
     def __init__(self, buffer: SSAValue, map: AffineMap, guard: AffineSet | None = None):
         assert isinstance(buffer.type, MemRefType)
         props: dict[str, Attribute] = {"map": AffineMapAttr(map)}

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from math import prod
 
+import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import IntegerAttr, IntegerType, MemRefType, ModuleOp, i64
@@ -179,16 +180,18 @@ def plan_buffers(fn: func.FuncOp, annotate: bool = False) -> BufferPlan:
     first = {a.result: i for i, a in enumerate(allocs)}
     for a in allocs:
         plan.sizes[a.result] = nbytes(a.result.type)
-    placed: list[tuple[int, int, int, int]] = []  # offset, end, live start, live end
-    for value in sorted(plan.sizes, key=lambda v: (-plan.sizes[v], first[v])):
+    order = sorted(plan.sizes, key=lambda v: (-plan.sizes[v], first[v]))
+    placed = np.zeros((len(order), 4), dtype=np.int64)  # offset, end, live start, live end
+    for n, value in enumerate(order):
         size, (lo, hi) = plan.sizes[value], ranges[value]
-        busy = sorted((o, e) for o, e, s, t in placed if not (t < lo or hi < s))
+        rows = placed[:n]
+        live = rows[(rows[:, 3] >= lo) & (rows[:, 2] <= hi)]
         offset = 0
-        for o, e in busy:
+        for o, e in sorted(zip(live[:, 0].tolist(), live[:, 1].tolist())):
             if offset + size <= o:
                 break
             offset = max(offset, align(e))
-        placed.append((offset, offset + size, lo, hi))
+        placed[n] = (offset, offset + size, lo, hi)
         plan.offsets[value] = offset
         plan.peak_bytes = max(plan.peak_bytes, offset + size)
     if annotate:

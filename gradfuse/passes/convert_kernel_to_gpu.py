@@ -24,6 +24,7 @@ Temporaries share one arena (`buffer_planning`); its size is recorded as
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, gpu, memref, scf
@@ -66,6 +67,7 @@ def _symbol(prefix: str, key: str) -> str:
     return prefix + re.sub(r"[^A-Za-z0-9_]", "_", key)
 
 
+@lru_cache(maxsize=1024)
 def _initial_value(init: Attribute | None, ty: MemRefType) -> Attribute:
     """A `memref.global` initial value: a dense attribute of the buffer's shape, or unit."""
     if init is None:

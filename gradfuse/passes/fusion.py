@@ -74,7 +74,10 @@ class Group(Node):
     members: list[Member] = field(default_factory=list)
 
     def member_of(self, op: object) -> Member | None:
-        return next((m for m in self.members if m.op is op), None)
+        for m in reversed(self.members):  # recent members are asked for most
+            if m.op is op:
+                return m
+        return None
 
 
 @dataclass(eq=False)

@@ -351,7 +351,15 @@ class KernelBuilder:
             raise GradfuseError(
                 f"{op.name} cannot stand here in kernel {k.sym_name.data}", position_of(loc)
             )
-        self.block.add_op(op.clone(value_mapper=vm))
+        copy = type(op).create(  # a clone without the generic machinery (hot path)
+            operands=[vm.get(o, o) for o in op.operands],
+            result_types=[r.type for r in op.results],
+            properties=dict(op.properties),
+            attributes=dict(op.attributes),
+        )
+        copy.location = op.location
+        vm.update(zip(op.results, copy.results))
+        self.block.add_op(copy)
 
 
 def philox_uniform(

@@ -61,6 +61,8 @@ class FoldSplats(RewritePattern):
     """An elementwise op on splats, a view of a splat, a reduction of a splat: a splat."""
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not op.operands or not isinstance(op.operands[0].owner, tg.ConstantOp):
+            return
         values = [splat(v) for v in op.operands]
         if not values or any(v is None for v in values):
             return

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, math
@@ -63,7 +64,9 @@ MAX_GROUP = 64
 """At most this many kernels share one launch (horizontal fusion)."""
 
 
+@lru_cache(maxsize=4096)
 def memref_of(ty: Attribute) -> MemRefType:
+    """The buffer type of a tensor type: `tensor<2x4xf32>` -> `memref<2x4xf32>`."""
     assert isinstance(ty, TensorType)
     return MemRefType(ty.element_type, ty.get_shape())
 
@@ -243,7 +246,7 @@ class _Body:
         key = (id(buffer), f"{prologue}{access}{guard}")
         if key not in self.loads:
             like = base.owner if isinstance(base.owner, Operation) else None
-            self.loads[key] = self.add(K.LoadOp(self.arg(buffer), access, guard), like)
+            self.loads[key] = self.add(K.LoadOp.build_fast(self.arg(buffer), access, guard), like)
         return self.loads[key]
 
     def constant(self, value: float, element: Attribute) -> SSAValue:
