@@ -259,7 +259,7 @@ class KernelBuilder:
             self.add(arith.SelectOp(inside, self.expand(e, point, loc), zero), loc)
             for e in op.map.data.results
         ]
-        value = self.add(memref.LoadOp.get(vm[op.buffer], idx), loc)
+        value = self.add(_load(vm[op.buffer], idx), loc)
         return self.add(arith.SelectOp(inside, value, self.const(0.0, op.result.type)), loc)
 
     def to_index(self, value: SSAValue, loc: Attribute) -> SSAValue:
@@ -303,7 +303,8 @@ class KernelBuilder:
             for r, acc in zip(reds, carried):
                 value = vm[r.value]
                 combine = arith.AddfOp if r.kind.data == "add" else arith.MaximumfOp
-                new.append(self.add(combine(acc, value), r.location))
+                step = combine.create(operands=[acc, value], result_types=[acc.type])
+                new.append(self.add(step, r.location))
         self.add(scf.YieldOp(*new))
         self.block = outer
         return list(loop.results)
@@ -326,15 +327,15 @@ class KernelBuilder:
         if isinstance(op, kd.LoadOp | kd.StoreOp):
             idx = [self.expand(e, point, loc) for e in op.map.data.results]
             if isinstance(op, kd.LoadOp):
-                vm[op.result] = self.add(memref.LoadOp.get(vm[op.buffer], idx), loc)
+                vm[op.result] = self.add(_load(vm[op.buffer], idx), loc)
             else:
-                self.add(memref.StoreOp.get(vm[op.value], vm[op.buffer], idx), loc)
+                self.add(_store(vm[op.value], vm[op.buffer], idx), loc)
             return
         if isinstance(op, kd.GatherOp | kd.ScatterAddOp):
             symbol = self.to_index(vm[op.index], loc)
             idx = [self.expand(e, point, loc, [symbol]) for e in op.map.data.results]
             if isinstance(op, kd.GatherOp):
-                vm[op.result] = self.add(memref.LoadOp.get(vm[op.buffer], idx), loc)
+                vm[op.result] = self.add(_load(vm[op.buffer], idx), loc)
             else:
                 add = memref.AtomicRMWOp.create(
                     operands=[vm[op.value], vm[op.buffer], *idx],
@@ -388,6 +389,18 @@ def philox_uniform(
     top = op(arith.ShRUIOp, x0, b.const(8, i64))
     real = b.add(arith.SIToFPOp(top, f32), loc)
     return b.add(arith.MulfOp(real, b.const(2.0**-24, f32)), loc)
+
+
+def _load(buffer: SSAValue, indices: list[SSAValue]) -> Operation:
+    """`memref.load`, built without the generic constructor's checks (hot path)."""
+    return memref.LoadOp.create(
+        operands=[buffer, *indices], result_types=[buffer.type.element_type]  # type: ignore[attr-defined]
+    )
+
+
+def _store(value: SSAValue, buffer: SSAValue, indices: list[SSAValue]) -> Operation:
+    """`memref.store`, built without the generic constructor's checks (hot path)."""
+    return memref.StoreOp.create(operands=[value, buffer, *indices])
 
 
 def _index_op(cls: type[Operation], lhs: SSAValue, rhs: SSAValue) -> Operation:
