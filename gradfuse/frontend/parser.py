@@ -38,6 +38,7 @@ from xdsl.utils.exceptions import VerifyException
 from gradfuse.diagnostics import GradfuseError, Position
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import i64_array, parse_type
+from gradfuse.gcpause import paused_gc
 
 OPS: dict[str, type[IRDLOperation]] = {op.name: op for op in tg.TG.operations}  # type: ignore[misc]
 SPECIAL_OPS = ("tg.for", "tg.grad", "tg.yield")
@@ -63,6 +64,11 @@ def parse_tg(text: str, filename: str = "<string>", line_offset: int = 0) -> Mod
 
     `line_offset` shifts reported lines (for a chunk of a `--split-input-file` input).
     """
+    with paused_gc():
+        return _parse(text, filename, line_offset)
+
+
+def _parse(text: str, filename: str, line_offset: int) -> ModuleOp:
     lines = text.splitlines()
     try:
         tree = _lark().parse(text)

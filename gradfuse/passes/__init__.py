@@ -111,4 +111,7 @@ def pipeline(spec: str) -> PassPipeline:
 
 def run_pipeline(module: ModuleOp, name: str = "default", ctx: Context | None = None) -> None:
     """Applies a named pipeline (or a pass spec) to `module` in place."""
-    pipeline(name).apply(ctx or make_context(), module)
+    from gradfuse.gcpause import paused_gc
+
+    with paused_gc():
+        pipeline(name).apply(ctx or make_context(), module)

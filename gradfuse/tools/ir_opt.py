@@ -24,6 +24,7 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 
 from gradfuse import passes
 from gradfuse.diagnostics import GradfuseError
+from gradfuse.gcpause import paused_gc
 
 
 class IrOptMain(xDSLOptMain):
@@ -145,7 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         IrOptMain.extra_args = args  # type: ignore[attr-defined]
         tool = IrOptMain(args=args)
-        tool.run()
+        with paused_gc():
+            tool.run()
     except SystemExit as e:  # argparse usage errors and --version
         return int(e.code or 0)
     except GradfuseError as e:
