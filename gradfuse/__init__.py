@@ -4,6 +4,7 @@ from gradfuse import execute, ir_for, Feeder, Receiver, print_graph
 from gradfuse.nn import Linear, Sequential, Sigmoid, SGD
 """
 
+from gradfuse.frontend.functional import constant, dropout, erf, gather, rand, scatter_add
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import manual_seed
 from gradfuse.frontend.tensor import Tensor, where
@@ -21,5 +22,6 @@ from gradfuse.frontend.tracing import (
 
 __all__ = [
     "Tensor", "Parameter", "where", "Feeder", "Receiver", "execute", "ir_for", "ir_text",
-    "print_graph", "reset", "manual_seed", "compile", "Compiled",
+    "print_graph", "reset", "manual_seed", "compile", "Compiled", "constant", "erf", "gather",
+    "scatter_add", "rand", "dropout",
 ]  # fmt: skip

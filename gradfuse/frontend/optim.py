@@ -1,11 +1,15 @@
 """Optimizers: each `step()` records the update as tg ops ending in `tg.assign`.
 
-opt = SGD(model.parameters(), lr=0.01, momentum=0.9)
-opt.zero_grad(); loss.backward(); opt.step()
+Their state (momentum buffers, Adam's moments and step count) is params of the
+program, kept on the device across steps like the model's parameters:
+
+    opt = Adam(model.parameters(), lr=1e-3)
+    opt.zero_grad(); loss.backward(); opt.step()
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import numpy as np
@@ -15,7 +19,69 @@ from gradfuse.frontend.recorder import direction_scope, error, module_scope, pro
 from gradfuse.frontend.tensor import Tensor
 
 
-class SGD:
+class Optimizer:
+    """The base of optimizers: the parameter list and per-parameter state as params.
+
+    Subclasses define `update(p, grad)`. `Optimizer(model.parameters())`
+    """
+
+    def __init__(self, params: Iterable[Parameter]):
+        self.params: list[Parameter] = list(params)
+        if not self.params:
+            raise error(f"{type(self).__name__}: got an empty parameter list")
+        self.state: dict[int, dict[str, Parameter]] = {}
+
+    def parameters(self) -> list[Parameter]:
+        """The parameters it updates (a method, as `Receiver(fn, opt.parameters)` expects)."""
+        return list(self.params)
+
+    def zero_grad(self) -> None:
+        """Forgets the gradients; records nothing (each `backward()` writes fresh ones)."""
+        for p in self.params:
+            p.grad = None
+
+    def _state(self, p: Parameter, name: str, shape: tuple[int, ...] | None = None) -> Parameter:
+        """The state `name` of `p` (zeros at first), a param keyed `"<p's key>.<name>"`."""
+        slots = self.state.setdefault(id(p), {})
+        if name not in slots:
+            buf = Parameter(np.zeros(p.shape if shape is None else shape, p.data.dtype))
+            buf._hint = lambda: f"{program().key_of(p)}.{name}"
+            slots[name] = buf
+        return slots[name]
+
+    def update(self, p: Parameter, grad: Tensor) -> None:
+        """Records the update of one parameter (subclasses)."""
+        raise NotImplementedError
+
+    def begin_step(self) -> None:
+        """Records what one step shares across parameters (such as a step count)."""
+
+    def step(self) -> None:
+        """Records the update of every parameter that has a gradient."""
+        with direction_scope("optimizer"):
+            self.begin_step()
+            for p in self.params:
+                if p.grad is None:
+                    continue
+                with module_scope(p.key.rpartition(".")[0]):
+                    self.update(p, p.grad)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The state by parameter index: `"0.momentum_buffer"`, `"1.exp_avg"`, ..."""
+        out = {}
+        for i, p in enumerate(self.params):
+            for name, buf in self.state.get(id(p), {}).items():
+                out[f"{i}.{name}"] = buf.data.copy()
+        return out
+
+
+def _check(what: str, **values: float) -> None:
+    for name, v in values.items():
+        if not v >= 0:
+            raise error(f"{what}: {name} must be >= 0, got {v}")
+
+
+class SGD(Optimizer):
     """Stochastic gradient descent with PyTorch's semantics (momentum, weight decay).
 
     `g = grad + weight_decay * p`; with momentum `b = momentum * b + g` (b starts at
@@ -30,56 +96,121 @@ class SGD:
         momentum: float = 0.0,
         weight_decay: float = 0.0,
     ):
-        self.params: list[Parameter] = list(params)
-        if not self.params:
-            raise error("SGD: got an empty parameter list")
-        if lr < 0 or momentum < 0 or weight_decay < 0:
-            raise error(
-                f"SGD: lr, momentum and weight_decay must be >= 0, got {lr}, {momentum}, {weight_decay}"
-            )
+        super().__init__(params)
+        _check("SGD", lr=lr, momentum=momentum, weight_decay=weight_decay)
         self.lr = lr
         self.momentum = momentum
         self.weight_decay = weight_decay
-        self.buffers: dict[int, Parameter] = {}
 
-    def parameters(self) -> list[Parameter]:
-        """The parameters it updates (a method, as `Receiver(fn, opt.parameters)` expects)."""
-        return list(self.params)
+    @property
+    def buffers(self) -> dict[int, Parameter]:
+        """The momentum buffers by `id` of their parameter."""
+        return {k: s["momentum_buffer"] for k, s in self.state.items() if "momentum_buffer" in s}
 
-    def zero_grad(self) -> None:
-        """Forgets the gradients; records nothing (each `backward()` writes fresh ones)."""
-        for p in self.params:
-            p.grad = None
+    def update(self, p: Parameter, grad: Tensor) -> None:
+        g = grad
+        if self.weight_decay:
+            g = g + p * self.weight_decay
+        if self.momentum:
+            buf = self._state(p, "momentum_buffer")
+            b = buf * self.momentum + g
+            buf.assign(b)
+            g = b
+        p.assign(p + g * (-self.lr))
 
-    def _buffer(self, p: Parameter) -> Parameter:
-        buf = self.buffers.get(id(p))
-        if buf is None:
-            buf = Parameter(np.zeros_like(p.data))
-            buf._hint = lambda: f"{program().key_of(p)}.momentum_buffer"
-            self.buffers[id(p)] = buf
-        return buf
 
-    def step(self) -> None:
-        """Records the update of every parameter that has a gradient."""
-        with direction_scope("optimizer"):
-            for p in self.params:
-                if p.grad is None:
-                    continue
-                with module_scope(p.key.rpartition(".")[0]):
-                    g: Tensor = p.grad
-                    if self.weight_decay:
-                        g = g + p * self.weight_decay
-                    if self.momentum:
-                        buf = self._buffer(p)
-                        b = buf * self.momentum + g
-                        buf.assign(b)
-                        g = b
-                    p.assign(p + g * (-self.lr))
+class Adam(Optimizer):
+    """Adam with PyTorch's arguments, bias correction, L2 weight decay and AMSGrad.
+
+    `m = b1 m + (1-b1) g`, `v = b2 v + (1-b2) g^2`, `p -= lr/(1-b1^t) * m /
+    (sqrt(v)/sqrt(1-b2^t) + eps)`; the step `t` is a param (`"adam.step"`), so
+    `b^t = exp2(t log2 b)` is computed on the device. `Adam(model.parameters(), lr=1e-3)`
+    """
+
+    decoupled = False
+
+    def __init__(
+        self,
+        params: Iterable[Parameter],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        maximize: bool = False,
+    ):
+        super().__init__(params)
+        what = type(self).__name__
+        _check(what, lr=lr, eps=eps, weight_decay=weight_decay)
+        if not all(0.0 <= b < 1.0 for b in betas) or len(betas) != 2:
+            raise error(f"{what}: betas must be two numbers in [0, 1), got {betas}")
+        self.lr = lr
+        self.betas = (float(betas[0]), float(betas[1]))
+        self.eps = eps
+        self.weight_decay = weight_decay
+        self.amsgrad = amsgrad
+        self.maximize = maximize
+        self.step_count = Parameter(np.zeros((), np.float32), name=f"{what.lower()}.step")
+        self._corrections: tuple[Tensor, Tensor] | None = None
+
+    def begin_step(self) -> None:
+        t = self.step_count + 1.0
+        self.step_count.assign(t)
+        self._corrections = (self._correction(t, self.betas[0]), self._correction(t, self.betas[1]))
+
+    @staticmethod
+    def _correction(t: Tensor, beta: float) -> Tensor:
+        """`1 - beta ** t` with `beta ** t = exp2(t * log2(beta))` (1 when beta is 0)."""
+        if beta == 0.0:
+            return t * 0.0 + 1.0
+        return 1.0 - (t * math.log2(beta)).exp2()
+
+    def update(self, p: Parameter, grad: Tensor) -> None:
+        assert self._corrections is not None, "begin_step() records the step count first"
+        b1, b2 = self.betas
+        g = -grad if self.maximize else grad
+        decayed: Tensor = p
+        if self.weight_decay and self.decoupled:
+            decayed = p * (1.0 - self.lr * self.weight_decay)
+        elif self.weight_decay:
+            g = g + p * self.weight_decay
+        m_buf, v_buf = self._state(p, "exp_avg"), self._state(p, "exp_avg_sq")
+        m = m_buf * b1 + g * (1.0 - b1)
+        v = v_buf * b2 + g * g * (1.0 - b2)
+        m_buf.assign(m)
+        v_buf.assign(v)
+        if self.amsgrad:
+            v_max_buf = self._state(p, "max_exp_avg_sq")
+            v = v_max_buf.maximum(v)
+            v_max_buf.assign(v)
+        bc1, bc2 = self._corrections
+        step_size = bc1.reciprocal() * (-self.lr)
+        denom = v.sqrt() * bc2.sqrt().reciprocal() + self.eps
+        p.assign(decayed + m / denom * step_size)
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """The momentum buffers by parameter index (`"0.momentum_buffer"`)."""
-        out = {}
-        for i, p in enumerate(self.params):
-            if id(p) in self.buffers:
-                out[f"{i}.momentum_buffer"] = self.buffers[id(p)].data.copy()
+        """The moments by parameter index (`"0.exp_avg"`, `"0.exp_avg_sq"`) and `"step"`."""
+        out = super().state_dict()
+        out["step"] = self.step_count.data.copy()
         return out
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay: `p *= 1 - lr * weight_decay` before the update.
+
+    `AdamW(model.parameters(), lr=1e-3, weight_decay=1e-2)`
+    """
+
+    decoupled = True
+
+    def __init__(
+        self,
+        params: Iterable[Parameter],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        maximize: bool = False,
+    ):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize)

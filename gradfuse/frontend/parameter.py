@@ -78,6 +78,12 @@ class Parameter(Tensor):
         emit(tg.AssignOp(prog.key_of(self), new.value))
         prog.current[(id(insertion_block()), prog.key_of(self))] = new.value
 
+    def __deepcopy__(self, memo: dict[int, object]) -> Parameter:
+        """A new parameter with a copy of the data, no gradient and no key yet."""
+        new = Parameter(self.data.copy(), self.name)
+        memo[id(self)] = new
+        return new
+
     def numpy(self) -> np.ndarray:
         """A copy of the host value."""
         return self.data.copy()

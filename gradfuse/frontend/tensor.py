@@ -274,6 +274,20 @@ class Tensor:
         d = ops.normalize_dims(dim, self.ndim, "tg.softmax")[0]
         return Tensor(emit(tg.SoftmaxOp(self.value, d)).result)
 
+    def log_softmax(self, dim: int = -1) -> Tensor:
+        """`x - max - log(sum(exp(x - max)))` along `dim`."""
+        shifted = self - self.max(dim, keepdim=True)
+        return shifted - shifted.exp().sum(dim, keepdim=True).log()
+
+    def erf(self) -> Tensor:
+        """The error function (`tg.erf`)."""
+        return Tensor(emit(tg.ErfOp(self.value)).result)
+
+    def gather(self, dim: int, index: Tensor) -> Tensor:
+        """`torch.gather` along `dim` (`tg.gather`); `index` holds integers as floats."""
+        d = ops.normalize_dims(dim, self.ndim, "tg.gather")[0]
+        return Tensor(emit(tg.GatherOp(self.value, index.value, d)).result)
+
     # --- reductions -----------------------------------------------------------------------
 
     def sum(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:

@@ -7,7 +7,7 @@ y = model(x)    # x @ W0.T + b0 -> sigmoid -> x @ W2.T + b2
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -100,3 +100,36 @@ class Softmax(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return x.softmax(self.dim)
+
+
+class ModuleList(Module):
+    """A list of modules named "0", "1", ... (PyTorch's `ModuleList`); it has no forward.
+
+    `layers = ModuleList([Linear(4, 4) for _ in range(3)]); layers[1]`
+    """
+
+    def __init__(self, modules: Iterable[Module] = ()):
+        super().__init__()
+        for m in modules:
+            self.append(m)
+
+    def append(self, module: Module) -> ModuleList:
+        """Adds `module` at the end, named by its index."""
+        setattr(self, str(len(self._modules)), module)
+        return self
+
+    def __getitem__(self, index: int) -> Module:
+        return list(self.children())[index]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return self.children()
+
+
+class Identity(Module):
+    """Returns its input unchanged. `Identity()(x) is x`"""
+
+    def forward(self, x: Any) -> Any:
+        return x

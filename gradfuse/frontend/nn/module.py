@@ -8,6 +8,7 @@ Names and layouts follow PyTorch, so state dicts move between the two:
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -42,7 +43,7 @@ class Module:
         if isinstance(value, Parameter):
             self._parameters[name] = value
             if value._hint is None:
-                value._hint = lambda: self.qualified(name)
+                value._hint = _hint_of(self, name)
         elif isinstance(value, Module):
             self._modules[name] = value
             if value._parent is None and value is not self:
@@ -141,6 +142,23 @@ class Module:
         """Sets evaluation mode."""
         return self.train(False)
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> Module:
+        """An independent copy (new parameters) named as a root until it is assigned somewhere.
+
+        `copy.deepcopy(layer)` is how `TransformerEncoder` makes its `layers.0`, `layers.1`.
+        """
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        for name, value in self.__dict__.items():
+            copied = None if name == "_parent" else copy.deepcopy(value, memo)
+            object.__setattr__(new, name, "" if name == "_name" else copied)
+        for name, child in new._modules.items():
+            object.__setattr__(child, "_parent", new)
+            object.__setattr__(child, "_name", name)
+        for name, p in new._parameters.items():
+            p._hint = _hint_of(new, name)
+        return new
+
     # --- calling -----------------------------------------------------------------------
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -164,3 +182,8 @@ class Module:
             for name, child in self.named_children()
         )
         return f"{type(self).__name__}({self.extra_repr()}{inner}{chr(10) if inner else ''})"
+
+
+def _hint_of(module: Module, name: str) -> Any:
+    """The key hint of parameter `name` of `module`: its dotted path, looked up when used."""
+    return lambda: module.qualified(name)

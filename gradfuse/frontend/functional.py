@@ -1,0 +1,215 @@
+"""Functions on traced tensors (`gradfuse.nn.functional`, PyTorch's `F`): each records tg ops.
+
+import gradfuse.nn.functional as F
+y = F.layer_norm(x, [64], weight, bias)     # reduce_sum, sub, mul, sqrt, recip, ...
+p = F.dropout(h, 0.1)                       # tg.random on a counter param, cmplt, where
+loss = F.cross_entropy(logits, target)      # log-softmax, tg.gather along the class dim
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, TensorType
+
+from gradfuse.dialects import tg
+from gradfuse.dialects.tg_base import fmt_shape
+from gradfuse.frontend import ops
+from gradfuse.frontend.parameter import Parameter
+from gradfuse.frontend.recorder import emit, error, program, rng
+from gradfuse.frontend.tensor import Tensor, element_for, where
+
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+def constant(array: np.ndarray | Sequence[float] | float, dtype: object = np.float32) -> Tensor:
+    """A constant tensor with the values of `array` (a dense `tg.constant`).
+
+    `gradfuse.constant(np.arange(4.0))` records `tg.constant dense<[0.0, ...]>`.
+    """
+    arr = np.asarray(array, dtype=dtype)
+    element = element_for(arr.dtype)
+    if arr.size and np.all(arr == arr.flat[0]):
+        return Tensor(ops.const(float(arr.flat[0]), arr.shape, element))
+    ty = TensorType(element, list(arr.shape))
+    attr = DenseIntOrFPElementsAttr.from_list(ty, [float(v) for v in arr.ravel()])  # type: ignore[arg-type]
+    return Tensor(emit(tg.ConstantOp(attr, ty)).result)
+
+
+def erf(x: Tensor) -> Tensor:
+    """The error function elementwise (`tg.erf`). `gradfuse.erf(x)`"""
+    return x.erf()
+
+
+def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
+    """`torch.gather`: `out[i] = x[i with i[dim] := index[i]]`, shaped like `index`.
+
+    `index` has `x`'s rank and holds integers as floats. `gather(logp, 1, target[:, None])`
+    """
+    return x.gather(dim, index)
+
+
+def scatter_add(index: Tensor, src: Tensor, dim: int, shape: Sequence[int]) -> Tensor:
+    """Zeros of `shape`, then `out[i with i[dim] := index[i]] += src[i]` (`tg.scatter_add`).
+
+    `scatter_add(ids, rows, 0, [vocab, dim])` sums rows per id.
+    """
+    d = ops.normalize_dims(dim, len(shape), "tg.scatter_add")[0]
+    return Tensor(emit(tg.ScatterAddOp(index.value, src.value, d, list(shape))).result)
+
+
+def rand(*shape: int | Sequence[int], seed: int | None = None) -> Tensor:
+    """Uniform [0, 1) numbers that change every time the program reaches them (`tg.random`).
+
+    A counter param (`"rng.<n>"`, starting at 0) is read and incremented, so each
+    iteration of an `ir_for` draws new numbers; `seed` defaults to a draw from
+    `gradfuse.manual_seed`'s generator, so runs are reproducible. `rand(2, 16)`
+    """
+    dims = shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape
+    size = [int(d) for d in dims]  # type: ignore[union-attr]
+    if seed is None:
+        seed = int(rng().integers(0, 2**32))
+    prog = program()
+    n = sum(1 for key in prog.params if key.startswith("rng."))
+    counter = Parameter(np.zeros((), np.float32), name=f"rng.{n}")
+    c = Tensor(counter.value)
+    out = Tensor(emit(tg.RandomOp(c.value, seed, size)).result)
+    counter.assign(c + 1.0)
+    return out
+
+
+def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+    """Zeroes each element with probability `p` and scales the rest by `1 / (1 - p)`.
+
+    Records nothing when `p == 0` or not `training`. `dropout(h, 0.1)`
+    """
+    if not 0.0 <= p <= 1.0:
+        raise error(f"dropout: probability must be in [0, 1], got {p}")
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        return x * 0.0
+    keep = rand(x.shape) >= p
+    return where(keep, x * (1.0 / (1.0 - p)), 0.0)
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """`x @ weight.T + bias` (weight [out, in]). `linear(x, w, b)`"""
+    y = x @ weight.T
+    return y + bias if bias is not None else y
+
+
+def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    """GELU: `x * Phi(x)` with erf (`"none"`) or PyTorch's tanh approximation (`"tanh"`).
+
+    `gelu(x, approximate="tanh")`
+    """
+    if approximate == "none":
+        return x * 0.5 * (erf(x * (1.0 / math.sqrt(2.0))) + 1.0)
+    if approximate == "tanh":
+        inner = (x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi)
+        return x * 0.5 * (inner.tanh() + 1.0)
+    raise error(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+
+
+def softmax(x: Tensor, dim: int = -1) -> Tensor:
+    """Softmax along `dim` (`tg.softmax`, decomposed with max-subtraction). `softmax(s, -1)`"""
+    return x.softmax(dim)
+
+
+def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
+    """`x - max - log(sum(exp(x - max)))` along `dim`. `log_softmax(logits, 1)`"""
+    return x.log_softmax(dim)
+
+
+def layer_norm(
+    x: Tensor,
+    normalized_shape: Sequence[int],
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Normalises the last `len(normalized_shape)` dims to mean 0, variance 1 (biased).
+
+    `layer_norm(x, [64], w, b)` is `(x - mean) / sqrt(var + eps) * w + b`.
+    """
+    k = len(normalized_shape)
+    if tuple(x.shape[x.ndim - k :]) != tuple(normalized_shape) or x.ndim < k:
+        raise error(
+            f"layer_norm: input {fmt_shape(x.shape)} does not end with the normalized"
+            f" shape {list(normalized_shape)}"
+        )
+    dims = list(range(x.ndim - k, x.ndim))
+    centred = x - x.mean(dims, keepdim=True)
+    var = (centred * centred).mean(dims, keepdim=True)
+    y = centred * (var + eps).sqrt().reciprocal()
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y
+
+
+def _reduce(loss: Tensor, reduction: str, what: str) -> Tensor:
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "none":
+        return loss
+    raise error(f"{what}: reduction must be one of {', '.join(_REDUCTIONS)}, got {reduction!r}")
+
+
+def _same_shape(what: str, input: Tensor, target: Tensor) -> None:
+    if input.shape != target.shape:
+        raise error(
+            f"{what}: input {fmt_shape(input.shape)} and target {fmt_shape(target.shape)}"
+            " differ in shape"
+        )
+
+
+def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    """`(input - target) ** 2`, averaged or summed. `mse_loss(y, t)`"""
+    _same_shape("mse_loss", input, target)
+    diff = input - target
+    return _reduce(diff * diff, reduction, "mse_loss")
+
+
+def binary_cross_entropy(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    """`-(t log p + (1 - t) log(1 - p))`, each log clamped at -100 as in PyTorch.
+
+    `binary_cross_entropy(probs.sigmoid(), labels)`
+    """
+    _same_shape("binary_cross_entropy", input, target)
+    log_p = input.log().maximum(-100.0)
+    log_q = (1.0 - input).log().maximum(-100.0)
+    return _reduce(-(target * log_p + (1.0 - target) * log_q), reduction, "binary_cross_entropy")
+
+
+def cross_entropy(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    """Cross-entropy of logits `input` [N, C, ...] and class indices `target` [N, ...].
+
+    `target` holds integers as floats (from a feeder); the log-softmax along the
+    class dim 1 is gathered at the targets. `cross_entropy(logits, labels)`
+    """
+    if input.ndim == 1:
+        input, target = input.reshape(1, -1), target.reshape(1)
+    if input.ndim < 2:
+        raise error(f"cross_entropy: input must have a class dim, got {fmt_shape(input.shape)}")
+    want = input.shape[:1] + input.shape[2:]
+    if target.shape != want:
+        raise error(
+            f"cross_entropy: target {fmt_shape(target.shape)} must be the input"
+            f" {fmt_shape(input.shape)} without its class dim 1: {fmt_shape(want)}"
+        )
+    index = target.reshape(want[:1] + (1,) + want[1:])
+    picked = gather(log_softmax(input, 1), 1, index)
+    return _reduce(-picked.reshape(want), reduction, "cross_entropy")
+
+
+__all__ = [
+    "constant", "erf", "gather", "scatter_add", "rand", "dropout", "linear", "gelu", "softmax",
+    "log_softmax", "layer_norm", "mse_loss", "binary_cross_entropy", "cross_entropy",
+]  # fmt: skip

@@ -1,0 +1,61 @@
+"""Activation modules beyond `layers.py`: `GELU`, `LogSoftmax`, and `Dropout`.
+
+ff = Sequential(Linear(64, 128), GELU(), Dropout(0.1), Linear(128, 64))
+"""
+
+from __future__ import annotations
+
+from gradfuse.frontend import functional as F
+from gradfuse.frontend.nn.module import Module
+from gradfuse.frontend.recorder import error
+from gradfuse.frontend.tensor import Tensor
+
+
+class GELU(Module):
+    """`x * Phi(x)`, exact (`tg.erf`) or with PyTorch's tanh approximation.
+
+    `GELU()(x)`, `GELU(approximate="tanh")(x)`
+    """
+
+    def __init__(self, approximate: str = "none"):
+        super().__init__()
+        if approximate not in ("none", "tanh"):
+            raise error(f"GELU: approximate must be 'none' or 'tanh', got {approximate!r}")
+        self.approximate = approximate
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.gelu(x, self.approximate)
+
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}"
+
+
+class LogSoftmax(Module):
+    """Log-softmax along `dim`, with max-subtraction. `LogSoftmax(dim=1)(logits)`"""
+
+    def __init__(self, dim: int = -1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.log_softmax(x, self.dim)
+
+
+class Dropout(Module):
+    """While training, zeroes elements with probability `p` and scales the rest by 1/(1-p).
+
+    Records nothing in eval mode (`model.eval()`) or when `p == 0`; each run of the
+    traced step draws a new mask (`tg.random` on a counter param). `Dropout(0.1)(h)`
+    """
+
+    def __init__(self, p: float = 0.5):
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise error(f"Dropout: probability must be in [0, 1], got {p}")
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"

@@ -1,0 +1,49 @@
+"""Losses with PyTorch's names and `reduction` ('mean', 'sum', 'none').
+
+loss = CrossEntropyLoss()(logits, labels)    # labels: class ids as floats, from a feeder
+"""
+
+from __future__ import annotations
+
+from gradfuse.frontend import functional as F
+from gradfuse.frontend.nn.module import Module
+from gradfuse.frontend.recorder import error
+from gradfuse.frontend.tensor import Tensor
+
+
+class _Loss(Module):
+    def __init__(self, reduction: str = "mean"):
+        super().__init__()
+        if reduction not in ("mean", "sum", "none"):
+            raise error(
+                f"{type(self).__name__}: reduction must be 'mean', 'sum' or 'none',"
+                f" got {reduction!r}"
+            )
+        self.reduction = reduction
+
+    def extra_repr(self) -> str:
+        return f"reduction={self.reduction!r}"
+
+
+class MSELoss(_Loss):
+    """Mean (or sum) of squared differences. `MSELoss()(y, target)`"""
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return F.mse_loss(input, target, self.reduction)
+
+
+class BCELoss(_Loss):
+    """Binary cross-entropy of probabilities (logs clamped at -100). `BCELoss()(p, t)`"""
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return F.binary_cross_entropy(input, target, self.reduction)
+
+
+class CrossEntropyLoss(_Loss):
+    """Cross-entropy of logits [N, C, ...] and class ids [N, ...] (floats holding integers).
+
+    `CrossEntropyLoss()(logits, Feeder(labels, shape=[N]))`
+    """
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return F.cross_entropy(input, target, self.reduction)

@@ -1,0 +1,42 @@
+"""`Embedding`: rows of a table looked up by integer ids (`tg.gather`), PyTorch's layout.
+
+emb = Embedding(1000, 64)
+h = emb(tokens)          # tokens: [N, L] floats holding ids -> [N, L, 64]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gradfuse.frontend.nn.module import Module
+from gradfuse.frontend.parameter import Parameter
+from gradfuse.frontend.recorder import error, rng
+from gradfuse.frontend.tensor import Tensor
+
+
+class Embedding(Module):
+    """A table `weight` [num_embeddings, embedding_dim], initialised N(0, 1) like PyTorch.
+
+    Its gradient is a `tg.scatter_add` of the output gradient into the used rows.
+    `Embedding(100, 16)(ids)` maps ids [N, L] to [N, L, 16].
+    """
+
+    def __init__(self, num_embeddings: int, embedding_dim: int):
+        super().__init__()
+        if num_embeddings <= 0 or embedding_dim <= 0:
+            raise error(
+                f"Embedding: sizes must be positive, got {num_embeddings} x {embedding_dim}"
+            )
+        self.num_embeddings = num_embeddings
+        self.embedding_dim = embedding_dim
+        table = rng().standard_normal((num_embeddings, embedding_dim))
+        self.weight = Parameter(table.astype(np.float32))
+
+    def forward(self, ids: Tensor) -> Tensor:
+        n = ids.numel()
+        index = ids.reshape(n, 1).broadcast_to([n, self.embedding_dim])
+        rows = self.weight.gather(0, index)
+        return rows.reshape(list(ids.shape) + [self.embedding_dim])
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}"
