@@ -406,7 +406,7 @@ class _Builder:
         try:
             return Parser(Context(), str(tok)).parse_attribute()
         except Exception as err:  # xDSL's own message, at our position
-            raise self.error(tok, f"bad affine map: {str(err).splitlines()[-1]}") from None
+            raise self.error(tok, f"bad affine map: {str(err).splitlines()[-1].strip()}") from None
 
     def literal(self, node: Tree | Token, result_types: list[Attribute], op: str) -> Attribute:
         if isinstance(node, Tree) and node.data == "number":
