@@ -188,12 +188,17 @@ def binary_cross_entropy(input: Tensor, target: Tensor, reduction: str = "mean")
     return _reduce(-(target * log_p + (1.0 - target) * log_q), reduction, "binary_cross_entropy")
 
 
-def cross_entropy(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+def cross_entropy(
+    input: Tensor, target: Tensor, reduction: str = "mean", label_smoothing: float = 0.0
+) -> Tensor:
     """Cross-entropy of logits `input` [N, C, ...] and class indices `target` [N, ...].
 
     `target` holds integers as floats (from a feeder); the log-softmax along the
-    class dim 1 is gathered at the targets. `cross_entropy(logits, labels)`
+    class dim 1 is gathered at the targets; `label_smoothing` mixes in the mean over
+    classes as PyTorch does. `cross_entropy(logits, labels)`
     """
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise error(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
     if input.ndim == 1:
         input, target = input.reshape(1, -1), target.reshape(1)
     if input.ndim < 2:
@@ -205,8 +210,11 @@ def cross_entropy(input: Tensor, target: Tensor, reduction: str = "mean") -> Ten
             f" {fmt_shape(input.shape)} without its class dim 1: {fmt_shape(want)}"
         )
     index = target.reshape(want[:1] + (1,) + want[1:])
-    picked = gather(log_softmax(input, 1), 1, index)
-    return _reduce(-picked.reshape(want), reduction, "cross_entropy")
+    logp = log_softmax(input, 1)
+    loss = -gather(logp, 1, index).reshape(want)
+    if label_smoothing:
+        loss = loss * (1.0 - label_smoothing) - logp.mean(1) * label_smoothing
+    return _reduce(loss, reduction, "cross_entropy")
 
 
 __all__ = [

@@ -45,5 +45,9 @@ class CrossEntropyLoss(_Loss):
     `CrossEntropyLoss()(logits, Feeder(labels, shape=[N]))`
     """
 
+    def __init__(self, reduction: str = "mean", label_smoothing: float = 0.0):
+        super().__init__(reduction)
+        self.label_smoothing = label_smoothing
+
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        return F.cross_entropy(input, target, self.reduction)
+        return F.cross_entropy(input, target, self.reduction, self.label_smoothing)

@@ -133,13 +133,13 @@ class Module:
             p.grad = None
 
     def train(self, mode: bool = True) -> Module:
-        """Sets training mode (kept for PyTorch compatibility)."""
+        """Sets training mode here and below (`Dropout` is active only in it); returns self."""
         for m in self.modules():
             object.__setattr__(m, "training", mode)
         return self
 
     def eval(self) -> Module:
-        """Sets evaluation mode."""
+        """Sets evaluation mode (`Dropout` records nothing); returns self. `model.eval()`"""
         return self.train(False)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Module:

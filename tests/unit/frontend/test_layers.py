@@ -268,3 +268,23 @@ def test_dropout_masks_scale_differ_per_iteration_and_reproduce() -> None:
     assert not np.array_equal(first[0], first[1])
     gradfuse.manual_seed(3)
     assert all(np.array_equal(a, b) for a, b in zip(first, masks()))
+
+
+def test_losses_match_pytorch() -> None:
+    torch = pytest.importorskip("torch")
+    logits, labels = f32(6, 5, 2), RNG.integers(0, 5, size=(6, 2)).astype(np.float32)
+    probs = RNG.uniform(0.05, 0.95, size=(6, 5, 2)).astype(np.float32)
+    nn = torch.nn
+    cases = [
+        (CrossEntropyLoss(label_smoothing=0.1), nn.CrossEntropyLoss(label_smoothing=0.1),
+         logits, labels),
+        (CrossEntropyLoss(reduction="none"), nn.CrossEntropyLoss(reduction="none"), logits, labels),
+        (BCELoss(reduction="sum"), nn.BCELoss(reduction="sum"), probs, probs.round()),
+        (MSELoss(), nn.MSELoss(), logits, probs),
+    ]  # fmt: skip
+    for ours, theirs, a, b in cases:
+        gradfuse.reset()
+        got = run64(lambda x, y, loss=ours: loss(x, y), a, b)  # type: ignore[misc]
+        target = torch.tensor(b).long() if b is labels else torch.tensor(b, dtype=torch.float64)
+        want = theirs(torch.tensor(a, dtype=torch.float64), target).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12, err_msg=repr(ours))

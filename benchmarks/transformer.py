@@ -1,0 +1,143 @@
+"""A short transformer's training step, gradfuse against PyTorch CPU eager (issue 6).
+
+    .venv/bin/python benchmarks/transformer.py [--steps 1000] [--backend c] [--optimizer sgd]
+
+TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, batch_first=True,
+dropout=0) on an input of shape (2, 16, 64), loss = output sum, one optimizer step;
+`--steps` steps in one `ir_for` on the chosen backend (default: gradfuse's default,
+the C backend without a GPU, NumPy kernels when the C backend is not there), and the
+same steps in PyTorch eager on the CPU in the same run (when torch is importable).
+Prints time per step, the ratio, and kernels per step beside PyTorch's count of the
+ATen ops that run a kernel (views and other metadata-only ops left out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import numpy as np
+
+import gradfuse
+from gradfuse import Feeder, ir_for
+from gradfuse.backend import choose_backend
+from gradfuse.nn import SGD, Adam, TransformerEncoderLayer
+
+D_MODEL, NHEAD, FF = 64, 4, 128
+SHAPE = (2, 16, 64)
+# ops that run no kernel besides those `OpOverload.is_view` names
+METADATA_ONLY = ("aten._unsafe_view", "aten.alias", "profiler.")
+
+
+def gradfuse_run(steps: int, backend: str | None, optimizer: str) -> dict[str, Any]:
+    """Compile and run `steps` training steps; seconds for each phase and kernel counts."""
+    gradfuse.reset()
+    gradfuse.manual_seed(0)
+    layer = TransformerEncoderLayer(D_MODEL, NHEAD, FF, dropout=0.0, batch_first=True)
+    opt = Adam(layer.parameters(), lr=1e-4) if optimizer == "adam" else SGD(layer.parameters())
+    x = np.random.default_rng(0).normal(size=SHAPE).astype(np.float32)
+
+    def step() -> None:
+        opt.zero_grad()
+        layer(Feeder(lambda: x, shape=list(SHAPE), name="x")).sum().backward()
+        opt.step()
+
+    start = time.perf_counter()
+    ir_for(range(steps), step)
+    traced = time.perf_counter()
+    program = gradfuse.compile(backend)
+    compiled = time.perf_counter()
+    program.run()
+    ran = time.perf_counter()
+    return {
+        "backend": program.backend,
+        "trace": traced - start,
+        "compile": compiled - traced,
+        "run": ran - compiled,
+        "kernels_per_step": program.kernels_per_iteration,
+    }
+
+
+def torch_run(steps: int, optimizer: str) -> dict[str, Any] | None:
+    """The same steps in PyTorch eager on the CPU, and its kernel-running ATen ops per step."""
+    try:
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+    except ImportError:
+        return None
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(D_MODEL, NHEAD, FF, dropout=0.0, batch_first=True)
+    opt = (
+        torch.optim.Adam(layer.parameters(), lr=1e-4)
+        if optimizer == "adam"
+        else torch.optim.SGD(layer.parameters(), lr=1e-3)
+    )
+    x = torch.tensor(np.random.default_rng(0).normal(size=SHAPE).astype(np.float32))
+
+    def step() -> None:
+        opt.zero_grad()
+        layer(x).sum().backward()
+        opt.step()
+
+    class Count(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[str] = []
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None):
+            name = str(func)
+            if not (func.is_view or name.startswith(METADATA_ONLY)):
+                self.ops.append(name)
+            return func(*args, **(kwargs or {}))
+
+    for _ in range(3):
+        step()  # warm up (the optimizer creates its state on the first step)
+    counter = Count()
+    with counter:
+        step()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return {
+        "run": time.perf_counter() - start,
+        "ops_per_step": len(counter.ops),
+        "threads": torch.get_num_threads(),
+        "version": torch.__version__,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--backend", default=None, help="gradfuse backend (default: its default)")
+    parser.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
+    args = parser.parse_args()
+    backend = choose_backend(args.backend)
+    if backend == "numpy" and args.backend is None:
+        print("note: the C backend is not available here; measuring the numpy backend")
+    g = gradfuse_run(args.steps, backend, args.optimizer)
+    g_step = g["run"] / args.steps
+    print(
+        f"gradfuse ({g['backend']}): {g_step * 1e3:.3f} ms/step over {args.steps} steps"
+        f" (trace {g['trace']:.2f} s, compile {g['compile']:.2f} s, run {g['run']:.2f} s),"
+        f" {g['kernels_per_step']} kernels/step"
+    )
+    t = torch_run(args.steps, args.optimizer)
+    if t is None:
+        print("PyTorch: not importable, no ratio")
+        return
+    t_step = t["run"] / args.steps
+    print(
+        f"PyTorch {t['version']} CPU eager ({t['threads']} threads): {t_step * 1e3:.3f} ms/step,"
+        f" {t['ops_per_step']} ATen ops/step"
+    )
+    print(
+        f"speed ratio (PyTorch time / gradfuse time): {t_step / g_step:.2f}x;"
+        f" kernels per step: {g['kernels_per_step']} vs {t['ops_per_step']}"
+        f" ({g['kernels_per_step'] / t['ops_per_step']:.2f} of PyTorch's)"
+    )
+
+
+if __name__ == "__main__":
+    main()
