@@ -238,7 +238,7 @@ class _Run:
 
     def launch(self, op: gpu.LaunchFuncOp) -> Action:
         env = self.env
-        name = op.kernel.nested_references[-1].data
+        name = op.kernel.nested_references.data[-1].data
         grid = (env[op.gridSizeX], env[op.gridSizeY])
         block = (env[op.blockSizeX], env[op.blockSizeY], env[op.blockSizeZ])
         fn = self.prog.function(name, len(op.kernelOperands))

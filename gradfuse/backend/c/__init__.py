@@ -1,0 +1,168 @@
+"""The CPU backend: the whole lowered program as C, compiled by gcc, run with ctypes.
+
+Loops run inside C; feeders and receivers are callbacks into Python. Params are
+NumPy arrays owned by Python and passed by pointer, so their final values need
+no copy. Compiled libraries are cached on disk (see `cache`).
+
+    program = compile_c(lowered_module)
+    result = program.run(feeders={"x": x}, params={"0.weight": w})
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+from xdsl.dialects import memref
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, MemRefType, ModuleOp, StringAttr
+
+from gradfuse.backend.c.cache import build_library
+from gradfuse.backend.c.host import host_symbols, main_function, render_program
+from gradfuse.backend.kernel_numpy import tensor_of
+from gradfuse.backend.reference import RunResult
+from gradfuse.backend.reference_state import RunState, attr_array, dtype_of
+from gradfuse.diagnostics import GradfuseError, position_of
+
+FEED = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
+RECEIVE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int)
+
+
+class Context(ctypes.Structure):
+    _fields_ = [
+        ("params", ctypes.POINTER(ctypes.c_void_p)),
+        ("args", ctypes.POINTER(ctypes.c_void_p)),
+        ("results", ctypes.POINTER(ctypes.c_void_p)),
+        ("arena", ctypes.c_void_p),
+        ("feed", FEED),
+        ("receive", RECEIVE),
+        ("saved", ctypes.POINTER(ctypes.c_void_p)),
+        ("sizes", ctypes.POINTER(ctypes.c_long)),
+        ("iteration", ctypes.c_long),
+    ]
+
+
+def _array_at(ptr: int, ty: MemRefType) -> np.ndarray:
+    dtype = dtype_of(tensor_of(ty))
+    shape = tuple(ty.get_shape())
+    count = int(np.prod(shape, dtype=np.int64))
+    raw = (ctypes.c_char * (count * dtype.itemsize)).from_address(ptr)
+    return np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)
+
+
+def _contiguous(a: Any, dtype: Any = None) -> np.ndarray:
+    """`a` as a C-contiguous array; unlike `np.ascontiguousarray`, 0-d stays 0-d."""
+    return np.asarray(a, dtype=dtype, order="C")
+
+
+def compile_c(module: ModuleOp) -> CProgram:
+    """Renders and compiles a lowered module (gcc -O3, OpenMP)."""
+    return CProgram(module)
+
+
+class CProgram:
+    """A lowered module compiled to a shared library; `run` may be called many times."""
+
+    def __init__(self, module: ModuleOp):
+        self.module = module
+        host = render_program(module)
+        self.source, self.saved, self.calls = host.source, host.saved, host.calls
+        self.lib = ctypes.CDLL(str(build_library(self.source, main_function(module))))
+        self.lib.gradfuse_main.argtypes = [ctypes.POINTER(Context)]
+        self.lib.gradfuse_main.restype = ctypes.c_int
+        by_name = {op.sym_name.data: op for op in module.ops if isinstance(op, memref.GlobalOp)}
+        self.globals = [by_name[n] for n in host_symbols(module)]
+        self.main = main_function(module)
+        allocs = [op for op in self.main.walk() if isinstance(op, memref.AllocOp)]
+        self.arena_bytes = max((int(np.prod(a.memref.type.get_shape())) for a in allocs), default=1)  # type: ignore[attr-defined]
+
+    def run(
+        self,
+        *,
+        args: tuple[np.ndarray, ...] | list[np.ndarray] = (),
+        feeders: Mapping[str, Any] | None = None,
+        receivers: Mapping[str, Callable[..., None]] | None = None,
+        params: dict[str, np.ndarray] | None = None,
+        entry: str = "main",
+    ) -> RunResult:
+        """Runs the program; the API and the errors are `reference.run`'s."""
+        keys = [_key(g) or g.sym_name.data for g in self.globals]
+        types = {k: tensor_of(g.type) for k, g in zip(keys, self.globals)}  # type: ignore[arg-type]
+        state = RunState(np.float32, types, {}, dict(feeders or {}), dict(receivers or {}))
+        given = params or {}
+        values: list[np.ndarray] = []
+        for key, g in zip(keys, self.globals):
+            if key in given:
+                values.append(_contiguous(state.check_param_value(key, given[key])))
+            elif isinstance(g.initial_value, DenseIntOrFPElementsAttr):
+                values.append(_contiguous(attr_array(g.initial_value, types[key])))
+            else:
+                raise GradfuseError(f'param "{key}" has no initial value (give it in params=)')
+        arrays = [
+            _contiguous(a, dtype_of(tensor_of(arg.type)))  # type: ignore[arg-type]
+            for a, arg in zip(args, self.main.body.block.args)
+        ]
+        arena = np.zeros(self.arena_bytes + 64, dtype=np.uint8)
+        failure: list[BaseException] = []
+        ext = self.calls
+
+        def feed(index: int, ptr: int) -> int:
+            op = ext[index]
+            try:
+                ty = op.arguments[0].type
+                target = _array_at(ptr, ty)  # type: ignore[arg-type]
+                target[...] = state.feed(_key(op), tensor_of(ty), position_of(op.location))  # type: ignore[arg-type]
+                return 0
+            except BaseException as err:  # noqa: BLE001 (handed back to Python after C returns)
+                failure.append(err)
+                return 1
+
+        def receive(index: int, ptrs: Any, n: int) -> int:
+            op = ext[index]
+            try:
+                tys = [a.type for a in op.arguments]
+                got = tuple(np.array(_array_at(ptrs[i], tys[i])) for i in range(n))  # type: ignore[arg-type]
+                state.receive(_key(op), got, position_of(op.location))
+                return 0
+            except BaseException as err:  # noqa: BLE001
+                failure.append(err)
+                return 1
+
+        feed_cb, receive_cb = FEED(feed), RECEIVE(receive)
+        n_results = len(self.main.function_type.outputs.data)
+        saved = {k: np.empty_like(values[k]) for k in self.saved}
+        ctx = Context(
+            (ctypes.c_void_p * max(len(values), 1))(*[v.ctypes.data for v in values]),
+            (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays]),
+            (ctypes.c_void_p * max(n_results, 1))(),
+            arena.ctypes.data,
+            feed_cb,
+            receive_cb,
+            (ctypes.c_void_p * max(len(values), 1))(*[saved[k].ctypes.data if k in saved else None for k in range(len(values))]),
+            (ctypes.c_long * max(len(values), 1))(*[v.nbytes for v in values]),
+            -1,
+        )
+        code = self.lib.gradfuse_main(ctypes.byref(ctx))
+        final = dict(zip(keys, values))
+        if code != 0:
+            err = failure[0] if failure else GradfuseError("the compiled program stopped")
+            if not isinstance(err, GradfuseError):
+                err = GradfuseError(f"{type(err).__name__}: {err}")
+            if ctx.iteration >= 0:  # params as the last finished iteration left them
+                for k, copy in saved.items():
+                    values[k][...] = copy
+                err = GradfuseError(f"{err.message} (in iteration {ctx.iteration} of the loop)", err.position)
+            err.params = {k: v.copy() for k, v in final.items()}  # type: ignore[attr-defined]
+            err.received = state.received  # type: ignore[attr-defined]
+            raise err
+        results = [
+            np.array(_array_at(ctx.results[k], t))  # type: ignore[arg-type]
+            for k, t in enumerate(self.main.function_type.outputs.data)
+        ]
+        return RunResult(results, final, state.received)
+
+
+def _key(op: Any) -> str:
+    key = op.attributes.get("gradfuse.key")
+    return key.data if isinstance(key, StringAttr) else ""

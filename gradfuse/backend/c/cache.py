@@ -1,0 +1,65 @@
+"""gcc for the C backend, with an on-disk cache of shared libraries.
+
+The cache key hashes the source, the flags and gcc's version; a library is built
+in a temporary directory and renamed into place, so concurrent builds and crashes
+never leave a half-written entry, and an entry that is not an ELF file is rebuilt:
+
+    path = build_library(source, main_fn)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from gradfuse.diagnostics import GradfuseError, position_of
+
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-w")
+
+
+def compiler() -> str:
+    cc = os.environ.get("CC", "gcc")
+    path = shutil.which(cc)
+    if path is None:
+        raise GradfuseError(f"the c backend needs a C compiler and '{cc}' is not found: apt-get install gcc")
+    return path
+
+
+@cache
+def compiler_version(path: str) -> str:
+    return subprocess.run([path, "--version"], capture_output=True, text=True).stdout
+
+
+def cache_dir() -> Path:
+    root = Path(os.environ.get("GRADFUSE_CACHE_DIR") or Path.home() / ".cache" / "gradfuse")
+    path = root / "c"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def build_library(source: str, where: Any = None) -> Path:
+    """The shared library of `source`, from the cache or built by gcc."""
+    cc = compiler()
+    key = hashlib.sha256("\0".join([source, *FLAGS, compiler_version(cc)]).encode()).hexdigest()[:32]
+    target = cache_dir() / f"{key}.so"
+    if target.exists() and target.read_bytes()[:4] == b"\x7fELF":
+        return target
+    with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+        src = Path(tmp) / "program.c"
+        src.write_text(source)
+        out = Path(tmp) / "program.so"
+        done = subprocess.run([cc, *FLAGS, "-o", str(out), str(src), "-lm"], capture_output=True, text=True)
+        if done.returncode != 0:
+            kept = cache_dir() / f"{key}-failed.c"
+            kept.write_text(source)
+            first = (done.stderr.strip().splitlines() or ["no message"])[0]
+            pos = position_of(where.location) if where is not None else None
+            raise GradfuseError(f"gcc failed on the generated program ({first}); source: {kept}", pos)
+        os.replace(out, target)
+    return target

@@ -1,0 +1,155 @@
+"""The host program of a lowered module as C: loops, launches, host callbacks.
+
+Params, arguments and the arena come in through a context struct; feeders and
+receivers are C function pointers that call back into Python:
+
+    int gradfuse_main(gf_ctx* ctx) {
+      char* v0 = ctx->arena;
+      float* v1 = (float*)ctx->params[0];
+      for (long v3 = 0; v3 < 1000; v3 += 1) {
+        if (ctx->feed(0, v5)) return 1;
+        k0(v5, v1, ..., 1, 32);
+      }
+      return 0;
+    }
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith, func, gpu, memref, scf
+from xdsl.dialects.builtin import MemRefType, ModuleOp
+from xdsl.ir import Block
+
+from gradfuse.backend.cstyle import CTarget, Renderer, element_ctype, render_kernels
+from gradfuse.diagnostics import GradfuseError, position_of
+
+CONTEXT = """
+typedef int (*gf_feed_fn)(int, void*);
+typedef int (*gf_receive_fn)(int, void**, int);
+typedef struct {
+  void** params; void** args; void** results; char* arena;
+  gf_feed_fn feed; gf_receive_fn receive;
+  void** saved; long* sizes; long iteration;
+} gf_ctx;
+#define GF_FAIL { ctx->iteration = gf_iter; return 1; }
+"""
+
+
+class HostRenderer(Renderer):
+    """Renders `func @main` of a lowered module into `int gradfuse_main(gf_ctx*)`."""
+
+    def __init__(self, module: ModuleOp, globals_order: list[str]):
+        super().__init__(CTarget())
+        self.globals = {name: i for i, name in enumerate(globals_order)}
+        self.written = {
+            op.sym_name.data: _written_args(op) for op in module.walk() if isinstance(op, gpu.FuncOp)
+        }
+        self.saved: list[int] = []
+        self.calls: list[func.CallOp] = []
+        self.source = ""
+
+    def main(self, fn: func.FuncOp) -> str:
+        self.names, self.lines = {}, []
+        for i, arg in enumerate(fn.body.block.args):
+            t = element_ctype(arg.type.element_type)  # type: ignore[attr-defined]
+            self.emit(f"{t}* {self.name(arg)} = ({t}*)ctx->args[{i}];", 1)
+        self.emit("long gf_iter = -1;", 1)
+        self.host_block(fn.body.block, 1)
+        return "int gradfuse_main(gf_ctx* ctx) {\n" + "\n".join(self.lines) + "\n  return 0;\n}\n"
+
+    def params_written_before_a_call(self, loop: scf.ForOp) -> list[int]:
+        """Params that an iteration writes before its last host call: what a failing
+        callback would leave half-updated, so the loop saves them as each iteration starts."""
+        written: set[int] = set()
+        before_call: set[int] = set()
+        for op in loop.body.walk():
+            if isinstance(op, gpu.LaunchFuncOp):
+                stores = self.written[op.kernel.nested_references.data[-1].data]
+                for k, v in enumerate(op.kernelOperands):
+                    owner = v.owner
+                    if k in stores and isinstance(owner, memref.GetGlobalOp):
+                        written.add(self.globals[owner.name_.root_reference.data])
+            elif isinstance(op, func.CallOp):
+                before_call |= written
+        return sorted(before_call)
+
+    def host_block(self, block: Block, depth: int) -> None:
+        for op in block.ops:
+            r = self.name(op.results[0]) if op.results else ""
+            if isinstance(op, arith.ConstantOp):
+                self.op(op, depth)
+            elif isinstance(op, memref.AllocOp):
+                self.emit(f"char* {r} = ctx->arena;", depth)
+            elif isinstance(op, memref.GetGlobalOp):
+                t = element_ctype(op.memref.type.element_type)  # type: ignore[attr-defined]
+                index = self.globals[op.name_.root_reference.data]
+                self.emit(f"{t}* {r} = ({t}*)ctx->params[{index}];", depth)
+            elif isinstance(op, memref.ViewOp):
+                t = element_ctype(op.result.type.element_type)  # type: ignore[attr-defined]
+                self.emit(f"{t}* {r} = ({t}*)({self.name(op.source)} + {self.name(op.byte_shift)});", depth)
+            elif isinstance(op, gpu.LaunchFuncOp):
+                args = ", ".join(self.name(a) for a in op.kernelOperands)
+                grid = f"{self.name(op.gridSizeX)} * {self.name(op.gridSizeY)} * {self.name(op.gridSizeZ)}"
+                kernel = op.kernel.nested_references.data[-1].data
+                self.emit(f"{kernel}({args}, {grid}, {self.name(op.blockSizeX)});", depth)
+            elif isinstance(op, func.CallOp):
+                index = len(self.calls)  # callbacks are numbered by call site
+                self.calls.append(op)
+                if op.callee.root_reference.data.startswith("gradfuse_feed"):
+                    self.emit(f"if (ctx->feed({index}, {self.name(op.arguments[0])})) GF_FAIL", depth)
+                else:
+                    bufs = ", ".join(f"(void*){self.name(a)}" for a in op.arguments)
+                    n = len(op.arguments)
+                    self.emit(f"{{ void* b[] = {{{bufs}}}; if (ctx->receive({index}, b, {n})) GF_FAIL }}", depth)
+            elif isinstance(op, scf.ForOp):
+                i, lo, hi, st = (self.name(v) for v in (op.body.block.args[0], op.lb, op.ub, op.step))
+                self.emit(f"for (long {i} = {lo}; {i} < {hi}; {i} += {st}) {{", depth)
+                if depth == 1 and any(isinstance(o, func.CallOp) for o in op.body.walk()):
+                    self.emit(f"gf_iter = ({i} - {lo}) / {st};", depth + 1)
+                    self.saved = self.params_written_before_a_call(op)
+                    for k in self.saved:
+                        self.emit(f"memcpy(ctx->saved[{k}], ctx->params[{k}], ctx->sizes[{k}]);", depth + 1)
+                self.host_block(op.body.block, depth + 1)
+                self.emit("}", depth)
+            elif isinstance(op, func.ReturnOp):
+                for k, v in enumerate(op.arguments):
+                    self.emit(f"ctx->results[{k}] = (void*){self.name(v)};", depth)
+            elif not isinstance(op, scf.YieldOp):
+                raise GradfuseError(f"the C host renderer has no form for {op.name}", position_of(op.location))
+
+
+def _written_args(fn: gpu.FuncOp) -> set[int]:
+    """Indices of the kernel arguments that `fn` stores to."""
+    args = list(fn.body.block.args)
+    return {
+        args.index(op.memref)
+        for op in fn.walk()
+        if isinstance(op, memref.StoreOp | memref.AtomicRMWOp) and op.memref in args
+    }
+
+
+def main_function(module: ModuleOp) -> func.FuncOp:
+    return next(op for op in module.ops if isinstance(op, func.FuncOp) and op.body.blocks)
+
+
+def host_symbols(module: ModuleOp) -> list[str]:
+    """The names of the params (`memref.global`s), in the order of `ctx->params`."""
+    return [op.sym_name.data for op in module.ops if isinstance(op, memref.GlobalOp)]
+
+
+def render_program(module: ModuleOp) -> HostRenderer:
+    """Renders the whole C translation unit (kernels, then the host program) into the
+    renderer's `source`; its `calls` are the host call sites by callback index and its
+    `saved` the params that the outer loop saves at the start of each iteration."""
+    host = HostRenderer(module, host_symbols(module))
+    main = host.main(main_function(module))
+    host.source = render_kernels(module, CTarget()) + "#include <string.h>\n" + CONTEXT + main
+    return host
+
+
+def render_c(module: ModuleOp) -> str:
+    """The whole C translation unit: kernels, then the host program."""
+    return render_program(module).source
+
+
+__all__ = ["render_c", "render_program", "host_symbols", "main_function", "MemRefType"]

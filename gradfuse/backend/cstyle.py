@@ -1,0 +1,267 @@
+"""The one C-style renderer: lowered gpu/scf/memref/arith/math IR to C or CUDA C.
+
+Targets differ only in class attributes (thread indexing, qualifiers, atomics,
+math names), as in tinygrad's `cstyle.py`. `render(module, CTarget)` gives a whole
+translation unit with the kernels and, for C, the host program:
+
+    static void k0(float* __restrict__ b0, float* __restrict__ b1, long grid, long block) {
+      for (long bid = 0; bid < grid; bid++) for (long tid = 0; tid < block; tid++) { ... }
+    }
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from math import prod
+
+from xdsl.dialects import arith, func, gpu, math, memref, scf
+from xdsl.dialects.builtin import (
+    Float32Type,
+    Float64Type,
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+)
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+
+from gradfuse.diagnostics import GradfuseError, position_of
+
+BINARY = {
+    arith.AddfOp: "+", arith.SubfOp: "-", arith.MulfOp: "*", arith.DivfOp: "/",
+    arith.AddiOp: "+", arith.SubiOp: "-", arith.MuliOp: "*", arith.RemSIOp: "%",
+    arith.AndIOp: "&", arith.OrIOp: "|", arith.XOrIOp: "^", arith.DivSIOp: "/",
+}  # fmt: skip
+UNSIGNED = {arith.DivUIOp: "/", arith.RemUIOp: "%", arith.ShRUIOp: ">>"}
+CMP = {
+    "oeq": "==", "ogt": ">", "oge": ">=", "olt": "<", "ole": "<=", "one": "!=", "ueq": "==",
+    "ugt": ">", "uge": ">=", "ult": "<", "ule": "<=", "une": "!=", "eq": "==", "ne": "!=",
+    "slt": "<", "sle": "<=", "sgt": ">", "sge": ">=",
+}  # fmt: skip
+CMPF = ["false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", "uge", "ult", "ule", "une", "uno", "true"]
+CMPI = ["eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"]
+CASTS = (arith.UIToFPOp, arith.SIToFPOp, arith.FPToSIOp, arith.ExtFOp, arith.TruncFOp, arith.IndexCastOp)
+
+
+class CStyleLanguage:
+    """What every C-family target shares; targets override the attributes."""
+
+    kernel_prefix = "static void"
+    buffer_type = "{t}* __restrict__"
+    extra_params = ", long grid, long block"
+    ids = {"thread_id": "tid", "block_id": "bid", "block_dim": "block", "grid_dim": "grid"}
+    math = {
+        math.Exp2Op: "exp2f", math.Log2Op: "log2f", math.SqrtOp: "sqrtf", math.SinOp: "sinf",
+        math.ErfOp: "erff", math.ExpOp: "expf", math.LogOp: "logf", math.TanhOp: "tanhf",
+        math.CosOp: "cosf",
+    }  # fmt: skip
+    maximum = "fmaxf"
+    prelude = (
+        "#include <math.h>\n#include <stdint.h>\n"
+        "static inline long gf_floordiv(long a, long b) { long q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }\n"
+    )
+
+    def loop_open(self, fn: gpu.FuncOp) -> str:
+        threads = fn.attributes.get("gradfuse.threads")
+        n = threads.value.data if isinstance(threads, IntegerAttr) else 0
+        omp = "#pragma omp parallel for collapse(2) if(grid * block >= 16384)\n  " if n >= 0 else ""
+        return f"  {omp}for (long bid = 0; bid < grid; bid++) for (long tid = 0; tid < block; tid++) {{\n"
+
+    loop_close = "  }\n"
+
+    def atomic_add(self, target: str, value: str) -> str:
+        return f"#pragma omp atomic\n{target} += {value};"
+
+
+class CTarget(CStyleLanguage):
+    """C for gcc (OpenMP where a kernel is big), kernels plus the host program."""
+
+
+class CUDATarget(CStyleLanguage):
+    """CUDA C for nvcc: one `__global__` function per kernel."""
+
+    kernel_prefix = 'extern "C" __global__ void'
+    extra_params = ""
+    ids = {
+        "thread_id": "(long)threadIdx.x", "block_id": "(long)blockIdx.x",
+        "block_dim": "(long)blockDim.x", "grid_dim": "(long)gridDim.x",
+    }  # fmt: skip
+    maximum = "fmaxf"
+    prelude = (
+        "#include <stdint.h>\n"
+        "__device__ static inline long gf_floordiv(long a, long b) { long q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }\n"
+    )
+
+    def loop_open(self, fn: gpu.FuncOp) -> str:
+        return "  {\n"
+
+    def atomic_add(self, target: str, value: str) -> str:
+        return f"atomicAdd(&{target}, {value});"
+
+
+def ctype(ty: Attribute) -> str:
+    """The C type of a scalar type."""
+    if isinstance(ty, Float32Type):
+        return "float"
+    if isinstance(ty, Float64Type):
+        return "double"
+    if isinstance(ty, IndexType):
+        return "long"
+    if isinstance(ty, IntegerType):
+        return "int" if ty.width.data == 1 else "int64_t" if ty.width.data == 64 else "int32_t"
+    raise GradfuseError(f"the C renderer has no type for {ty}")
+
+
+def element_ctype(ty: Attribute) -> str:
+    """The C type of a buffer element: as `ctype`, but i1 is one byte, as buffers plan it."""
+    if isinstance(ty, IntegerType) and ty.width.data == 1:
+        return "uint8_t"
+    return ctype(ty)
+
+
+class Renderer:
+    """Renders one module for one target."""
+
+    def __init__(self, target: CStyleLanguage):
+        self.t = target
+        self.names: dict[SSAValue, str] = {}
+        self.lines: list[str] = []
+
+    def name(self, v: SSAValue) -> str:
+        if v not in self.names:
+            self.names[v] = f"v{len(self.names)}"
+        return self.names[v]
+
+    def emit(self, text: str, depth: int) -> None:
+        self.lines.append("  " * depth + text)
+
+    def kernels(self, module: ModuleOp) -> str:
+        out = [self.t.prelude]
+        for op in module.walk():
+            if isinstance(op, gpu.FuncOp):
+                out.append(self.kernel(op))
+        return "\n".join(out)
+
+    def kernel(self, fn: gpu.FuncOp) -> str:
+        self.names, self.lines = {}, []
+        block = fn.body.block
+        params = ", ".join(
+            f"{self.t.buffer_type.format(t=element_ctype(a.type.element_type))} {self.name(a)}"  # type: ignore[attr-defined]
+            for a in block.args
+        )
+        head = f"{self.t.kernel_prefix} {fn.sym_name.data}({params}{self.t.extra_params}) {{\n"
+        self.block(block.ops, 2)
+        return head + self.t.loop_open(fn) + "\n".join(self.lines) + "\n" + self.t.loop_close + "}\n"
+
+    def block(self, ops: Iterable[Operation], depth: int) -> None:
+        for op in ops:
+            self.op(op, depth)
+
+    def index(self, buffer: SSAValue, indices: Iterable[SSAValue]) -> str:
+        ty = buffer.type
+        assert isinstance(ty, MemRefType)
+        shape = ty.get_shape()
+        terms = [
+            f"{self.name(i)} * {prod(shape[k + 1 :])}" if prod(shape[k + 1 :]) != 1 else self.name(i)
+            for k, i in enumerate(indices)
+        ]
+        return f"{self.name(buffer)}[{' + '.join(terms) or '0'}]"
+
+    def op(self, op: Operation, depth: int) -> None:  # noqa: C901 (one case per op)
+        r = self.name(op.results[0]) if op.results else ""
+        decl = f"{ctype(op.results[0].type)} {r} = " if op.results else ""
+        a = [self.name(v) for v in op.operands]
+        if isinstance(op, arith.ConstantOp):
+            value = op.value
+            if isinstance(value, FloatAttr):
+                v = value.value.data
+                lit = "INFINITY" if v == float("inf") else "-INFINITY" if v == float("-inf") else "NAN" if v != v else repr(float(v))
+                text = f"{lit}f" if ctype(op.result.type) == "float" and lit[-1].isdigit() else lit
+            else:
+                text = str(value.value.data)  # type: ignore[attr-defined]
+            self.emit(f"{decl}{text};", depth)
+        elif type(op) in BINARY:
+            self.emit(f"{decl}{a[0]} {BINARY[type(op)]} {a[1]};", depth)
+        elif type(op) in UNSIGNED:
+            self.emit(f"{decl}(long)((unsigned long)({a[0]}) {UNSIGNED[type(op)]} (unsigned long)({a[1]}));", depth)
+        elif isinstance(op, arith.FloorDivSIOp):
+            self.emit(f"{decl}gf_floordiv({a[0]}, {a[1]});", depth)
+        elif isinstance(op, arith.CeilDivUIOp | arith.CeilDivSIOp):
+            self.emit(f"{decl}-gf_floordiv(-({a[0]}), {a[1]});", depth)
+        elif isinstance(op, arith.MaximumfOp):
+            self.emit(f"{decl}{self.t.maximum}({a[0]}, {a[1]});", depth)
+        elif isinstance(op, arith.NegfOp):
+            self.emit(f"{decl}-{a[0]};", depth)
+        elif isinstance(op, arith.CmpfOp | arith.CmpiOp):
+            names = CMPF if isinstance(op, arith.CmpfOp) else CMPI
+            self.emit(f"{decl}{a[0]} {CMP[names[op.predicate.value.data]]} {a[1]};", depth)
+        elif isinstance(op, arith.SelectOp):
+            self.emit(f"{decl}{a[0]} ? {a[1]} : {a[2]};", depth)
+        elif isinstance(op, CASTS):
+            self.emit(f"{decl}({ctype(op.results[0].type)})({a[0]});", depth)
+        elif type(op) in self.t.math:
+            self.emit(f"{decl}{self.t.math[type(op)]}({a[0]});", depth)
+        elif isinstance(op, gpu.ThreadIdOp | gpu.BlockIdOp | gpu.BlockDimOp | gpu.GridDimOp):
+            kind = {gpu.ThreadIdOp: "thread_id", gpu.BlockIdOp: "block_id", gpu.BlockDimOp: "block_dim", gpu.GridDimOp: "grid_dim"}[type(op)]  # fmt: skip
+            self.emit(f"{decl}{self.t.ids[kind]};", depth)
+        elif isinstance(op, memref.LoadOp):
+            self.emit(f"{decl}{self.index(op.memref, op.indices)};", depth)
+        elif isinstance(op, memref.StoreOp):
+            self.emit(f"{self.index(op.memref, op.indices)} = {a[0]};", depth)
+        elif isinstance(op, memref.AtomicRMWOp):
+            for line in self.t.atomic_add(self.index(op.memref, op.indices), a[0]).split("\n"):
+                self.emit(line, depth)
+        elif isinstance(op, scf.ForOp):
+            self.loop(op, depth)
+        elif isinstance(op, scf.IfOp):
+            self.branch(op, depth)
+        elif isinstance(op, gpu.ReturnOp | scf.YieldOp):
+            pass  # yields are assigned by their parent
+        else:
+            raise GradfuseError(f"the C renderer has no form for {op.name}", position_of(op.location))
+
+    def loop(self, op: scf.ForOp, depth: int) -> None:
+        body = op.body.block
+        iv, carried = body.args[0], body.args[1:]
+        for res, init, arg in zip(op.results, op.iter_args, carried):
+            self.emit(f"{ctype(res.type)} {self.name(res)} = {self.name(init)};", depth)
+            self.names[arg] = self.name(res)
+        i = self.name(iv)
+        lo, hi, st = self.name(op.lb), self.name(op.ub), self.name(op.step)
+        self.emit(f"for (long {i} = {lo}; {i} < {hi}; {i} += {st}) {{", depth)
+        self.block(body.ops, depth + 1)
+        y = body.last_op
+        if isinstance(y, scf.YieldOp):
+            for res, v in zip(op.results, y.operands):
+                self.emit(f"{self.name(res)} = {self.name(v)};", depth + 1)
+        self.emit("}", depth)
+
+    def branch(self, op: scf.IfOp, depth: int) -> None:
+        for res in op.results:
+            self.emit(f"{ctype(res.type)} {self.name(res)};", depth)
+        for k, region in enumerate((op.true_region, op.false_region)):
+            if not region.blocks:
+                continue
+            self.emit(f"if ({self.name(op.cond)}) {{" if k == 0 else "else {", depth)
+            self.block(region.block.ops, depth + 1)
+            y = region.block.last_op
+            if isinstance(y, scf.YieldOp):
+                for res, v in zip(op.results, y.operands):
+                    self.emit(f"{self.name(res)} = {self.name(v)};", depth + 1)
+            self.emit("}", depth)
+
+
+def render_kernels(module: ModuleOp, target: CStyleLanguage) -> str:
+    """The kernels of a lowered module as one translation unit for `target`."""
+    return Renderer(target).kernels(module)
+
+
+def external_key(op: Operation) -> str:
+    key = op.attributes.get("gradfuse.key")
+    return key.data if isinstance(key, StringAttr) else ""
+
+
+__all__ = ["CStyleLanguage", "CTarget", "CUDATarget", "Renderer", "render_kernels", "func", "Block"]
