@@ -223,11 +223,13 @@ class Renderer:
         else:
             raise GradfuseError(f"the C renderer has no form for {op.name}", position_of(op.location))
 
-    def loop(self, op: scf.ForOp, depth: int) -> None:
+    def loop(self, op: scf.ForOp, depth: int, declared: bool = False) -> None:
+        """`for` with its carried values as variables (declared here unless `declared`)."""
         body = op.body.block
         iv, carried = body.args[0], body.args[1:]
         for res, init, arg in zip(op.results, op.iter_args, carried):
-            self.emit(f"{ctype(res.type)} {self.name(res)} = {self.name(init)};", depth)
+            if not declared:
+                self.emit(f"{ctype(res.type)} {self.name(res)} = {self.name(init)};", depth)
             self.names[arg] = self.name(res)
         i = self.name(iv)
         lo, hi, st = self.name(op.lb), self.name(op.ub), self.name(op.step)

@@ -20,7 +20,8 @@ from xdsl.dialects import arith, func, gpu, memref, scf
 from xdsl.dialects.builtin import MemRefType, ModuleOp
 from xdsl.ir import Block
 
-from gradfuse.backend.cstyle import CTarget, Renderer, element_ctype, render_kernels
+from gradfuse.backend.c.loops import CPURenderer
+from gradfuse.backend.cstyle import CTarget, Renderer, element_ctype
 from gradfuse.diagnostics import GradfuseError, position_of
 
 CONTEXT = """
@@ -143,7 +144,8 @@ def render_program(module: ModuleOp) -> HostRenderer:
     `saved` the params that the outer loop saves at the start of each iteration."""
     host = HostRenderer(module, host_symbols(module))
     main = host.main(main_function(module))
-    host.source = render_kernels(module, CTarget()) + "#include <string.h>\n" + CONTEXT + main
+    kernels = CPURenderer().kernels(module)
+    host.source = kernels + "#include <string.h>\n" + CONTEXT + main
     return host
 
 

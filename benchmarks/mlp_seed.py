@@ -1,0 +1,133 @@
+"""The seed program (examples/mlp.py), gradfuse against PyTorch eager, in one run (issue 5).
+
+    .venv/bin/python benchmarks/mlp_seed.py [--steps 1000] [--backend c] [--repeat 3]
+
+A 255-255-255 MLP with a sigmoid, SGD lr=0.01, a constant (2, 255) batch from a
+feeder, `--steps` steps in one `ir_for`. Prints, for gradfuse: trace and compile time
+with a cold and a warm compile cache (trace to runnable), run time per step; for
+PyTorch eager (when importable; CPU here, the GPU too when both see one): time per
+step, the same steps as a Python loop; and their ratio. Each time is the best of
+`--repeat` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+import gradfuse
+from gradfuse import Feeder, ir_for
+from gradfuse.nn import SGD, Linear, Sequential, Sigmoid
+
+WIDTH, BATCH = 255, 2
+
+
+def record(steps: int) -> Sequential:
+    """Records the seed program's loop; returns its model."""
+    gradfuse.reset()
+    gradfuse.manual_seed(0)
+    nn = Sequential(Linear(WIDTH, WIDTH), Sigmoid(), Linear(WIDTH, WIDTH))
+    opt = SGD(nn.parameters(), lr=0.01)
+    batch = np.full((BATCH, WIDTH), 0.2, dtype=np.float32)
+
+    def step() -> None:
+        opt.zero_grad()
+        nn(Feeder(lambda: batch, shape=[BATCH, WIDTH])).backward()
+        opt.step()
+
+    ir_for(range(steps), step)
+    return nn
+
+
+def gradfuse_compile(steps: int, backend: str | None) -> tuple[Any, float]:
+    """Trace and compile: the program and the seconds from trace start to runnable."""
+    start = time.perf_counter()
+    record(steps)
+    program = gradfuse.compile(backend)
+    return program, time.perf_counter() - start
+
+
+def gradfuse_run(steps: int, backend: str | None, repeat: int) -> dict[str, Any]:
+    """Cold and warm compile times, then the best run time of `repeat` runs."""
+    with tempfile.TemporaryDirectory() as cold:
+        previous = os.environ.get("GRADFUSE_CACHE_DIR")
+        os.environ["GRADFUSE_CACHE_DIR"] = cold
+        try:
+            _, cold_s = gradfuse_compile(steps, backend)
+            program, warm_s = gradfuse_compile(steps, backend)
+        finally:
+            if previous is None:
+                del os.environ["GRADFUSE_CACHE_DIR"]
+            else:
+                os.environ["GRADFUSE_CACHE_DIR"] = previous
+    runs = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        program.run()
+        runs.append(time.perf_counter() - start)
+    return {
+        "backend": program.backend,
+        "cold": cold_s,
+        "warm": warm_s,
+        "step": min(runs) / steps,
+        "kernels": program.kernels_per_iteration,
+    }
+
+
+def torch_run(steps: int, repeat: int, device: str) -> float | None:
+    """Best seconds per step of the same loop in PyTorch eager on `device`."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if device == "cuda" and not torch.cuda.is_available():
+        return None
+    torch.manual_seed(0)
+    nn = torch.nn.Sequential(
+        torch.nn.Linear(WIDTH, WIDTH), torch.nn.Sigmoid(), torch.nn.Linear(WIDTH, WIDTH)
+    ).to(device)
+    opt = torch.optim.SGD(nn.parameters(), lr=0.01)
+    batch = np.full((BATCH, WIDTH), 0.2, dtype=np.float32)
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(steps):
+            opt.zero_grad()
+            x = torch.from_numpy(batch).to(device)  # a fresh host batch each step, as the feeder
+            nn(x).backward(torch.ones(BATCH, WIDTH, device=device))
+            opt.step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return best / steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--backend", default=None)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    ours = gradfuse_run(args.steps, args.backend, args.repeat)
+    print(f"seed MLP, {args.steps} steps, batch {BATCH}, width {WIDTH}")
+    print(f"gradfuse [{ours['backend']}]: {ours['kernels']} kernels per step")
+    print(
+        f"  compile (trace to runnable): cold cache {ours['cold']:.3f} s, warm cache {ours['warm']:.3f} s"
+    )
+    print(f"  run: {ours['step'] * 1e6:.1f} us per step")
+    device = "cuda" if ours["backend"] == "cuda" else "cpu"
+    theirs = torch_run(args.steps, args.repeat, device)
+    if theirs is None:
+        print(f"PyTorch eager ({device}): not importable here, no ratio")
+        return
+    print(f"PyTorch eager ({device}): {theirs * 1e6:.1f} us per step")
+    print(f"speed ratio, gradfuse / PyTorch eager: {theirs / ours['step']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

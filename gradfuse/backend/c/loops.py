@@ -1,0 +1,237 @@
+"""Kernels for the CPU: the GPU thread grid of a lowered kernel becomes loop nests.
+
+A lowered `gpu.func` computes one point per thread: `gid = bid * block + tid`, an
+`scf.if gid < end` per fused kernel (a chain of them for a horizontal group), and
+inside, the point's indices as `remui`/`divui` of the local id. On a CPU the same
+body is better as one loop nest per kernel of the chain, over the kernel's own
+domain: no bounds checks, no divisions, the last dimension innermost and contiguous,
+where gcc vectorises. The nest is parallel (OpenMP) when the kernel's work is large,
+and each loop gets a `simd` pragma: the innermost reduction loop when it reads
+memory contiguously (a dot product), else the innermost parallel loop (a column sum,
+an elementwise kernel), so that register blocking across output points is gcc's:
+
+    static void k0(float* __restrict__ v0, ..., long grid, long block) {
+      long v5 = 255;
+      #pragma omp parallel if(130050 >= 32768)
+      {
+      #pragma omp for collapse(1) nowait
+      for (long i0 = 0; i0 < 2; i0++)
+      for (long i1 = 0; i1 < 255; i1++) {
+        long v14 = 0 + i0 * 255 + i1;
+        #pragma omp simd reduction(+:v18)
+        for (long v20 = 0; v20 < 255; v20 += 1) { ... }
+      ...
+
+Kernels whose structure is not this one are rendered thread by thread, as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from xdsl.dialects import arith, gpu, memref, scf
+from xdsl.dialects.builtin import IntegerAttr
+from xdsl.ir import Block, Operation, SSAValue
+
+from gradfuse.backend.cstyle import CTarget, Renderer, ctype, element_ctype
+
+PARALLEL_WORK = 32768  # points x inner iterations below which threads cost more than they win
+IDS = (gpu.ThreadIdOp, gpu.BlockIdOp, gpu.BlockDimOp, gpu.GridDimOp)
+
+
+@dataclass
+class Segment:
+    """One kernel of the chain: ids [lo, hi) running `block`; `lid` is its local id."""
+
+    lo: int
+    hi: int
+    block: Block
+    lid: SSAValue
+    dims: list[int] = field(default_factory=list)  # loop counts, outermost first
+    names: dict[SSAValue, str] = field(default_factory=dict)  # ids that the loops define
+    skip: set[Operation] = field(default_factory=set)  # ops the loops replace
+
+
+def _constant(v: SSAValue) -> int | None:
+    op = v.owner
+    if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
+        return op.value.value.data
+    return None
+
+
+def _chain(block: Block, gid: SSAValue, lo: int) -> list[Segment] | None:
+    """The `scf.if gid < end` chain at the end of `block`, one segment per kernel."""
+    ifs = [op for op in block.ops if isinstance(op, scf.IfOp)]
+    if len(ifs) != 1:
+        return None
+    branch = ifs[0]
+    cmp = branch.cond.owner
+    if not isinstance(cmp, arith.CmpiOp) or cmp.predicate.value.data != 6 or cmp.lhs != gid:
+        return None  # 6: ult
+    hi = _constant(cmp.rhs)
+    if hi is None or hi <= lo:
+        return None
+    then = branch.true_region.block
+    lid: SSAValue = gid
+    for op in then.ops:
+        if isinstance(op, arith.SubiOp) and op.lhs == gid and _constant(op.rhs) == lo:
+            lid = op.result
+            break
+    segments = [Segment(lo, hi, then, lid)]
+    if branch.false_region.blocks:
+        rest = _chain(branch.false_region.block, gid, hi)
+        if rest is None:
+            return None
+        segments += rest
+    return segments
+
+
+def _delinearize(seg: Segment) -> None:
+    """Loop counts and loop-variable names for the `remui`/`divui` chain of `seg.lid`."""
+    ops = list(seg.block.ops)
+    x, inner = seg.lid, []
+    while True:
+        rem = next((o for o in ops if isinstance(o, arith.RemUIOp) and o.lhs == x), None)
+        size = _constant(rem.rhs) if rem is not None else None
+        div = next(
+            (
+                o
+                for o in ops
+                if isinstance(o, arith.DivUIOp) and o.lhs == x and _constant(o.rhs) == size
+            ),
+            None,
+        )
+        if rem is None or div is None or size is None:
+            break
+        inner.append((rem, size))
+        seg.skip |= {rem, div}
+        x = div.result
+    count = seg.hi - seg.lo
+    sizes = [size for _, size in inner]
+    outer = count
+    for size in sizes:
+        outer //= size
+    seg.dims = [outer, *reversed(sizes)]
+    depth = len(seg.dims)
+    for k, (rem, _) in enumerate(inner):
+        seg.names[rem.result] = f"i{depth - 1 - k}"
+    seg.names[x] = "i0"
+    linear = "i0"
+    for k in range(1, depth):
+        linear = f"{linear} * {seg.dims[k]} + i{k}"
+    seg.names[seg.lid] = f"({linear})"
+    if x is seg.lid:
+        seg.names[seg.lid] = "i0"
+    if isinstance(seg.lid.owner, arith.SubiOp):
+        seg.skip.add(seg.lid.owner)
+
+
+def _trips(block: Block) -> int:
+    """Iterations of the innermost loops of `block` per point (1 without loops)."""
+    best = 1
+    for op in block.ops:
+        if isinstance(op, scf.ForOp):
+            lo, hi, st = _constant(op.lb), _constant(op.ub), _constant(op.step)
+            n = (hi - lo) // st if lo is not None and hi is not None and st else 1
+            best = max(best, n * _trips(op.body.block))
+        elif isinstance(op, scf.IfOp):
+            for region in (op.true_region, op.false_region):
+                if region.blocks:
+                    best = max(best, _trips(region.block))
+    return best
+
+
+def _innermost_reduction(block: Block) -> scf.ForOp | None:
+    """The innermost `scf.for` with carried values under `block`, if there is one."""
+    found = None
+    for op in block.walk():
+        if (
+            isinstance(op, scf.ForOp)
+            and op.iter_args
+            and not any(isinstance(o, scf.ForOp) for o in op.body.block.ops)
+        ):
+            found = op
+    return found
+
+
+def _contiguous(loop: scf.ForOp) -> bool:
+    """Whether the loop's adds read some buffer with its index as the last subscript."""
+    iv = loop.body.block.args[0]
+    y = loop.body.block.last_op
+    adds = y is not None and all(isinstance(v.owner, arith.AddfOp) for v in y.operands)
+    reads = any(
+        isinstance(o, memref.LoadOp) and o.indices and o.indices[-1] == iv for o in loop.body.walk()
+    )
+    return adds and reads
+
+
+class CPURenderer(Renderer):
+    """Renders kernels for `CTarget` as loop nests (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__(CTarget())
+        self.pragmas: dict[Operation, str] = {}
+
+    def kernel(self, fn: gpu.FuncOp) -> str:
+        block = fn.body.block
+        gid = next(
+            (
+                op.result
+                for op in block.ops
+                if isinstance(op, arith.AddiOp) and isinstance(op.lhs.owner, arith.MuliOp)
+            ),
+            None,
+        )
+        segments = _chain(block, gid, 0) if gid is not None else None
+        if not segments or any(isinstance(o, memref.AtomicRMWOp | scf.WhileOp) for o in fn.walk()):
+            return super().kernel(fn)
+        self.names, self.lines, self.pragmas = {}, [], {}
+        params = ", ".join(
+            f"{self.t.buffer_type.format(t=element_ctype(a.type.element_type))} {self.name(a)}"  # type: ignore[attr-defined]
+            for a in block.args
+        )
+        head = f"{self.t.kernel_prefix} {fn.sym_name.data}({params}{self.t.extra_params}) {{\n"
+        self.names[gid] = "g"
+        work = sum((s.hi - s.lo) * _trips(s.block) for s in segments)
+        self.emit(f"#pragma omp parallel if({work} >= {PARALLEL_WORK})", 1)
+        self.emit("{", 1)
+        for op in block.ops:  # inside the region: gcc then sees them as constants
+            if isinstance(op, arith.ConstantOp):
+                self.op(op, 1)
+        for seg in segments:
+            self.segment(seg)
+        self.emit("}", 1)
+        return head + "\n".join(self.lines) + "\n}\n"
+
+    def segment(self, seg: Segment) -> None:
+        _delinearize(seg)
+        self.names.update(seg.names)
+        depth = len(seg.dims)
+        reduction = _innermost_reduction(seg.block)
+        if reduction is not None and _contiguous(reduction):
+            accs = ", ".join(self.name(r) for r in reduction.results)
+            self.pragmas[reduction] = f"#pragma omp simd reduction(+:{accs})"
+            inner_simd = False
+        else:
+            inner_simd = True
+        if depth == 1:
+            self.emit("#pragma omp for simd nowait" if inner_simd else "#pragma omp for nowait", 1)
+        else:
+            self.emit(f"#pragma omp for collapse({depth - 1 if inner_simd else depth}) nowait", 1)
+        for k, n in enumerate(seg.dims):
+            if k == depth - 1 and inner_simd and depth > 1:
+                self.emit("#pragma omp simd", 1)
+            self.emit(f"for (long i{k} = 0; i{k} < {n}; i{k}++)", 1)
+        self.emit("{", 1)
+        self.emit(f"long g = {seg.lo} + {seg.names[seg.lid]};", 2)
+        self.block([op for op in seg.block.ops if op not in seg.skip], 2)
+        self.emit("}", 1)
+
+    def loop(self, op: scf.ForOp, depth: int) -> None:
+        pragma = self.pragmas.get(op)
+        if pragma is None:
+            return super().loop(op, depth)
+        for res, init in zip(op.results, op.iter_args):  # declared before the pragma
+            self.emit(f"{ctype(res.type)} {self.name(res)} = {self.name(init)};", depth)
+        self.emit(pragma, depth)
+        super().loop(op, depth, declared=True)
