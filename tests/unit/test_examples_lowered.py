@@ -13,25 +13,18 @@ runs start from the same params and read the same feeder data.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
-import pytest
+from example_programs import EXAMPLES, record_mlp, record_reverser, transformer_example
 
 import gradfuse
-from gradfuse import Feeder, Receiver, ir_for
 from gradfuse.backend import compile_module
 from gradfuse.backend.reference import RunResult
 from gradfuse.frontend.parser import parse_tg
-from gradfuse.nn import SGD, Adam, CrossEntropyLoss, Linear, Sequential, Sigmoid
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RTOL, ATOL = 1e-5, 1e-6
-Received = list[tuple[np.ndarray, ...]]
 
 
 def assert_same(got: RunResult, want: RunResult, skip: Callable[[str], Any] | None = None) -> None:
@@ -65,27 +58,6 @@ def test_linreg_example() -> None:
     assert_same(got, want)
 
 
-def record_mlp(width: int, batch: int, steps: int) -> tuple[Sequential, Received]:
-    """The program of examples/mlp.py at `width` x `batch`, recorded; the model and the
-    list its receiver appends to."""
-    gradfuse.reset()
-    gradfuse.manual_seed(0)
-    nn = Sequential(Linear(width, width), Sigmoid(), Linear(width, width))
-    opt = SGD(nn.parameters(), lr=0.01)
-    saved: Received = []
-
-    def f() -> None:
-        opt.zero_grad()
-        val = Feeder(lambda: np.full((batch, width), 0.2, dtype=np.float32), shape=[batch, width])
-        res = nn(val)
-        res.backward()
-        opt.step()
-
-    ir_for(range(0, steps), f)
-    Receiver(lambda *args: saved.append(args), opt.parameters, name="saving params")
-    return nn, saved
-
-
 def test_seed_mlp_example() -> None:
     runs = []
     for backend in ("reference", "lowered"):
@@ -107,51 +79,11 @@ def test_seed_mlp_example() -> None:
 TINY = {"VOCAB": 4, "LENGTH": 3, "BATCH": 1, "D_MODEL": 8, "HEADS": 2, "FF": 16, "LAYERS": 1}
 
 
-@pytest.fixture(scope="module")
-def transformer_example() -> ModuleType:
-    """examples/transformer.py, imported from its path with its sizes made tiny."""
-    spec = importlib.util.spec_from_file_location(
-        "transformer_example", EXAMPLES / "transformer.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    for name, value in TINY.items():
-        setattr(module, name, value)
-    return module
-
-
-def record_reverser(ex: ModuleType, steps: int, log_every: int) -> None:
-    """The training program of examples/transformer.py: `log_every - 1` steps in an inner
-    loop, then one whose loss is received, `steps // log_every` times."""
-    gradfuse.reset()
-    gradfuse.manual_seed(0)
-    model = ex.Reverser()
-    opt = Adam(model.parameters(), lr=3e-3)
-    loss_fn = CrossEntropyLoss()
-    data = ex.Batches(seed=1)
-
-    def train_step() -> gradfuse.Tensor:
-        opt.zero_grad()
-        ids = Feeder(data.tokens, shape=[ex.BATCH, ex.LENGTH], name="tokens")
-        target = Feeder(data.targets, shape=[ex.BATCH, ex.LENGTH], name="targets")
-        loss = loss_fn(model(ids), target)
-        loss.backward()
-        opt.step()
-        return loss
-
-    def block() -> None:
-        ir_for(range(log_every - 1), train_step)
-        Receiver(lambda loss: None, train_step(), name="loss")
-
-    ir_for(range(steps // log_every), block)
-
-
-def test_transformer_example(transformer_example: ModuleType) -> None:
-    d = TINY["D_MODEL"]
+def test_transformer_example() -> None:
+    example, d = transformer_example(**TINY), TINY["D_MODEL"]
     runs = []
     for backend in ("reference", "lowered"):
-        record_reverser(transformer_example, steps=2, log_every=2)
+        record_reverser(example, steps=2, log_every=2)
         runs.append(gradfuse.compile(backend).run())
     want, got = runs
     assert len(want.received["loss"]) == 1

@@ -1,9 +1,12 @@
 """Interop: lowered IR parses and verifies in real MLIR (`mlir-opt-22`, Debian's mlir-22-tools).
 
 Skipped when no `mlir-opt-22` / `mlir-opt` is on PATH (`apt-get install mlir-22-tools`).
-Both xDSL's custom and generic printing, with locations, are checked:
+Both xDSL's custom and generic printing, with locations, are checked, and the
+default pipeline's output on every example (examples/*.tg, and the programs that
+examples/mlp.py and examples/transformer.py record, at their real sizes):
 
     ir-opt prog.mlir -p convert-kernel-to-gpu -t mlir | mlir-opt-22 --verify-each
+    ir-opt examples/linreg.tg -p default -t mlir | mlir-opt-22 --verify-each
 """
 
 from __future__ import annotations
@@ -15,10 +18,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from example_programs import record_mlp, record_reverser, transformer_example
 from kernel_programs import PROGRAMS, lower
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.printer import Printer
 
+import gradfuse
 from gradfuse.passes import PASSES, expand
 
 MLIR_OPT = shutil.which("mlir-opt-22") or shutil.which("mlir-opt")
@@ -85,12 +90,44 @@ def test_ir_opt_output_verifies(tmp_path: Path) -> None:
         mlir_opt(done.stdout)
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=[e.name for e in EXAMPLES])
-def test_default_pipeline_on_examples_verifies(example: Path) -> None:
+def default_pipeline_verifies(path: Path, debuginfo: bool = False) -> str:
+    """`ir-opt path -p default -t mlir`, checked by `mlir-opt --verify-each`; its output
+    (with `debuginfo`, both print locations)."""
     if "convert-kernel-to-gpu" not in expand("default"):
         pytest.skip("the default pipeline does not lower to gpu yet")
+    flags = ["--print-debuginfo"] if debuginfo else []
     done = subprocess.run(
-        [str(IR_OPT), str(example), "-p", "default", "-t", "mlir"], capture_output=True, text=True
+        [str(IR_OPT), str(path), "-p", "default", "-t", "mlir", *flags],
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr
-    mlir_opt(done.stdout)
+    return mlir_opt(done.stdout, *(["--mlir-print-debuginfo"] if debuginfo else []))
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[e.name for e in EXAMPLES])
+def test_default_pipeline_on_examples_verifies(example: Path) -> None:
+    default_pipeline_verifies(example)
+
+
+def record_python_example(name: str) -> None:
+    """Records the program of examples/<name>.py at the example's own sizes (not run)."""
+    if name == "mlp":
+        record_mlp(width=255, batch=2, steps=1000)
+    else:
+        example = transformer_example()
+        record_reverser(example, steps=example.STEPS, log_every=example.LOG_EVERY)
+
+
+@pytest.mark.parametrize("name", ["mlp", "transformer"], ids=["mlp.py", "transformer.py"])
+def test_default_pipeline_on_python_examples_verifies(name: str, tmp_path: Path) -> None:
+    """The programs the Python examples record, saved by `gradfuse.ir_text()` with their
+    Python locations (`loc("forward@0"("model.py":7:3))`), which MLIR parses and keeps."""
+    record_python_example(name)
+    src = tmp_path / f"{name}.tg"
+    src.write_text(gradfuse.ir_text(print_locations=True))
+    gradfuse.reset()
+    out = default_pipeline_verifies(src, debuginfo=True)
+    assert "gpu.launch_func" in out
+    assert 'loc("forward@' in out and 'loc("backward@' in out
+    assert "example_programs.py" in out
