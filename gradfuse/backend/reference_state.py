@@ -163,6 +163,13 @@ class RunState:
                 f" ({fmt_shape(want)})",
                 position,
             )
+        declared = dtype_of(ty)
+        if arr.dtype != declared:
+            raise GradfuseError(
+                f"{where}: returned {arr.dtype} data, expected {declared} ({ty});"
+                f" convert it with .astype(np.{declared})",
+                position,
+            )
         return arr.astype(dtype_of(ty, self.dtype))
 
     def receive(self, key: str, arrays: tuple[np.ndarray, ...], position: Position | None) -> None:

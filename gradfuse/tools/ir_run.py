@@ -212,9 +212,23 @@ def run_file(opts: argparse.Namespace) -> dict[str, np.ndarray]:
     return out
 
 
-def _one_line(err: GradfuseError) -> str:
+def _diagnostic(err: GradfuseError) -> str:
+    """`file:line:col: error: message` on one line, then the offending line and a caret."""
     message = " ".join(err.message.split())
-    return f"{err.position}: error: {message}" if err.position else f"error: {message}"
+    pos = err.position
+    if pos is None:
+        return f"error: {message}"
+    text = f"{pos}: error: {message}"
+    src = pos.source_line
+    if src is None:
+        try:
+            lines = Path(pos.file).read_text().splitlines()
+            src = lines[pos.line - 1] if 0 < pos.line <= len(lines) else None
+        except (OSError, UnicodeDecodeError):
+            src = None
+    if src is not None:
+        text += f"\n{src.rstrip()}\n{' ' * max(pos.column - 1, 0)}^"
+    return text
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -225,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if opts.outputs:
             _write_npz(opts.outputs, outputs)
     except GradfuseError as err:
-        print(_one_line(err), file=sys.stderr)
+        print(_diagnostic(err), file=sys.stderr)
         return 1
     except Exception as err:  # never a traceback for the user
         print(f"error: internal error: {type(err).__name__}: {err}", file=sys.stderr)

@@ -122,7 +122,7 @@ def test_assign_of_wrong_shape(fb):
 
 
 def test_feeder_fixed_array(fb):
-    result = run(counting_loop(fb, 3), feeders={"x": np.array([1.0, 2.0])})
+    result = run(counting_loop(fb, 3), feeders={"x": np.array([1.0, 2.0], np.float32)})
     np.testing.assert_array_equal(result.params["w"], [4, 7])
 
 
@@ -137,7 +137,7 @@ def test_feeder_callable_called_each_time(fb):
 
     def feed():
         calls.append(1)
-        return np.full(2, len(calls), np.float64)
+        return np.full(2, len(calls), np.float32)
 
     result = run(counting_loop(fb, 3), feeders={"x": feed})
     assert len(calls) == 3
@@ -216,7 +216,7 @@ def test_error_in_iteration_keeps_params_of_last_finished_iteration(fb):
 
 def test_error_carries_params_of_last_finished_iteration(fb):
     with pytest.raises(GradfuseError) as err:
-        run(counting_loop(fb, 5), feeders={"x": np.ones((3, 2))})
+        run(counting_loop(fb, 5), feeders={"x": np.ones((3, 2), np.float32)})
     np.testing.assert_array_equal(err.value.params["w"], [4, 4])  # 1 + three full iterations
     assert len(err.value.received["w"]) == 3
 
@@ -240,7 +240,7 @@ def test_error_in_nested_loop_names_both_iterations(fb):
         calls.append(0)
         if len(calls) == 6:
             raise ValueError("no more")
-        return np.ones(2)
+        return np.ones(2, np.float32)
 
     with pytest.raises(GradfuseError) as err:
         run(module, feeders={"x": feed})

@@ -80,12 +80,10 @@ def test_seed_mlp_50_steps_in_float32_is_close_to_numpy_float64() -> None:
     check_seed(50, np.float32, rtol=2e-5)
 
 
-@pytest.mark.slow
 def test_seed_mlp_1000_steps_matches_numpy_float64() -> None:
     check_seed(1000)
 
 
-@pytest.mark.slow
 def test_seed_mlp_1000_steps_in_float32_is_close_to_numpy_float64() -> None:
     check_seed(1000, np.float32, rtol=1e-4)
 
@@ -221,3 +219,24 @@ def test_small_mlp_matches_pytorch() -> None:
         topt.step()
     for k, v in tmodel.state_dict().items():
         np.testing.assert_allclose(model.state_dict()[k], v.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["reference", "numpy", "c"])
+@pytest.mark.parametrize("dtype", [np.float64, np.int32])
+def test_feeder_of_the_wrong_dtype_is_named_on_every_backend(backend: str, dtype: type) -> None:
+    model = Linear(2, 1)
+    opt = SGD(model.parameters(), lr=0.1)
+
+    def step() -> None:
+        opt.zero_grad()
+        model(Feeder(lambda: np.ones((1, 2), dtype), shape=[1, 2], name="batches")).backward()
+        opt.step()
+
+    before = model.weight.data.copy()
+    ir_for(range(3), step)
+    with pytest.raises(GradfuseError) as info:
+        execute(backend)
+    message = str(info.value)
+    assert f'feeder "batches" (call 0): returned {np.dtype(dtype)} data, expected float32' in message
+    assert "iteration 0" in message and "test_training.py" in message
+    np.testing.assert_array_equal(model.weight.data, before)

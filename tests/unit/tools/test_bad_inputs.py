@@ -63,6 +63,8 @@ def ir_run_dir(tmp_path_factory):
     x = np.ones((2, 3), np.float32)
     np.savez(d / "good.npz", x=x)
     np.savez(d / "wrong_shape.npz", x=np.ones((3, 2), np.float32))
+    np.savez(d / "float64.npz", x=np.ones((2, 3)))
+    np.savez(d / "int32.npz", x=np.ones((2, 3), np.int32))
     np.savez(d / "strings.npz", x=np.array([["a", "b", "c"], ["d", "e", "f"]]))
     np.savez(d / "other.npz", y=x)
     np.savez(d / "params.npz", w=x)
@@ -76,4 +78,7 @@ def test_ir_run_gives_one_diagnostic_and_no_output(case, ir_run_dir):
     out = ir_run_dir / f"{case['name'].replace(' ', '_')}.npz"
     done = run("ir-run", [*case["args"], "--outputs", str(out)], ir_run_dir)
     check_one_diagnostic(done, case["expect"])
+    if case["expect"].startswith("feed.tg:"):  # a position: the offending line and a caret
+        lines = done.stderr.splitlines()
+        assert lines[1].strip().startswith("%x = tg.feeder") and lines[2].strip() == "^"
     assert not out.exists()

@@ -53,7 +53,7 @@ def program(tmp_path: Path) -> Path:
 @pytest.fixture
 def inputs(tmp_path: Path) -> Path:
     path = tmp_path / "in.npz"
-    np.savez(path, arg0=np.zeros(2, np.float32), noise=np.arange(6.0).reshape(3, 2))
+    np.savez(path, arg0=np.zeros(2, np.float32), noise=np.arange(6.0, dtype=np.float32).reshape(3, 2))
     return path
 
 
@@ -78,7 +78,7 @@ def run_fails(argv: list[str], capsys) -> str:
 def test_outputs_results_params_and_receivers(program, inputs, tmp_path, capsys):
     out = tmp_path / "out.npz"
     stdout = run_ok([program, "--inputs", inputs, "--outputs", out], capsys)
-    noise = np.arange(6.0).reshape(3, 2)
+    noise = np.arange(6.0, dtype=np.float32).reshape(3, 2)
     acc = np.cumsum(noise, axis=0)  # carried values after each iteration
     with np.load(out) as data:
         names = set(data.files)
@@ -119,7 +119,7 @@ def test_tg_file(tmp_path, capsys):
     pytest.importorskip("gradfuse.frontend.parser")
     path, inp, out = tmp_path / "p.tg", tmp_path / "in.npz", tmp_path / "out.npz"
     path.write_text(PROGRAM_TG)
-    np.savez(inp, arg0=np.ones(2), noise=np.array([0.5, 1.5]))
+    np.savez(inp, arg0=np.ones(2), noise=np.array([0.5, 1.5], np.float32))
     run_ok([path, "--inputs", inp, "--outputs", out], capsys)
     with np.load(out) as data:
         np.testing.assert_array_equal(data["result0"], [2.5, 3.5])
@@ -187,7 +187,7 @@ def test_feeder_array_of_strings(program, tmp_path, capsys):
 
 def test_feeder_exhausted_leaves_no_output(program, tmp_path, capsys):
     inp, out = tmp_path / "in.npz", tmp_path / "out.npz"
-    np.savez(inp, arg0=np.zeros(2), noise=np.zeros((2, 2)))  # 2 items for 3 iterations
+    np.savez(inp, arg0=np.zeros(2), noise=np.zeros((2, 2), np.float32))  # 2 items for 3 iterations
     out.write_bytes(b"old")
     line = run_fails([program, "--inputs", inp, "--outputs", out], capsys)
     assert "(call 2): exhausted" in line and "iteration 2" in line
@@ -227,7 +227,7 @@ def test_grad_is_refused(tmp_path, capsys):
     path = tmp_path / "g.mlir"
     path.write_text(PROGRAM_MLIR.replace('"tg.add"(%a, %f)', '"tg.grad"(%a, %f)'))
     inp = tmp_path / "in.npz"
-    np.savez(inp, arg0=np.zeros(2), noise=np.zeros(2))
+    np.savez(inp, arg0=np.zeros(2), noise=np.zeros(2, np.float32))
     line = run_fails([path, "--inputs", inp, "--pipeline", "none"], capsys)
     assert "tg.grad cannot be run: it must be expanded by the `tg-autodiff` pass first" in line
 
