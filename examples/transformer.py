@@ -66,7 +66,9 @@ class Batches:
         return np.ascontiguousarray(self.last[:, ::-1])
 
 
-def main() -> None:
+def record(steps: int = STEPS, log_every: int = LOG_EVERY) -> tuple[Reverser, list[float]]:
+    """Records `steps` training steps of a new model; the model and the list that the
+    loss receiver fills every `log_every` steps."""
     gradfuse.manual_seed(0)
     model = Reverser()
     opt = Adam(model.parameters(), lr=3e-3)
@@ -85,23 +87,35 @@ def main() -> None:
 
     def report(loss: np.ndarray) -> None:
         losses.append(float(loss))
-        print(f"step {len(losses) * LOG_EVERY:4d}  loss {float(loss):.4f}", flush=True)
+        print(f"step {len(losses) * log_every:4d}  loss {float(loss):.4f}", flush=True)
 
     def block() -> None:
-        ir_for(range(LOG_EVERY - 1), train_step)
+        ir_for(range(log_every - 1), train_step)
         Receiver(report, train_step(), name="loss")
 
-    ir_for(range(STEPS // LOG_EVERY), block)
+    ir_for(range(steps // log_every), block)
+    return model, losses
+
+
+def train(
+    steps: int = STEPS, log_every: int = LOG_EVERY, backend: str | None = None
+) -> tuple[Reverser, list[float]]:
+    """Trains a new model for `steps` steps on `backend`; the model and the received losses."""
+    model, losses = record(steps, log_every)
     start = time.perf_counter()
-    program = gradfuse.compile()
+    program = gradfuse.compile(backend)
     compiled = time.perf_counter()
     program.run()
     done = time.perf_counter()
     print(
-        f"{STEPS} steps on the {program.backend} backend: compile {compiled - start:.1f} s,"
-        f" run {done - compiled:.1f} s ({(done - compiled) / STEPS * 1e3:.1f} ms a step)"
+        f"{steps} steps on the {program.backend} backend: compile {compiled - start:.1f} s,"
+        f" run {done - compiled:.1f} s ({(done - compiled) / steps * 1e3:.1f} ms a step)"
     )
+    return model, losses
 
+
+def main() -> None:
+    model, _ = train()
     model.eval()
     test = Batches(seed=2)
     predictions: list[np.ndarray] = []

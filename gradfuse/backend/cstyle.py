@@ -50,6 +50,7 @@ class CStyleLanguage:
     """What every C-family target shares; targets override the attributes."""
 
     kernel_prefix = "static void"
+    dedupe = False  # leave out kernels equal to an earlier one (host code calls that one)
     buffer_type = "{t}* __restrict__"
     extra_params = ", long grid, long block"
     ids = {"thread_id": "tid", "block_id": "bid", "block_dim": "block", "grid_dim": "grid"}
@@ -78,6 +79,8 @@ class CStyleLanguage:
 
 class CTarget(CStyleLanguage):
     """C for gcc (OpenMP where a kernel is big), kernels plus the host program."""
+
+    dedupe = True
 
 
 class CUDATarget(CStyleLanguage):
@@ -139,10 +142,21 @@ class Renderer:
         self.lines.append("  " * depth + text)
 
     def kernels(self, module: ModuleOp) -> str:
+        """Every kernel of `module`; with `dedupe`, a kernel whose text equals an earlier
+        one's (a loop body traced twice) is left out and named in `aliases` instead."""
         out = [self.t.prelude]
+        seen: dict[str, str] = {}
+        self.aliases: dict[str, str] = {}
         for op in module.walk():
             if isinstance(op, gpu.FuncOp):
-                out.append(self.kernel(op))
+                name = op.sym_name.data
+                text = self.kernel(op)
+                body = text.replace(f" {name}(", " (", 1)
+                if self.t.dedupe and body in seen:
+                    self.aliases[name] = seen[body]
+                    continue
+                seen[body] = name
+                out.append(text)
         return "\n".join(out)
 
     def kernel(self, fn: gpu.FuncOp) -> str:

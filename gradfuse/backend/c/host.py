@@ -39,13 +39,14 @@ typedef struct {
 class HostRenderer(Renderer):
     """Renders `func @main` of a lowered module into `int gradfuse_main(gf_ctx*)`."""
 
-    def __init__(self, module: ModuleOp, globals_order: list[str]):
+    def __init__(self, module: ModuleOp, globals_order: list[str], aliases: dict[str, str]):
         super().__init__(CTarget())
         self.globals = {name: i for i, name in enumerate(globals_order)}
         self.written = {
             op.sym_name.data: _written_args(op) for op in module.walk() if isinstance(op, gpu.FuncOp)
         }
         self.saved: list[int] = []
+        self.aliases = aliases  # kernels left out for an equal one: name -> that one
         self.calls: list[func.CallOp] = []
         self.source = ""
 
@@ -92,6 +93,7 @@ class HostRenderer(Renderer):
                 args = ", ".join(self.name(a) for a in op.kernelOperands)
                 grid = f"{self.name(op.gridSizeX)} * {self.name(op.gridSizeY)} * {self.name(op.gridSizeZ)}"
                 kernel = op.kernel.nested_references.data[-1].data
+                kernel = self.aliases.get(kernel, kernel)
                 self.emit(f"{kernel}({args}, {grid}, {self.name(op.blockSizeX)});", depth)
             elif isinstance(op, func.CallOp):
                 index = len(self.calls)  # callbacks are numbered by call site
@@ -142,9 +144,10 @@ def render_program(module: ModuleOp) -> HostRenderer:
     """Renders the whole C translation unit (kernels, then the host program) into the
     renderer's `source`; its `calls` are the host call sites by callback index and its
     `saved` the params that the outer loop saves at the start of each iteration."""
-    host = HostRenderer(module, host_symbols(module))
+    renderer = CPURenderer()
+    kernels = renderer.kernels(module)
+    host = HostRenderer(module, host_symbols(module), renderer.aliases)
     main = host.main(main_function(module))
-    kernels = CPURenderer().kernels(module)
     host.source = kernels + "#include <string.h>\n" + CONTEXT + main
     return host
 
