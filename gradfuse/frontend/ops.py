@@ -126,6 +126,13 @@ def compare_lt(a: Operand, b: Operand) -> SSAValue:
     return binary(tg.CmpLtOp, a, b)
 
 
+def compare_ne(a: Operand, b: Operand) -> SSAValue:
+    """The mask `a != b`: `(a < b) or (b < a)`, as `0.5 < cast(a < b) + cast(b < a)`."""
+    lt, gt = compare_lt(a, b), compare_lt(b, a)
+    either = binary(tg.AddOp, cast(lt, Float32Type()), cast(gt, Float32Type()))
+    return compare_lt(0.5, either)
+
+
 def logical_not(mask: SSAValue) -> SSAValue:
     """`not mask` for an i1 mask: `cast(mask) < 0.5`."""
     as_float = cast(mask, Float32Type())

@@ -212,6 +212,14 @@ class Tensor:
     def __ge__(self, other: object) -> Tensor:
         return Tensor(ops.logical_not(ops.compare_lt(self.value, _operand(other))))
 
+    def __eq__(self, other: object) -> Tensor:  # type: ignore[override]
+        return Tensor(ops.logical_not(ops.compare_ne(self.value, _operand(other))))
+
+    def __ne__(self, other: object) -> Tensor:  # type: ignore[override]
+        return Tensor(ops.compare_ne(self.value, _operand(other)))
+
+    __hash__ = object.__hash__  # a tracer is hashed by identity, as torch.Tensor is
+
     def float(self) -> Tensor:
         """A mask as 0.0 / 1.0 (f32)."""
         return Tensor(ops.cast(self.value, Float32Type()))

@@ -98,6 +98,21 @@ def test_comparisons_give_masks_and_where_selects() -> None:
     assert "tg.cmplt" in op_names() and "tg.where" in op_names()
 
 
+@pytest.mark.parametrize("backend", ["reference", "c"])
+def test_every_comparison_is_an_elementwise_mask_as_in_numpy(backend: str) -> None:
+    a = np.array([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]], np.float32)
+    b = np.array([2.0, 2.0, 2.0], np.float32)
+    x, y = Feeder(lambda: a, shape=[2, 3]), Feeder(lambda: b, shape=[3])
+    got: list[np.ndarray] = []
+    masks = [x < y, x > y, x <= y, x >= y, x == y, x != y, x == 2.0, x != 2.0]
+    gradfuse.Receiver(lambda *m: got.extend(m), [m.float() for m in masks])
+    gradfuse.execute(backend)
+    want = [a < b, a > b, a <= b, a >= b, a == b, a != b, a == 2.0, a != 2.0]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w.astype(np.float32))
+    assert len({x, y}) == 2  # tracers hash by identity
+
+
 @pytest.mark.parametrize(
     ("dim", "keepdim", "shape"),
     [(None, False, ()), (0, False, (3, 4)), (-1, True, (2, 3, 1)), ((0, 2), False, (3,))],
