@@ -41,10 +41,17 @@ class Program:
     backend: str
     module: ModuleOp
     runner: Callable[..., Any]
+    param_keys: frozenset[str] | None = None  # the source's params (not the pipeline's)
 
     def run(self, **kwargs: Any) -> Any:
-        """Runs the program: `args`, `feeders`, `receivers`, `params` as `reference.run`."""
-        return self.runner(self.module, **kwargs)
+        """Runs the program: `args`, `feeders`, `receivers`, `params` as `reference.run`.
+
+        The result's params are those of the source program, as the reference gives
+        them: state that the pipeline made (loop-carried tensors) is left out."""
+        result = self.runner(self.module, **kwargs)
+        if self.param_keys is not None:
+            result.params = {k: v for k, v in result.params.items() if k in self.param_keys}
+        return result
 
 
 def cuda_available() -> bool:
@@ -107,10 +114,18 @@ def compile_module(
     module: ModuleOp, backend: str | None = None, pipeline: str | None = None
 ) -> Program:
     """Runs the backend's pipeline on `module` (in place) and prepares it to run."""
+    from gradfuse.dialects import tg
     from gradfuse.passes import run_pipeline
 
     name = choose_backend(backend)
     spec = PIPELINE_OF[name] if pipeline is None else pipeline
+    has_tg = any(op.dialect_name() == "tg" for op in module.walk())
+    keys = frozenset(op.key.data for op in module.walk() if isinstance(op, tg.ParamOp))
     if spec:
         run_pipeline(module, spec)
-    return Program(name, module, _runner(name)(module))
+    elif name in ("lowered", "c", "cuda") and has_tg:
+        raise GradfuseError(
+            f"the {name} backend runs lowered IR and this program has tg ops: run the default"
+            " pipeline first (no --pipeline none), or choose --backend reference"
+        )
+    return Program(name, module, _runner(name)(module), keys if has_tg else None)

@@ -59,9 +59,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--entry", default="main", help="entry function (default: main)")
     p.add_argument(
         "--backend",
-        default="reference",
+        default=None,
         choices=["reference", "numpy", "lowered", "c", "cuda"],
-        help="what runs the program (default: reference, the NumPy interpreter)",
+        help="what runs the program (default: $GRADFUSE_BACKEND, else cuda when PyCUDA"
+        " sees a GPU, else c; reference is the NumPy interpreter every backend is tested"
+        " against)",
     )
     p.add_argument(
         "--pipeline",
@@ -195,10 +197,11 @@ def run_file(opts: argparse.Namespace) -> dict[str, np.ndarray]:
     from gradfuse.backend import compile_module
 
     pipeline = "" if opts.pipeline == "none" else opts.pipeline
-    program = compile_module(module, opts.backend, pipeline)
     extra = {"dtype": np.float64} if opts.dtype == "float64" else {}
-    if extra and opts.backend != "reference":
+    backend = opts.backend or ("reference" if extra else None)
+    if extra and backend != "reference":
         raise GradfuseError("--dtype float64 needs --backend reference")
+    program = compile_module(module, backend, pipeline)
     result = program.run(args=args, feeders=feeders, params=params, entry=opts.entry, **extra)
     out: dict[str, np.ndarray] = {}
     for i, value in enumerate(result.results):

@@ -26,7 +26,9 @@ from gradfuse.backend.reference_state import RunState, attr_array, dtype_of
 from gradfuse.diagnostics import GradfuseError, position_of
 
 FEED = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
-RECEIVE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int)
+RECEIVE = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int
+)
 
 
 class Context(ctypes.Structure):
@@ -40,6 +42,8 @@ class Context(ctypes.Structure):
         ("saved", ctypes.POINTER(ctypes.c_void_p)),
         ("sizes", ctypes.POINTER(ctypes.c_long)),
         ("iteration", ctypes.c_long),
+        ("index", ctypes.c_long),
+        ("loop", ctypes.c_long),
     ]
 
 
@@ -67,7 +71,12 @@ class CProgram:
     def __init__(self, module: ModuleOp):
         self.module = module
         host = render_program(module)
-        self.source, self.saved, self.calls = host.source, host.saved, host.calls
+        self.source, self.saved, self.calls, self.loops = (
+            host.source,
+            host.saved,
+            host.calls,
+            host.loops,
+        )
         self.lib = ctypes.CDLL(str(build_library(self.source, main_function(module))))
         self.lib.gradfuse_main.argtypes = [ctypes.POINTER(Context)]
         self.lib.gradfuse_main.restype = ctypes.c_int
@@ -139,8 +148,12 @@ class CProgram:
             arena.ctypes.data,
             feed_cb,
             receive_cb,
-            (ctypes.c_void_p * max(len(values), 1))(*[saved[k].ctypes.data if k in saved else None for k in range(len(values))]),
+            (ctypes.c_void_p * max(len(values), 1))(
+                *[saved[k].ctypes.data if k in saved else None for k in range(len(values))]
+            ),
             (ctypes.c_long * max(len(values), 1))(*[v.nbytes for v in values]),
+            -1,
+            0,
             -1,
         )
         code = self.lib.gradfuse_main(ctypes.byref(ctx))
@@ -152,7 +165,10 @@ class CProgram:
             if ctx.iteration >= 0:  # params as the last finished iteration left them
                 for k, copy in saved.items():
                     values[k][...] = copy
-                err = GradfuseError(f"{err.message} (in iteration {ctx.iteration} of the loop)", err.position)
+                pos = position_of(self.loops[ctx.loop].location)
+                here = f" at {pos}" if pos else ""
+                where = f"(in iteration {ctx.iteration} (i = {ctx.index}) of the tg.for{here})"
+                err = GradfuseError(f"{err.message} {where}", err.position)
             err.params = {k: v.copy() for k, v in final.items()}  # type: ignore[attr-defined]
             err.received = state.received  # type: ignore[attr-defined]
             raise err

@@ -27,7 +27,9 @@ def compiler() -> str:
     cc = os.environ.get("CC", "gcc")
     path = shutil.which(cc)
     if path is None:
-        raise GradfuseError(f"the c backend needs a C compiler and '{cc}' is not found: apt-get install gcc")
+        raise GradfuseError(
+            f"the c backend needs a C compiler and '{cc}' is not found: apt-get install gcc"
+        )
     return path
 
 
@@ -46,7 +48,9 @@ def cache_dir() -> Path:
 def build_library(source: str, where: Any = None) -> Path:
     """The shared library of `source`, from the cache or built by gcc."""
     cc = compiler()
-    key = hashlib.sha256("\0".join([source, *FLAGS, compiler_version(cc)]).encode()).hexdigest()[:32]
+    key = hashlib.sha256("\0".join([source, *FLAGS, compiler_version(cc)]).encode()).hexdigest()[
+        :32
+    ]
     target = cache_dir() / f"{key}.so"
     if target.exists() and target.read_bytes()[:4] == b"\x7fELF":
         return target
@@ -54,12 +58,16 @@ def build_library(source: str, where: Any = None) -> Path:
         src = Path(tmp) / "program.c"
         src.write_text(source)
         out = Path(tmp) / "program.so"
-        done = subprocess.run([cc, *FLAGS, "-o", str(out), str(src), "-lm"], capture_output=True, text=True)
+        done = subprocess.run(
+            [cc, *FLAGS, "-o", str(out), str(src), "-lm"], capture_output=True, text=True
+        )
         if done.returncode != 0:
             kept = cache_dir() / f"{key}-failed.c"
             kept.write_text(source)
             first = (done.stderr.strip().splitlines() or ["no message"])[0]
             pos = position_of(where.location) if where is not None else None
-            raise GradfuseError(f"gcc failed on the generated program ({first}); source: {kept}", pos)
+            raise GradfuseError(
+                f"gcc failed on the generated program ({first}); source: {kept}", pos
+            )
         os.replace(out, target)
     return target

@@ -30,9 +30,9 @@ typedef int (*gf_receive_fn)(int, void**, int);
 typedef struct {
   void** params; void** args; void** results; char* arena;
   gf_feed_fn feed; gf_receive_fn receive;
-  void** saved; long* sizes; long iteration;
+  void** saved; long* sizes; long iteration; long index; long loop;
 } gf_ctx;
-#define GF_FAIL { ctx->iteration = gf_iter; return 1; }
+#define GF_FAIL { ctx->iteration = gf_iter; ctx->index = gf_index; ctx->loop = gf_loop; return 1; }
 """
 
 
@@ -43,11 +43,14 @@ class HostRenderer(Renderer):
         super().__init__(CTarget())
         self.globals = {name: i for i, name in enumerate(globals_order)}
         self.written = {
-            op.sym_name.data: _written_args(op) for op in module.walk() if isinstance(op, gpu.FuncOp)
+            op.sym_name.data: _written_args(op)
+            for op in module.walk()
+            if isinstance(op, gpu.FuncOp)
         }
         self.saved: list[int] = []
         self.aliases = aliases  # kernels left out for an equal one: name -> that one
         self.calls: list[func.CallOp] = []
+        self.loops: list[scf.ForOp] = []  # outer loops with host calls, by gf_loop
         self.source = ""
 
     def main(self, fn: func.FuncOp) -> str:
@@ -55,7 +58,7 @@ class HostRenderer(Renderer):
         for i, arg in enumerate(fn.body.block.args):
             t = element_ctype(arg.type.element_type)  # type: ignore[attr-defined]
             self.emit(f"{t}* {self.name(arg)} = ({t}*)ctx->args[{i}];", 1)
-        self.emit("long gf_iter = -1;", 1)
+        self.emit("long gf_iter = -1, gf_index = 0, gf_loop = -1;", 1)
         self.host_block(fn.body.block, 1)
         return "int gradfuse_main(gf_ctx* ctx) {\n" + "\n".join(self.lines) + "\n  return 0;\n}\n"
 
@@ -88,7 +91,10 @@ class HostRenderer(Renderer):
                 self.emit(f"{t}* {r} = ({t}*)ctx->params[{index}];", depth)
             elif isinstance(op, memref.ViewOp):
                 t = element_ctype(op.result.type.element_type)  # type: ignore[attr-defined]
-                self.emit(f"{t}* {r} = ({t}*)({self.name(op.source)} + {self.name(op.byte_shift)});", depth)
+                self.emit(
+                    f"{t}* {r} = ({t}*)({self.name(op.source)} + {self.name(op.byte_shift)});",
+                    depth,
+                )
             elif isinstance(op, gpu.LaunchFuncOp):
                 args = ", ".join(self.name(a) for a in op.kernelOperands)
                 grid = f"{self.name(op.gridSizeX)} * {self.name(op.gridSizeY)} * {self.name(op.gridSizeZ)}"
@@ -99,26 +105,40 @@ class HostRenderer(Renderer):
                 index = len(self.calls)  # callbacks are numbered by call site
                 self.calls.append(op)
                 if op.callee.root_reference.data.startswith("gradfuse_feed"):
-                    self.emit(f"if (ctx->feed({index}, {self.name(op.arguments[0])})) GF_FAIL", depth)
+                    self.emit(
+                        f"if (ctx->feed({index}, {self.name(op.arguments[0])})) GF_FAIL", depth
+                    )
                 else:
                     bufs = ", ".join(f"(void*){self.name(a)}" for a in op.arguments)
                     n = len(op.arguments)
-                    self.emit(f"{{ void* b[] = {{{bufs}}}; if (ctx->receive({index}, b, {n})) GF_FAIL }}", depth)
+                    self.emit(
+                        f"{{ void* b[] = {{{bufs}}}; if (ctx->receive({index}, b, {n})) GF_FAIL }}",
+                        depth,
+                    )
             elif isinstance(op, scf.ForOp):
-                i, lo, hi, st = (self.name(v) for v in (op.body.block.args[0], op.lb, op.ub, op.step))
+                i, lo, hi, st = (
+                    self.name(v) for v in (op.body.block.args[0], op.lb, op.ub, op.step)
+                )
                 self.emit(f"for (long {i} = {lo}; {i} < {hi}; {i} += {st}) {{", depth)
                 if depth == 1 and any(isinstance(o, func.CallOp) for o in op.body.walk()):
-                    self.emit(f"gf_iter = ({i} - {lo}) / {st};", depth + 1)
+                    self.emit(f"gf_iter = ({i} - {lo}) / {st}; gf_index = {i};", depth + 1)
+                    self.emit(f"gf_loop = {len(self.loops)};", depth + 1)
+                    self.loops.append(op)
                     self.saved = self.params_written_before_a_call(op)
                     for k in self.saved:
-                        self.emit(f"memcpy(ctx->saved[{k}], ctx->params[{k}], ctx->sizes[{k}]);", depth + 1)
+                        self.emit(
+                            f"memcpy(ctx->saved[{k}], ctx->params[{k}], ctx->sizes[{k}]);",
+                            depth + 1,
+                        )
                 self.host_block(op.body.block, depth + 1)
                 self.emit("}", depth)
             elif isinstance(op, func.ReturnOp):
                 for k, v in enumerate(op.arguments):
                     self.emit(f"ctx->results[{k}] = (void*){self.name(v)};", depth)
             elif not isinstance(op, scf.YieldOp):
-                raise GradfuseError(f"the C host renderer has no form for {op.name}", position_of(op.location))
+                raise GradfuseError(
+                    f"the C host renderer has no form for {op.name}", position_of(op.location)
+                )
 
 
 def _written_args(fn: gpu.FuncOp) -> set[int]:

@@ -70,7 +70,10 @@ def run_fails(argv: list[str], capsys) -> str:
     captured = capsys.readouterr()
     assert status == 1
     lines = captured.err.splitlines()
-    assert len(lines) == 1, captured.err
+    assert len([line for line in lines if "error:" in line]) == 1, captured.err
+    assert len(lines) in (1, 3), captured.err  # with a position: the line and a caret
+    if len(lines) == 3:
+        assert lines[2].strip() == "^"
     assert "Traceback" not in captured.err
     return lines[0]
 
@@ -228,8 +231,11 @@ def test_grad_is_refused(tmp_path, capsys):
     path.write_text(PROGRAM_MLIR.replace('"tg.add"(%a, %f)', '"tg.grad"(%a, %f)'))
     inp = tmp_path / "in.npz"
     np.savez(inp, arg0=np.zeros(2), noise=np.zeros(2, np.float32))
-    line = run_fails([path, "--inputs", inp, "--pipeline", "none"], capsys)
+    argv = [path, "--inputs", inp, "--pipeline", "none"]
+    line = run_fails([*argv, "--backend", "reference"], capsys)
     assert "tg.grad cannot be run: it must be expanded by the `tg-autodiff` pass first" in line
+    line = run_fails([*argv, "--backend", "c"], capsys)
+    assert "the c backend runs lowered IR and this program has tg ops" in line
 
 
 GRAD_TG = """\
