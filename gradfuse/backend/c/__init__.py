@@ -77,7 +77,7 @@ class CProgram:
             host.calls,
             host.loops,
         )
-        self.lib = ctypes.CDLL(str(build_library(self.source, main_function(module))))
+        self.lib = ctypes.CDLL(str(build_library(self.source, module)))
         self.lib.gradfuse_main.argtypes = [ctypes.POINTER(Context)]
         self.lib.gradfuse_main.restype = ctypes.c_int
         by_name = {op.sym_name.data: op for op in module.ops if isinstance(op, memref.GlobalOp)}

@@ -16,9 +16,11 @@ import subprocess
 import tempfile
 from functools import cache
 from pathlib import Path
-from typing import Any
 
-from gradfuse.diagnostics import GradfuseError, position_of
+from xdsl.dialects.builtin import ModuleOp
+
+from gradfuse.backend.compile_errors import compile_error
+from gradfuse.diagnostics import GradfuseError
 
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-w")
 
@@ -45,15 +47,16 @@ def cache_dir() -> Path:
     return path
 
 
-def build_library(source: str, where: Any = None) -> Path:
-    """The shared library of `source`, from the cache or built by gcc."""
+def build_library(source: str, module: ModuleOp | None = None) -> Path:
+    """The shared library of `source`, from the cache or built by gcc; a failure names
+    the kernel (of `module`) that gcc stopped in."""
     cc = compiler()
-    key = hashlib.sha256("\0".join([source, *FLAGS, compiler_version(cc)]).encode()).hexdigest()[
-        :32
-    ]
-    target = cache_dir() / f"{key}.so"
-    if target.exists() and target.read_bytes()[:4] == b"\x7fELF":
-        return target
+    key = hashlib.sha256("\0".join([source, *FLAGS, compiler_version(cc)]).encode()).hexdigest()
+    target = cache_dir() / f"{key[:32]}.so"
+    if target.exists():
+        with target.open("rb") as f:
+            if f.read(4) == b"\x7fELF":  # anything else (a torn or foreign file) is rebuilt
+                return target
     with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
         src = Path(tmp) / "program.c"
         src.write_text(source)
@@ -62,12 +65,10 @@ def build_library(source: str, where: Any = None) -> Path:
             [cc, *FLAGS, "-o", str(out), str(src), "-lm"], capture_output=True, text=True
         )
         if done.returncode != 0:
-            kept = cache_dir() / f"{key}-failed.c"
+            kept = cache_dir() / f"{key[:32]}-failed.c"
             kept.write_text(source)
-            first = (done.stderr.strip().splitlines() or ["no message"])[0]
-            pos = position_of(where.location) if where is not None else None
-            raise GradfuseError(
-                f"gcc failed on the generated program ({first}); source: {kept}", pos
+            raise compile_error(
+                "gcc", source, done.stderr.replace(str(src), str(kept)), kept, module
             )
-        os.replace(out, target)
+        os.replace(out, target)  # atomic: a reader sees no library or the whole one
     return target

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
 
+from gradfuse.backend.compile_errors import compile_error
 from gradfuse.diagnostics import GradfuseError
 
 FLAGS = ("-O3", "--use_fast_math")
@@ -58,8 +59,9 @@ def cache_dir() -> Path:
     return path
 
 
-def compile_cubin(source: str, arch: str = "sm_90") -> bytes:
-    """The cubin of `source` for `arch`, from the cache or freshly compiled."""
+def compile_cubin(source: str, arch: str = "sm_90", module: ModuleOp | None = None) -> bytes:
+    """The cubin of `source` for `arch`, from the cache or freshly compiled; a failure
+    names the kernel (of `module`) that nvcc stopped in."""
     compiler = nvcc()
     key = hashlib.sha256(
         "\0".join([source, arch, *FLAGS, nvcc_version(compiler)]).encode()
@@ -78,8 +80,9 @@ def compile_cubin(source: str, arch: str = "sm_90") -> bytes:
         if done.returncode != 0:
             kept = cache_dir() / f"{key}-failed.cu"
             kept.write_text(source)
-            first = (done.stderr.strip().splitlines() or ["no message"])[0]
-            raise GradfuseError(f"nvcc failed on the generated kernels ({first}); source: {kept}")
+            raise compile_error(
+                "nvcc", source, done.stderr.replace(str(src), str(kept)), kept, module
+            )
         partial = Path(tmp) / "partial"
         partial.write_bytes(out.read_bytes())
         os.replace(partial, target)

@@ -59,7 +59,7 @@ class CudaProgram:
         import pycuda.driver as drv
 
         self.drv, self.module = drv, module
-        cubin = compile_cubin(cuda_source(module), _arch(drv))
+        cubin = compile_cubin(cuda_source(module), _arch(drv), module)
         self.cu_module = drv.module_from_buffer(cubin)
         self.functions: dict[str, Any] = {}
         self.globals = {

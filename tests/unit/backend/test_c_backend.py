@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from gradfuse.backend import compile_module
+from gradfuse.backend import compile_module, cuda_available
 from gradfuse.backend.cstyle import CUDATarget, render_kernels
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.frontend.parser import parse_tg
@@ -55,7 +55,12 @@ def inputs(name: str):
     if name == "sparse":
         idx = np.array([[0, 1, 2], [4, 4, 4], [1, 1, 1], [0, 0, 3]], np.float32)
         return {"args": [rng.standard_normal((5, 3)).astype(np.float32), idx, np.float32(3)]}
-    return {"args": [rng.standard_normal((2, 3, 8, 8)).astype(np.float32), rng.standard_normal((4, 3, 4, 4)).astype(np.float32)]}
+    return {
+        "args": [
+            rng.standard_normal((2, 3, 8, 8)).astype(np.float32),
+            rng.standard_normal((4, 3, 4, 4)).astype(np.float32),
+        ]
+    }
 
 
 def agree(src: str, kwargs: dict) -> None:
@@ -93,7 +98,9 @@ def test_a_failing_feeder_stops_the_run_with_its_name():
             raise ValueError("out of data")
         return np.ones((2, 8), np.float32)
 
-    with pytest.raises(GradfuseError, match=r'feeder "x" \(call 2\): raised ValueError: out of data'):
+    with pytest.raises(
+        GradfuseError, match=r'feeder "x" \(call 2\): raised ValueError: out of data'
+    ):
         compile_module(parse_tg(PROGRAMS["mlp"]), "c").run(feeders={"x": feeder})
 
 
@@ -106,6 +113,60 @@ def test_every_cuda_source_compiles_with_nvcc(name, tmp_path):
     src.write_text(render_kernels(module, CUDATarget()))
     done = subprocess.run(
         ["nvcc", "-cubin", "-arch=sm_90", "-w", "-o", str(tmp_path / "k.cubin"), str(src)],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_a_kernel_that_fails_to_compile_is_named_with_its_provenance(monkeypatch, tmp_path):
+    monkeypatch.setenv("GRADFUSE_CACHE_DIR", str(tmp_path))
+    module = parse_tg(PROGRAMS["linreg"])
+    run_pipeline(module, "default")
+    from gradfuse.backend.c import host
+
+    real = host.render_program
+
+    def broken(m):
+        rendered = real(m)
+        rendered.source = rendered.source.replace(
+            "static void k1(", "static void k1(no_such_type q, ", 1
+        )
+        return rendered
+
+    monkeypatch.setattr("gradfuse.backend.c.render_program", broken)
+    with pytest.raises(GradfuseError) as info:
+        compile_module(module, "c", pipeline="")
+    message = str(info.value)
+    assert "gcc failed on kernel k1 (fused from <string>:11 (forward))" in message
+    assert "no_such_type" in message and "-failed.c" in message
+    kept = Path(message.rsplit("source: ", 1)[1].splitlines()[0])
+    assert kept.exists() and "no_such_type" in kept.read_text()
+    assert not list(tmp_path.glob("c/*.so"))  # no cache entry for a failed build
+
+
+def test_a_missing_compiler_is_one_sentence(monkeypatch):
+    monkeypatch.setenv("CC", "no-such-cc")
+    module = parse_tg(PROGRAMS["linreg"])
+    with pytest.raises(GradfuseError, match="needs a C compiler and 'no-such-cc' is not found"):
+        compile_module(module, "c")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_nvcc_failing_names_the_kernel(monkeypatch, tmp_path):
+    from gradfuse.backend.cuda.compiler import compile_cubin, cuda_source
+
+    monkeypatch.setenv("GRADFUSE_CACHE_DIR", str(tmp_path))
+    module = parse_tg(PROGRAMS["linreg"])
+    run_pipeline(module, "default")
+    source = cuda_source(module).replace("void k1(", "void k1(no_such_type q, ", 1)
+    with pytest.raises(GradfuseError, match=r"nvcc failed on kernel k1 \(fused from <string>:11"):
+        compile_cubin(source, "sm_90", module)
+    assert not list(tmp_path.glob("cuda/*.cubin"))
+
+
+@pytest.mark.skipif(cuda_available(), reason="PyCUDA sees a GPU here")
+def test_the_cuda_backend_without_pycuda_or_a_gpu_is_one_sentence():
+    module = parse_tg(PROGRAMS["linreg"])
+    with pytest.raises(GradfuseError, match="the cuda backend needs (PyCUDA|an NVIDIA GPU)"):
+        compile_module(module, "cuda")
