@@ -23,7 +23,9 @@ demo: $(STAMP)
 		if [ -f "$$inputs" ]; then $(BIN)/ir-run $$f --inputs $$inputs --outputs /tmp/gradfuse-demo-out.npz || exit 1; \
 		else $(BIN)/ir-run $$f --outputs /tmp/gradfuse-demo-out.npz || exit 1; fi; \
 	done
-	@if [ -f examples/mlp.py ]; then echo "== python examples/mlp.py"; $(BIN)/python examples/mlp.py; fi
+	@for f in examples/mlp.py examples/transformer.py; do \
+		echo "== python $$f"; $(BIN)/python $$f || exit 1; \
+	done
 
 test: lint test-filecheck test-unit
 
