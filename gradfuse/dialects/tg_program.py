@@ -134,7 +134,10 @@ class ReceiverOp(TgOp):
 
 @irdl_op_definition
 class YieldOp(TgOp):
-    """Ends a `tg.for` body, giving the next values of the loop-carried tensors."""
+    """Ends a `tg.for` body, giving the next values of the loop-carried tensors.
+
+    `tg.yield %w2` (the body's new value of its one carried tensor)
+    """
 
     name = "tg.yield"
     values = var_operand_def(TensorType)

@@ -226,3 +226,40 @@ def test_f16_stays_f16_by_default_and_goes_up_in_float64_mode(fb):
     module = b.module(b(tg.AddOp(b.args[0], b.args[0])))
     assert run_value(module, np.ones(3)).dtype == np.float16
     assert run_value(module, np.ones(3), dtype=np.float64).dtype == np.float64
+
+
+def test_view_reads_through_its_affine_map(fb):
+    from xdsl.ir.affine import AffineExpr, AffineMap
+
+    d0, d1 = AffineExpr.dimension(0), AffineExpr.dimension(1)
+    b = fb(tensor([3, 4]))
+    x = rand(3, 4)
+    transpose = AffineMap(2, 0, (d1, d0))  # result [4, 3]: y[i, j] = x[j, i]
+    out = run_value(b.module(b(tg.ViewAccessOp(b.args[0], transpose, [4, 3]))), x)
+    np.testing.assert_array_equal(out, x.T)
+    b = fb(tensor([6]))
+    x = rand(6)
+    rows = AffineMap(2, 0, (d0 * 3 + d1,))  # result [2, 3]: a reshape as a map
+    out = run_value(b.module(b(tg.ViewAccessOp(b.args[0], rows, [2, 3]))), x)
+    np.testing.assert_array_equal(out, x.reshape(2, 3))
+
+
+def test_guarded_view_reads_zero_outside_its_guard(fb):
+    from xdsl.ir.affine import (
+        AffineConstraintExpr,
+        AffineConstraintKind,
+        AffineExpr,
+        AffineMap,
+        AffineSet,
+    )
+
+    d0 = AffineExpr.dimension(0)
+    ge = AffineConstraintKind.ge
+    b = fb(tensor([4]))
+    x = rand(4)
+    shifted = AffineMap(1, 0, (d0 - 1,))  # y[i] = x[i - 1] for 1 <= i <= 4, else 0
+    zero = AffineExpr.constant(0)
+    inside = (AffineConstraintExpr(ge, d0 - 1, zero), AffineConstraintExpr(ge, AffineExpr.constant(4) - d0, zero))
+    guard = AffineSet(1, 0, inside)  # 1 <= i <= 4
+    out = run_value(b.module(b(tg.ViewAccessOp(b.args[0], shifted, [6], guard))), x)
+    np.testing.assert_array_equal(out, np.pad(x, (1, 1)))
