@@ -41,9 +41,33 @@ CMP = {
     "ugt": ">", "uge": ">=", "ult": "<", "ule": "<=", "une": "!=", "eq": "==", "ne": "!=",
     "slt": "<", "sle": "<=", "sgt": ">", "sge": ">=",
 }  # fmt: skip
-CMPF = ["false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", "uge", "ult", "ule", "une", "uno", "true"]
+CMPF = [
+    "false",
+    "oeq",
+    "ogt",
+    "oge",
+    "olt",
+    "ole",
+    "one",
+    "ord",
+    "ueq",
+    "ugt",
+    "uge",
+    "ult",
+    "ule",
+    "une",
+    "uno",
+    "true",
+]
 CMPI = ["eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"]
-CASTS = (arith.UIToFPOp, arith.SIToFPOp, arith.FPToSIOp, arith.ExtFOp, arith.TruncFOp, arith.IndexCastOp)
+CASTS = (
+    arith.UIToFPOp,
+    arith.SIToFPOp,
+    arith.FPToSIOp,
+    arith.ExtFOp,
+    arith.TruncFOp,
+    arith.IndexCastOp,
+)
 
 
 class CStyleLanguage:
@@ -168,7 +192,9 @@ class Renderer:
         )
         head = f"{self.t.kernel_prefix} {fn.sym_name.data}({params}{self.t.extra_params}) {{\n"
         self.block(block.ops, 2)
-        return head + self.t.loop_open(fn) + "\n".join(self.lines) + "\n" + self.t.loop_close + "}\n"
+        return (
+            head + self.t.loop_open(fn) + "\n".join(self.lines) + "\n" + self.t.loop_close + "}\n"
+        )
 
     def block(self, ops: Iterable[Operation], depth: int) -> None:
         for op in ops:
@@ -179,7 +205,9 @@ class Renderer:
         assert isinstance(ty, MemRefType)
         shape = ty.get_shape()
         terms = [
-            f"{self.name(i)} * {prod(shape[k + 1 :])}" if prod(shape[k + 1 :]) != 1 else self.name(i)
+            f"{self.name(i)} * {prod(shape[k + 1 :])}"
+            if prod(shape[k + 1 :]) != 1
+            else self.name(i)
             for k, i in enumerate(indices)
         ]
         return f"{self.name(buffer)}[{' + '.join(terms) or '0'}]"
@@ -192,7 +220,15 @@ class Renderer:
             value = op.value
             if isinstance(value, FloatAttr):
                 v = value.value.data
-                lit = "INFINITY" if v == float("inf") else "-INFINITY" if v == float("-inf") else "NAN" if v != v else repr(float(v))
+                lit = (
+                    "INFINITY"
+                    if v == float("inf")
+                    else "-INFINITY"
+                    if v == float("-inf")
+                    else "NAN"
+                    if v != v
+                    else repr(float(v))
+                )
                 text = f"{lit}f" if ctype(op.result.type) == "float" and lit[-1].isdigit() else lit
             else:
                 text = str(value.value.data)  # type: ignore[attr-defined]
@@ -200,7 +236,10 @@ class Renderer:
         elif type(op) in BINARY:
             self.emit(f"{decl}{a[0]} {BINARY[type(op)]} {a[1]};", depth)
         elif type(op) in UNSIGNED:
-            self.emit(f"{decl}(long)((unsigned long)({a[0]}) {UNSIGNED[type(op)]} (unsigned long)({a[1]}));", depth)
+            self.emit(
+                f"{decl}(long)((unsigned long)({a[0]}) {UNSIGNED[type(op)]} (unsigned long)({a[1]}));",
+                depth,
+            )
         elif isinstance(op, arith.FloorDivSIOp):
             self.emit(f"{decl}gf_floordiv({a[0]}, {a[1]});", depth)
         elif isinstance(op, arith.CeilDivUIOp | arith.CeilDivSIOp):
@@ -235,7 +274,9 @@ class Renderer:
         elif isinstance(op, gpu.ReturnOp | scf.YieldOp):
             pass  # yields are assigned by their parent
         else:
-            raise GradfuseError(f"the C renderer has no form for {op.name}", position_of(op.location))
+            raise GradfuseError(
+                f"the C renderer has no form for {op.name}", position_of(op.location)
+            )
 
     def loop(self, op: scf.ForOp, depth: int, declared: bool = False) -> None:
         """`for` with its carried values as variables (declared here unless `declared`)."""

@@ -1,7 +1,7 @@
 """Reference semantics of `tg.erf`, `tg.gather`, `tg.scatter_add` and `tg.random`.
 
-    x = np.arange(6.0).reshape(2, 3); idx = np.array([[2.0], [0.0]])
-    gather(x, idx, dim=1) == [[2.0], [3.0]]
+x = np.arange(6.0).reshape(2, 3); idx = np.array([[2.0], [0.0]])
+gather(x, idx, dim=1) == [[2.0], [3.0]]
 """
 
 from __future__ import annotations
