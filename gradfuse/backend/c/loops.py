@@ -49,6 +49,7 @@ class Segment:
     lid: SSAValue
     dims: list[int] = field(default_factory=list)  # loop counts, outermost first
     names: dict[SSAValue, str] = field(default_factory=dict)  # ids that the loops define
+    last: SSAValue | None = None  # the index of the innermost loop
     skip: set[Operation] = field(default_factory=set)  # ops the loops replace
 
 
@@ -116,9 +117,10 @@ def _delinearize(seg: Segment) -> None:
     for k, (rem, _) in enumerate(inner):
         seg.names[rem.result] = f"i{depth - 1 - k}"
     seg.names[x] = "i0"
+    seg.last = inner[0][0].result if inner else x
     linear = "i0"
     for k in range(1, depth):
-        linear = f"{linear} * {seg.dims[k]} + i{k}"
+        linear = f"({linear}) * {seg.dims[k]} + i{k}"
     seg.names[seg.lid] = f"({linear})"
     if x is seg.lid:
         seg.names[seg.lid] = "i0"
@@ -154,15 +156,28 @@ def _innermost_reduction(block: Block) -> scf.ForOp | None:
     return found
 
 
-def _contiguous(loop: scf.ForOp) -> bool:
-    """Whether the loop's adds read some buffer with its index as the last subscript."""
+def _depends(v: SSAValue, target: SSAValue) -> bool:
+    """Whether `v` is computed from `target` (through ops, not through block arguments)."""
+    if v is target:
+        return True
+    owner = v.owner
+    return isinstance(owner, Operation) and any(_depends(o, target) for o in owner.operands)
+
+
+def _along_reduction(loop: scf.ForOp, last: SSAValue | None, count: int) -> bool:
+    """Whether to vectorise `loop` (a reduction) rather than the innermost loop over
+    points: when it adds up reads that are contiguous along it, unless every read is
+    contiguous or the same across neighbouring points (a long enough innermost loop)."""
     iv = loop.body.block.args[0]
     y = loop.body.block.last_op
     adds = y is not None and all(isinstance(v.owner, arith.AddfOp) for v in y.operands)
-    reads = any(
-        isinstance(o, memref.LoadOp) and o.indices and o.indices[-1] == iv for o in loop.body.walk()
+    loads = [o for o in loop.body.walk() if isinstance(o, memref.LoadOp)]
+    along = any(o.indices and o.indices[-1] == iv for o in loads)
+    across = last is not None and count >= 8 and all(
+        (o.indices and o.indices[-1] == last) or not any(_depends(i, last) for i in o.indices)
+        for o in loads
     )
-    return adds and reads
+    return adds and along and not across
 
 
 class CPURenderer(Renderer):
@@ -208,7 +223,7 @@ class CPURenderer(Renderer):
         self.names.update(seg.names)
         depth = len(seg.dims)
         reduction = _innermost_reduction(seg.block)
-        if reduction is not None and _contiguous(reduction):
+        if reduction is not None and _along_reduction(reduction, seg.last, seg.dims[-1]):
             accs = ", ".join(self.name(r) for r in reduction.results)
             self.pragmas[reduction] = f"#pragma omp simd reduction(+:{accs})"
             inner_simd = False
