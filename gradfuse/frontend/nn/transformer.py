@@ -46,11 +46,24 @@ def _additive(mask: Mask, what: str) -> Tensor | None:
     return F.constant(arr.astype(np.float32))
 
 
-def _check_input(what: str, x: Tensor, embed_dim: int) -> None:
-    if x.ndim not in (2, 3) or x.shape[-1] != embed_dim:
+def _check_heads(what: str, dim_name: str, dim: int, heads_name: str, heads: int) -> None:
+    """Raises at the user's line unless `dim` is a positive multiple of `heads` > 0."""
+    if dim <= 0 or heads <= 0:
+        raise error(f"{what}: {dim_name} {dim} and {heads_name} {heads} must be positive")
+    if dim % heads:
         raise error(
-            f"{what}: expected an input of shape [L, {embed_dim}] or a batch of them"
-            f" ([N, L, {embed_dim}] or [L, N, {embed_dim}]), got {fmt_shape(x.shape)}"
+            f"{what}: {dim_name} {dim} is not divisible by {heads_name} {heads}"
+            f" (the attention's embed_dim must be a multiple of num_heads {heads})"
+        )
+
+
+def _check_input(what: str, x: Tensor, embed_dim: int, batch_first: bool) -> None:
+    """Raises at the user's line unless `x` is [L, E] or a batch in the module's layout."""
+    if x.ndim not in (2, 3) or x.shape[-1] != embed_dim:
+        batch = f"[N, L, {embed_dim}]" if batch_first else f"[L, N, {embed_dim}]"
+        raise error(
+            f"{what}: expected an input of shape [L, {embed_dim}] or a batch {batch}"
+            f" (batch_first={batch_first}), got {fmt_shape(x.shape)}"
         )
 
 
@@ -71,11 +84,7 @@ class MultiheadAttention(Module):
         batch_first: bool = False,
     ):
         super().__init__()
-        if embed_dim <= 0 or num_heads <= 0 or embed_dim % num_heads:
-            raise error(
-                f"MultiheadAttention: embed_dim {embed_dim} must be a positive multiple of"
-                f" num_heads {num_heads}"
-            )
+        _check_heads("MultiheadAttention", "embed_dim", embed_dim, "num_heads", num_heads)
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
@@ -111,7 +120,7 @@ class MultiheadAttention(Module):
         is_causal: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         for name, t in (("query", query), ("key", key), ("value", value)):
-            _check_input(f"MultiheadAttention {name}", t, self.embed_dim)
+            _check_input(f"MultiheadAttention {name}", t, self.embed_dim, self.batch_first)
         if not query.ndim == key.ndim == value.ndim:
             raise error("MultiheadAttention: query, key and value must have the same rank")
         same = query is key and key is value
@@ -187,6 +196,7 @@ class TransformerEncoderLayer(Module):
             raise error(
                 f"TransformerEncoderLayer: activation should be relu or gelu, not {activation!r}"
             )
+        _check_heads("TransformerEncoderLayer", "d_model", d_model, "nhead", nhead)
         self.d_model = d_model
         self.self_attn = MultiheadAttention(
             d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first
@@ -220,7 +230,7 @@ class TransformerEncoderLayer(Module):
         src_key_padding_mask: Mask = None,
         is_causal: bool = False,
     ) -> Tensor:
-        _check_input("TransformerEncoderLayer", src, self.d_model)
+        _check_input("TransformerEncoderLayer", src, self.d_model, self.self_attn.batch_first)
         x = src
         if self.norm_first:
             x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
