@@ -17,6 +17,7 @@ from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, TensorType
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import fmt_shape
 from gradfuse.frontend import ops
+from gradfuse.frontend.id_ranges import check_fed_ids
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import emit, error, program, rng
 from gradfuse.frontend.tensor import Tensor, element_for, where
@@ -195,7 +196,10 @@ def cross_entropy(
 
     `target` holds integers as floats (from a feeder); the log-softmax along the
     class dim 1 is gathered at the targets; `label_smoothing` mixes in the mean over
-    classes as PyTorch does. `cross_entropy(logits, labels)`
+    classes as PyTorch does. Targets read from a `Feeder` (through views) are checked
+    on the host at each call: one that is not an integer in [0, C) stops the run with
+    an error naming the feeder (`gradfuse.frontend.id_ranges`); other targets are not
+    checked. `cross_entropy(logits, labels)`
     """
     if not 0.0 <= label_smoothing <= 1.0:
         raise error(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
@@ -212,6 +216,8 @@ def cross_entropy(
     index = target.reshape(want[:1] + (1,) + want[1:])
     logp = log_softmax(input, 1)
     loss = -gather(logp, 1, index).reshape(want)
+    classes = input.shape[1]
+    check_fed_ids(index, classes, "class index", f"cross_entropy over {classes} classes", "targets")
     if label_smoothing:
         loss = loss * (1.0 - label_smoothing) - logp.mean(1) * label_smoothing
     return _reduce(loss, reduction, "cross_entropy")

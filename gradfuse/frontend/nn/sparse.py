@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gradfuse.frontend.id_ranges import check_fed_ids
 from gradfuse.frontend.nn.module import Module
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import error, rng
@@ -18,7 +19,10 @@ class Embedding(Module):
     """A table `weight` [num_embeddings, embedding_dim], initialised N(0, 1) like PyTorch.
 
     Its gradient is a `tg.scatter_add` of the output gradient into the used rows.
-    `Embedding(100, 16)(ids)` maps ids [N, L] to [N, L, 16].
+    `Embedding(100, 16)(ids)` maps ids [N, L] to [N, L, 16]. Ids read from a
+    `Feeder` (through views) are checked on the host each time it is called: an id
+    that is not an integer in [0, num_embeddings) stops the run with an error naming
+    the feeder (see `gradfuse.frontend.id_ranges`); other ids are not checked.
     """
 
     def __init__(self, num_embeddings: int, embedding_dim: int):
@@ -36,6 +40,9 @@ class Embedding(Module):
         n = ids.numel()
         index = ids.reshape(n, 1).broadcast_to([n, self.embedding_dim])
         rows = self.weight.gather(0, index)
+        check_fed_ids(
+            index, self.num_embeddings, "token id", f"Embedding({self.extra_repr()})", "ids"
+        )
         return rows.reshape(list(ids.shape) + [self.embedding_dim])
 
     def extra_repr(self) -> str:
