@@ -169,6 +169,21 @@ def live_ranges(fn: func.FuncOp) -> tuple[dict[SSAValue, tuple[int, int]], list[
     return ranges, allocs
 
 
+def _first_fit(starts: np.ndarray, ends: np.ndarray, size: int) -> int:
+    """The lowest offset where `size` bytes fit below, between or above the live buffers
+    [starts, ends) (ends aligned), scanning them by offset: starts [0, 128], ends [64, 192],
+    size 64 -> 64."""
+    if starts.size == 0:
+        return 0
+    by_offset = np.argsort(starts, kind="stable")
+    starts, ends = starts[by_offset], ends[by_offset]
+    # the candidate offset before buffer i: the highest aligned end among those before it
+    reach = np.maximum.accumulate(ends)
+    candidate = np.concatenate(([0], reach[:-1]))
+    fits = np.flatnonzero(candidate + size <= starts)
+    return int(candidate[fits[0]] if fits.size else reach[-1])
+
+
 def plan_buffers(fn: func.FuncOp, annotate: bool = False) -> BufferPlan:
     """Offsets for the temporaries of `fn` (first-fit by decreasing size, 64-byte aligned).
 
@@ -181,17 +196,13 @@ def plan_buffers(fn: func.FuncOp, annotate: bool = False) -> BufferPlan:
     for a in allocs:
         plan.sizes[a.result] = nbytes(a.result.type)
     order = sorted(plan.sizes, key=lambda v: (-plan.sizes[v], first[v]))
-    placed = np.zeros((len(order), 4), dtype=np.int64)  # offset, end, live start, live end
+    placed = np.zeros((len(order), 4), dtype=np.int64)  # offset, aligned end, live start, end
     for n, value in enumerate(order):
         size, (lo, hi) = plan.sizes[value], ranges[value]
         rows = placed[:n]
         live = rows[(rows[:, 3] >= lo) & (rows[:, 2] <= hi)]
-        offset = 0
-        for o, e in sorted(zip(live[:, 0].tolist(), live[:, 1].tolist())):
-            if offset + size <= o:
-                break
-            offset = max(offset, align(e))
-        placed[n] = (offset, offset + size, lo, hi)
+        offset = _first_fit(live[:, 0], live[:, 1], size)
+        placed[n] = (offset, align(offset + size), lo, hi)
         plan.offsets[value] = offset
         plan.peak_bytes = max(plan.peak_bytes, offset + size)
     if annotate:
