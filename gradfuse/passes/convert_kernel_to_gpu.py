@@ -27,7 +27,7 @@ import re
 from functools import lru_cache
 
 from xdsl.context import Context
-from xdsl.dialects import arith, func, gpu, memref, scf
+from xdsl.dialects import func, gpu, memref
 from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
     FloatAttr,
@@ -49,6 +49,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import kernel as kd
 from gradfuse.dialects.tg_program import ForOp, YieldOp
+from gradfuse.passes import fast_ops as fast
 from gradfuse.passes.buffer_planning import ALIGNMENT, plan_buffers
 from gradfuse.passes.kernel_lowering import build_gpu_func
 
@@ -144,13 +145,13 @@ class HostLowering:
         for op in list(block.ops):
             new: list[Operation]
             if isinstance(op, kd.ParamOp):
-                new = [memref.GetGlobalOp(self.param(op), op.result.type)]
+                new = [fast.get_global(self.param(op), op.result.type)]
             elif isinstance(op, kd.AllocOp):
                 assert arena is not None
-                off = arith.ConstantOp(IntegerAttr(offsets[op.result], IndexType()))
-                new = [off, memref.ViewOp(arena, off, [], op.result.type)]  # type: ignore[arg-type]
+                off = fast.constant(offsets[op.result])
+                new = [off, fast.view(arena, off.result, op.result.type)]
             elif isinstance(op, kd.ConstantOp):
-                new = [memref.GetGlobalOp(self.constant(op), op.result.type)]
+                new = [fast.get_global(self.constant(op), op.result.type)]
             elif isinstance(op, kd.FeedOp):
                 new = [self.call("feed", op.key.data, [op.buffer])]
             elif isinstance(op, kd.ReceiveOp):
@@ -226,10 +227,10 @@ class HostLowering:
         fn, buffers, threads = build_gpu_func(name, op)
         self.kernels.body.block.add_op(fn)
         blocks, per_block = launch_shape(threads)
-        consts = {n: arith.ConstantOp(IntegerAttr(n, IndexType())) for n in (1, blocks, per_block)}
+        consts = {n: fast.constant(n) for n in (1, blocks, per_block)}
         gx, bx, one = (consts[n].result for n in (blocks, per_block, 1))
         target = SymbolRefAttr(KERNEL_MODULE, [name])
-        launch = gpu.LaunchFuncOp(target, [gx, one, one], [bx, one, one], None, buffers)
+        launch = fast.launch_func(target, [gx, one, one], [bx, one, one], buffers)
         return [*consts.values(), launch]
 
     def loop(self, op: ForOp) -> list[Operation]:
@@ -238,10 +239,7 @@ class HostLowering:
                 "convert-kernel-to-gpu: a tg.for may not carry values at kernel level",
                 position_of(op.location),
             )
-        bounds = [
-            arith.ConstantOp(IntegerAttr(a.value.data, IndexType()))
-            for a in (op.lower, op.upper, op.step)
-        ]
+        bounds = [fast.constant(a.value.data) for a in (op.lower, op.upper, op.step)]
         old = op.body.block
         body = Block(arg_types=[IndexType()])
         old.args[0].replace_all_uses_with(body.args[0])
@@ -251,9 +249,9 @@ class HostLowering:
                 inner.erase()
             else:
                 body.add_op(inner)
-        body.add_op(scf.YieldOp())
+        body.add_op(fast.scf_yield())
         lo, hi, step = (b.result for b in bounds)
-        return [*bounds, scf.ForOp(lo, hi, step, [], body)]
+        return [*bounds, fast.scf_for(lo, hi, step, [], body)]
 
 
 class ConvertKernelToGpuPass(ModulePass):

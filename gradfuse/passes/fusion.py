@@ -167,9 +167,7 @@ class Planner:
         return [*self.groups, *self.hosts]
 
     def producer(self, value: SSAValue) -> Node | None:
-        while isinstance(value.owner, tg.ViewAccessOp):
-            value = value.owner.input
-        owner = value.owner
+        owner = resolve(value)[0].owner  # the op behind any views
         return self.node_of.get(owner) if isinstance(owner, Operation) else None
 
     def deps(self, node: Node) -> set[Node]:
@@ -374,9 +372,11 @@ class Planner:
         ident = affine.identity_map(len(shape))
         candidates = {self.producer(v) for v in op.operands}
         for g in sorted((c for c in candidates if isinstance(c, Group)), key=lambda c: -c.id):
-            if g.domain[: g.parallel] != shape or not self.joinable(g, op, shape):
+            joins = g.domain[: g.parallel] == shape and self.joinable(g, op, shape)
+            if not joins:
                 self.reindex(g, op, shape)
-            if self.joinable(g, op, shape):
+                joins = self.joinable(g, op, shape)
+            if joins:
                 self.add(g, Member(op, ident))
                 return
         self.add(self.new_group("elementwise", shape, len(shape)), Member(op, ident))

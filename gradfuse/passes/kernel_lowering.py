@@ -29,10 +29,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from xdsl.dialects import arith, gpu, memref, scf
+from xdsl.dialects import arith, gpu, memref
 from xdsl.dialects.builtin import (
     AnyFloat,
-    FloatAttr,
     FusedLoc,
     IndexType,
     IntegerAttr,
@@ -42,7 +41,7 @@ from xdsl.dialects.builtin import (
     f32,
     i64,
 )
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.ir.affine import (
     AffineBinaryOpExpr,
     AffineBinaryOpKind,
@@ -55,9 +54,10 @@ from xdsl.ir.affine import (
 
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import kernel as kd
+from gradfuse.passes import fast_ops as fast
 
 _INIT = {"add": 0.0, "max": float("-inf")}
-INDEX = IndexType()
+INDEX = fast.INDEX
 
 
 def nonnegative(expr: AffineExpr) -> bool:
@@ -108,8 +108,7 @@ class KernelBuilder:
         """A constant of `ty` defined once at the top of the function."""
         key = (value, ty)
         if key not in self._consts:
-            attr = FloatAttr(value, ty) if isinstance(value, float) else IntegerAttr(value, ty)
-            op = arith.ConstantOp.create(properties={"value": attr}, result_types=[ty])
+            op = fast.constant(value, ty)
             if self._anchor is None:
                 self.entry.add_op(op)
             else:
@@ -138,17 +137,17 @@ class KernelBuilder:
         rhs = self.expand(expr.rhs, point, loc, symbols)
         kind, pos = expr.kind, nonnegative(expr.lhs) and nonnegative(expr.rhs)
         if kind == AffineBinaryOpKind.Add:
-            return self.add(_index_op(arith.AddiOp, lhs, rhs), loc)
+            return self.add(fast.index_op(arith.AddiOp, lhs, rhs), loc)
         if kind == AffineBinaryOpKind.Mul:
-            return self.add(_index_op(arith.MuliOp, lhs, rhs), loc)
+            return self.add(fast.index_op(arith.MuliOp, lhs, rhs), loc)
         if kind == AffineBinaryOpKind.FloorDiv:
-            return self.add(_index_op(arith.DivUIOp if pos else arith.FloorDivSIOp, lhs, rhs), loc)
+            cls = arith.DivUIOp if pos else arith.FloorDivSIOp
+            return self.add(fast.index_op(cls, lhs, rhs), loc)
         if kind == AffineBinaryOpKind.CeilDiv:
-            return self.add(
-                _index_op(arith.CeilDivUIOp if pos else arith.CeilDivSIOp, lhs, rhs), loc
-            )
+            cls = arith.CeilDivUIOp if pos else arith.CeilDivSIOp
+            return self.add(fast.index_op(cls, lhs, rhs), loc)
         if pos:
-            return self.add(_index_op(arith.RemUIOp, lhs, rhs), loc)
+            return self.add(fast.index_op(arith.RemUIOp, lhs, rhs), loc)
         rem = self.add(arith.RemSIOp(lhs, rhs), loc)  # affine mod is never negative
         neg = self.add(arith.CmpiOp(rem, self.const(0), "slt"), loc)
         return self.add(arith.SelectOp(neg, self.add(arith.AddiOp(rem, rhs), loc), rem), loc)
@@ -160,11 +159,12 @@ class KernelBuilder:
 
         `args` maps each kernel's buffer block arguments to the function's arguments.
         """
-        x = gpu.DimensionAttr(gpu.DimensionEnum.X)
-        tid = self.add(gpu.ThreadIdOp(x))
+        tid = self.add(fast.gpu_index(gpu.ThreadIdOp))
         self._anchor = tid.owner  # type: ignore[assignment]
-        scaled = self.add(arith.MuliOp(self.add(gpu.BlockIdOp(x)), self.add(gpu.BlockDimOp(x))))
-        gid = self.add(arith.AddiOp(scaled, tid))
+        block_id = self.add(fast.gpu_index(gpu.BlockIdOp))
+        block_dim = self.add(fast.gpu_index(gpu.BlockDimOp))
+        scaled = self.add(fast.index_op(arith.MuliOp, block_id, block_dim, flags=True))
+        gid = self.add(fast.index_op(arith.AddiOp, scaled, tid, flags=True))
         ranges, start = [], 0
         for k in kernels:
             count = 1
@@ -173,7 +173,7 @@ class KernelBuilder:
             ranges.append((k, start, start + count))
             start += count
         self._chain(ranges, gid, args)
-        self.add(gpu.ReturnOp([]))
+        self.add(gpu.ReturnOp.create())
         return start
 
     def _chain(
@@ -184,20 +184,22 @@ class KernelBuilder:
     ) -> None:
         """`scf.if id < end0 { k0 } else { scf.if id < end1 { k1 } ... }`."""
         (k, start, end), rest = ranges[0], ranges[1:]
-        cond = self.add(arith.CmpiOp(gid, self.const(end), "ult"), k.location)
+        cond = self.add(fast.cmpi(gid, self.const(end), "ult"), k.location)
         then_block, else_block = Block(), Block()
         outer = self.block
         self.block = then_block
-        lid = gid if start == 0 else self.add(arith.SubiOp(gid, self.const(start)))
+        if start == 0:
+            lid = gid
+        else:
+            lid = self.add(fast.index_op(arith.SubiOp, gid, self.const(start), flags=True))
         self.lower_kernel(k, lid, args)
-        self.add(scf.YieldOp())
+        self.add(fast.scf_yield())
         if rest:
             self.block = else_block
             self._chain(rest, gid, args)
-            self.add(scf.YieldOp())
+            self.add(fast.scf_yield())
         self.block = outer
-        else_region = Region(else_block) if rest else Region()
-        self.add(scf.IfOp(cond, [], Region(then_block), else_region), k.location)
+        self.add(fast.scf_if(cond, then_block, else_block if rest else None), k.location)
 
     def delinearize(self, lid: SSAValue, sizes: Sequence[int], loc: Attribute) -> list[SSAValue]:
         """Row-major indices of the linear id `lid` in `sizes` (divui/remui)."""
@@ -210,8 +212,8 @@ class KernelBuilder:
                 idx[k] = rest
                 break
             size = self.const(sizes[k])
-            idx[k] = self.add(arith.RemUIOp(rest, size), loc)
-            rest = self.add(arith.DivUIOp(rest, size), loc)
+            idx[k] = self.add(fast.index_op(arith.RemUIOp, rest, size), loc)
+            rest = self.add(fast.index_op(arith.DivUIOp, rest, size), loc)
         return idx
 
     # --- kernel bodies ---------------------------------------------------------------
@@ -220,18 +222,20 @@ class KernelBuilder:
         """The body of `k` at parallel point `lid`: reduction loops, then the epilogue."""
         ops = list(k.body.block.ops)
         npar, sizes = k.num_parallel, k.domain_sizes
-        vm: dict[SSAValue, SSAValue] = {a: args[a] for a in k.buffer_args}
+        block_args = k.body.block.args  # one index per domain dim, then the buffers
+        index_args = block_args[: len(sizes)]
+        vm: dict[SSAValue, SSAValue] = {a: args[a] for a in block_args[len(sizes) :]}
         point = self.delinearize(lid, sizes[:npar], k.location)
-        vm.update(zip(k.index_args[:npar], point))
+        vm.update(zip(index_args[:npar], point))
         reduces = [i for i, op in enumerate(ops) if isinstance(op, kd.ReduceOp)]
         epilogue = ops
         if reduces:
             first, split = reduces[0], reduces[-1] + 1
             reds = [op for op in ops[first:split] if isinstance(op, kd.ReduceOp)]
             accs = [self._init(r) for r in reds]
-            done = self._loops(k, ops[:first], reds, accs, vm, point, npar)
+            done = self._loops(k, sizes, ops[:first], reds, accs, vm, point, npar)
             vm.update((r.result, v) for r, v in zip(reds, done))
-            for gone in [*k.index_args[npar:], *(v for op in ops[:first] for v in op.results)]:
+            for gone in [*index_args[npar:], *(v for op in ops[:first] for v in op.results)]:
                 vm.pop(gone, None)  # only defined inside the reduction loops
             epilogue = ops[split:]
         for op in epilogue:
@@ -259,7 +263,7 @@ class KernelBuilder:
             self.add(arith.SelectOp(inside, self.expand(e, point, loc), zero), loc)
             for e in op.map.data.results
         ]
-        value = self.add(_load(vm[op.buffer], idx), loc)
+        value = self.add(fast.load(vm[op.buffer], idx), loc)
         return self.add(arith.SelectOp(inside, value, self.const(0.0, op.result.type)), loc)
 
     def to_index(self, value: SSAValue, loc: Attribute) -> SSAValue:
@@ -278,6 +282,7 @@ class KernelBuilder:
     def _loops(
         self,
         k: kd.KernelOp,
+        sizes: tuple[int, ...],
         prologue: list[Operation],
         reds: list[kd.ReduceOp],
         accs: list[SSAValue],
@@ -285,17 +290,17 @@ class KernelBuilder:
         point: list[SSAValue],
         dim: int,
     ) -> list[SSAValue]:
-        """One `scf.for` per reduction dim from `dim` on; the prologue runs innermost."""
-        sizes = k.domain_sizes
+        """One `scf.for` per reduction dim (of `k`'s domain `sizes`) from `dim` on; the
+        prologue runs innermost."""
         body = Block(arg_types=[IndexType(), *[a.type for a in accs]])
-        loop = scf.ForOp(self.const(0), self.const(sizes[dim]), self.const(1), accs, body)
+        loop = fast.scf_for(self.const(0), self.const(sizes[dim]), self.const(1), accs, body)
         self.add(loop, k.location)
         outer, self.block = self.block, body
-        vm[k.index_args[dim]] = body.args[0]
+        vm[k.body.block.args[dim]] = body.args[0]
         inner = [*point, body.args[0]]
         carried = list(body.args[1:])
         if dim + 1 < len(sizes):
-            new = self._loops(k, prologue, reds, carried, vm, inner, dim + 1)
+            new = self._loops(k, sizes, prologue, reds, carried, vm, inner, dim + 1)
         else:
             for op in prologue:
                 self.lower_op(op, k, vm, inner)
@@ -305,7 +310,7 @@ class KernelBuilder:
                 combine = arith.AddfOp if r.kind.data == "add" else arith.MaximumfOp
                 step = combine.create(operands=[acc, value], result_types=[acc.type])
                 new.append(self.add(step, r.location))
-        self.add(scf.YieldOp(*new))
+        self.add(fast.scf_yield(*new))
         self.block = outer
         return list(loop.results)
 
@@ -327,15 +332,15 @@ class KernelBuilder:
         if isinstance(op, kd.LoadOp | kd.StoreOp):
             idx = [self.expand(e, point, loc) for e in op.map.data.results]
             if isinstance(op, kd.LoadOp):
-                vm[op.result] = self.add(_load(vm[op.buffer], idx), loc)
+                vm[op.result] = self.add(fast.load(vm[op.buffer], idx), loc)
             else:
-                self.add(_store(vm[op.value], vm[op.buffer], idx), loc)
+                self.add(fast.store(vm[op.value], vm[op.buffer], idx), loc)
             return
         if isinstance(op, kd.GatherOp | kd.ScatterAddOp):
             symbol = self.to_index(vm[op.index], loc)
             idx = [self.expand(e, point, loc, [symbol]) for e in op.map.data.results]
             if isinstance(op, kd.GatherOp):
-                vm[op.result] = self.add(_load(vm[op.buffer], idx), loc)
+                vm[op.result] = self.add(fast.load(vm[op.buffer], idx), loc)
             else:
                 add = memref.AtomicRMWOp.create(
                     operands=[vm[op.value], vm[op.buffer], *idx],
@@ -391,23 +396,6 @@ def philox_uniform(
     return b.add(arith.MulfOp(real, b.const(2.0**-24, f32)), loc)
 
 
-def _load(buffer: SSAValue, indices: list[SSAValue]) -> Operation:
-    """`memref.load`, built without the generic constructor's checks (hot path)."""
-    return memref.LoadOp.create(
-        operands=[buffer, *indices], result_types=[buffer.type.element_type]  # type: ignore[attr-defined]
-    )
-
-
-def _store(value: SSAValue, buffer: SSAValue, indices: list[SSAValue]) -> Operation:
-    """`memref.store`, built without the generic constructor's checks (hot path)."""
-    return memref.StoreOp.create(operands=[value, buffer, *indices])
-
-
-def _index_op(cls: type[Operation], lhs: SSAValue, rhs: SSAValue) -> Operation:
-    """An index binary op, built without the generic constructor's checks (hot path)."""
-    return cls.create(operands=[lhs, rhs], result_types=[INDEX])
-
-
 def _inside(value: SSAValue, k: kd.KernelOp) -> bool:
     """Whether `value` is defined inside the kernel `k`'s body."""
     owner = value.owner
@@ -432,7 +420,7 @@ def build_gpu_func(
     position = dict(zip(host, entry.args))
     args = {a: position[b] for k in kernels for a, b in zip(k.buffer_args, k.buffers)}
     total = KernelBuilder(entry).lower(kernels, args)
-    fn = gpu.FuncOp(name, ([b.type for b in host], []), Region(entry), kernel=True)
+    fn = fast.gpu_func(name, entry)
     fn.attributes["gpu.kernel"] = UnitAttr()  # what MLIR reads; xDSL reads the property
     fn.attributes["workgroup_attributions"] = IntegerAttr(0, i64)
     kind = "group" if isinstance(launch, kd.GroupOp) else launch.kind.data

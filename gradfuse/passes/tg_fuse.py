@@ -21,6 +21,7 @@ from functools import lru_cache
 from xdsl.context import Context
 from xdsl.dialects import arith, func, math
 from xdsl.dialects.builtin import (
+    AffineMapAttr,
     FloatAttr,
     IndexType,
     IntegerAttr,
@@ -39,6 +40,7 @@ from gradfuse import affine
 from gradfuse.dialects import kernel as K
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import FLOAT_TYPES, i64_array, ints, shape_of
+from gradfuse.passes import fast_ops as fast
 from gradfuse.passes.fusion import (
     Group,
     Host,
@@ -173,7 +175,7 @@ class _FunctionFuser:
 
     def alloc(self, value: SSAValue, new: Block) -> SSAValue:
         if value not in self.buffers:
-            a = K.AllocOp(memref_of(value.type))
+            a = K.AllocOp.create(result_types=[memref_of(value.type)])
             if value.name_hint:
                 a.result.name_hint = value.name_hint
             new.add_op(a)
@@ -215,7 +217,7 @@ class _Body:
         self.outer: list[SSAValue] = []
         self.scalars: dict[SSAValue, SSAValue] = {}
         self.loads: dict[tuple[int, str], SSAValue] = {}
-        self.constants: dict[tuple[float, str], SSAValue] = {}
+        self.constants: dict[tuple[float, Attribute], SSAValue] = {}
 
     def add(self, op: Operation, like: Operation | None = None) -> SSAValue:
         if like is not None:
@@ -250,13 +252,10 @@ class _Body:
         return self.loads[key]
 
     def constant(self, value: float, element: Attribute) -> SSAValue:
-        key = (value, str(element))
+        key = (value, element)
         if key not in self.constants:
-            if element == i1:
-                attr: Attribute = IntegerAttr(int(value != 0), i1)
-            else:
-                attr = FloatAttr(value, element)  # type: ignore[arg-type]
-            self.constants[key] = self.add(arith.ConstantOp(attr))
+            scalar = int(value != 0) if element == i1 else float(value)
+            self.constants[key] = self.add(fast.constant(scalar, element))
         return self.constants[key]
 
     def member(self, m: Member) -> None:
@@ -337,16 +336,17 @@ class _Body:
     def store(self, value: SSAValue, buffer: SSAValue, map: AffineMap | None = None) -> None:
         map = map or affine.identity_map(self.g.parallel)
         like = value.owner if isinstance(value.owner, Operation) else None
-        self.add(K.StoreOp(value, self.arg(buffer), map), like)
+        props = {"map": AffineMapAttr(map)}
+        self.add(K.StoreOp.create(operands=[value, self.arg(buffer)], properties=props), like)
 
     def compute(self, op: Operation, args: list[SSAValue]) -> SSAValue:
         if type(op) in BINARY:
-            return self.add(BINARY[type(op)](args[0], args[1]), op)
+            return self.add(fast.float_op(BINARY[type(op)], args[0], args[1]), op)
         if type(op) in UNARY:
-            return self.add(UNARY[type(op)](args[0]), op)
+            return self.add(fast.float_op(UNARY[type(op)], args[0]), op)
         if isinstance(op, tg.RecipOp):
             one = self.constant(1.0, args[0].type)
-            return self.add(arith.DivfOp(one, args[0]), op)
+            return self.add(fast.float_op(arith.DivfOp, one, args[0]), op)
         if isinstance(op, tg.CmpLtOp):
             return self.add(arith.CmpfOp(args[0], args[1], "olt"), op)
         if isinstance(op, tg.WhereOp):
@@ -354,14 +354,15 @@ class _Body:
         if isinstance(op, tg.CastOp):
             return self.cast(op, args[0])
         if isinstance(op, tg.ReduceOp):
-            kind = "add" if isinstance(op, tg.ReduceSumOp) else "max"
-            return self.add(K.ReduceOp(kind, args[0]), op)
+            return self.add(
+                _reduce("add" if isinstance(op, tg.ReduceSumOp) else "max", args[0]), op
+            )
         if isinstance(op, tg.DotOp):
             ones = [_is_one(v) for v in args]
             prod = args[1] if ones[0] else args[0] if ones[1] else None
             if prod is None:
-                prod = self.add(arith.MulfOp(args[0], args[1]), op)
-            return self.add(K.ReduceOp("add", prod), op)
+                prod = self.add(fast.float_op(arith.MulfOp, args[0], args[1]), op)
+            return self.add(_reduce("add", prod), op)
         raise AssertionError(f"tg-fuse: no kernel form for {op.name}")
 
     def cast(self, op: tg.CastOp, x: SSAValue) -> SSAValue:
@@ -420,12 +421,25 @@ class _Body:
             properties={
                 "sym_name": StringAttr(name),
                 "kind": StringAttr(kind),
-                "domain": i64_array(g.domain),
-                "parallel": IntegerAttr(g.parallel, i64),
+                "domain": _i64_array(g.domain),
+                "parallel": fast.scalar_attr(g.parallel, i64),
             },
         )
         op.location = root.location
         return op
+
+
+@lru_cache(maxsize=4096)
+def _i64_array(values: tuple[int, ...]) -> Attribute:
+    """A shared `array<i64: ...>` (kernel domains repeat)."""
+    return i64_array(values)
+
+
+def _reduce(kind: str, value: SSAValue) -> K.ReduceOp:
+    """`kernel.reduce kind value` (as its constructor builds it, without the checks)."""
+    return K.ReduceOp.create(
+        operands=[value], result_types=[value.type], properties={"kind": StringAttr(kind)}
+    )
 
 
 def _read_padded(value: SSAValue) -> bool:

@@ -1,0 +1,159 @@
+"""Upstream ops built through `Operation.create`, for the lowering passes' hot paths.
+
+xDSL's generic op constructors check and convert every argument (about 30 us an
+op here, 3x a plain `create`); the lowering passes build tens of thousands of
+ops, so they build them here, with exactly the properties that the generic
+constructors would set, and share immutable attributes:
+
+    cmpi(gid, end, "ult")     # = arith.CmpiOp(gid, end, "ult")
+    index_op(arith.AddiOp, a, b, flags=True)   # = arith.AddiOp(a, b)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+
+from xdsl.dialects import arith, gpu, memref, scf
+from xdsl.dialects.builtin import (
+    DenseArrayBase,
+    FloatAttr,
+    FunctionType,
+    IndexType,
+    IntegerAttr,
+    StringAttr,
+    SymbolRefAttr,
+    UnitAttr,
+    i1,
+    i32,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+
+INDEX = IndexType()
+_NO_FLAGS = arith.IntegerOverflowAttr("none")
+_CMPI = {
+    "eq": 0, "ne": 1, "slt": 2, "sle": 3, "sgt": 4, "sge": 5,
+    "ult": 6, "ule": 7, "ugt": 8, "uge": 9,
+}  # fmt: skip
+_X = gpu.DimensionAttr(gpu.DimensionEnum.X)
+_NO_FASTMATH = arith.FastMathFlagsAttr("none")
+
+
+@lru_cache(maxsize=4096, typed=True)
+def scalar_attr(value: int | float, ty: Attribute = INDEX) -> Attribute:
+    """A shared `FloatAttr` (float `value`) or `IntegerAttr` of type `ty`."""
+    if isinstance(value, float):
+        return FloatAttr(value, ty)  # type: ignore[arg-type]
+    return IntegerAttr(value, ty)  # type: ignore[arg-type]
+
+
+def constant(value: int | float, ty: Attribute = INDEX) -> arith.ConstantOp:
+    """`arith.constant value : ty` (an index constant by default)."""
+    return arith.ConstantOp.create(properties={"value": scalar_attr(value, ty)}, result_types=[ty])
+
+
+def index_op(cls: type[Operation], lhs: SSAValue, rhs: SSAValue, flags: bool = False) -> Operation:
+    """A binary op on index values; `flags` adds the empty `overflowFlags` that the
+    generic constructors of addi/subi/muli set."""
+    props = {"overflowFlags": _NO_FLAGS} if flags else {}
+    return cls.create(operands=[lhs, rhs], result_types=[INDEX], properties=props)
+
+
+def float_op(cls: type[Operation], *operands: SSAValue) -> Operation:
+    """An arith/math op on floats (`arith.addf`, `math.exp2`...) with the empty `fastmath`
+    flags that their generic constructors set; the result has the first operand's type."""
+    return cls.create(
+        operands=operands, result_types=[operands[0].type], properties={"fastmath": _NO_FASTMATH}
+    )
+
+
+def cmpi(lhs: SSAValue, rhs: SSAValue, predicate: str) -> arith.CmpiOp:
+    """`arith.cmpi predicate, lhs, rhs` (an i1)."""
+    props = {"predicate": scalar_attr(_CMPI[predicate], i64)}
+    return arith.CmpiOp.create(operands=[lhs, rhs], result_types=[i1], properties=props)
+
+
+def select(cond: SSAValue, lhs: SSAValue, rhs: SSAValue) -> arith.SelectOp:
+    """`arith.select cond, lhs, rhs`."""
+    return arith.SelectOp.create(operands=[cond, lhs, rhs], result_types=[lhs.type])
+
+
+def gpu_index(cls: type[Operation]) -> Operation:
+    """`gpu.thread_id x`, `gpu.block_id x` or `gpu.block_dim x`."""
+    return cls.create(properties={"dimension": _X}, result_types=[INDEX])
+
+
+def scf_yield(*values: SSAValue) -> scf.YieldOp:
+    """`scf.yield values`."""
+    return scf.YieldOp.create(operands=values)
+
+
+def scf_for(
+    lb: SSAValue, ub: SSAValue, step: SSAValue, inits: Sequence[SSAValue], body: Block
+) -> scf.ForOp:
+    """`scf.for` over `body` (index argument first, then one per init)."""
+    return scf.ForOp.create(
+        operands=[lb, ub, step, *inits],
+        result_types=[v.type for v in inits],
+        regions=[Region(body)],
+    )
+
+
+def scf_if(cond: SSAValue, then: Block, otherwise: Block | None) -> scf.IfOp:
+    """`scf.if` without results; an empty else region when `otherwise` is None."""
+    other = Region(otherwise) if otherwise is not None else Region()
+    return scf.IfOp.create(operands=[cond], regions=[Region(then), other])
+
+
+def load(buffer: SSAValue, indices: Sequence[SSAValue]) -> Operation:
+    """`memref.load buffer[indices]`."""
+    return memref.LoadOp.create(
+        operands=[buffer, *indices],
+        result_types=[buffer.type.element_type],  # type: ignore[attr-defined]
+    )
+
+
+def store(value: SSAValue, buffer: SSAValue, indices: Sequence[SSAValue]) -> Operation:
+    """`memref.store value, buffer[indices]`."""
+    return memref.StoreOp.create(operands=[value, buffer, *indices])
+
+
+def get_global(name: str, ty: Attribute) -> memref.GetGlobalOp:
+    """`memref.get_global @name : ty`."""
+    return memref.GetGlobalOp.create(properties={"name": SymbolRefAttr(name)}, result_types=[ty])
+
+
+def view(arena: SSAValue, offset: SSAValue, ty: Attribute) -> memref.ViewOp:
+    """`memref.view arena[offset][] : ... to ty`."""
+    return memref.ViewOp.create(operands=[arena, offset], result_types=[ty])
+
+
+@lru_cache(maxsize=256)
+def _launch_segments(num_args: int) -> DenseArrayBase:
+    """`operandSegmentSizes` of a launch: async deps, grid x/y/z, block x/y/z, cluster
+    x/y/z, dynamic shared memory, kernel operands, async object."""
+    return DenseArrayBase.from_list(i32, [0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, num_args, 0])
+
+
+def launch_func(
+    kernel: SymbolRefAttr,
+    grid: Sequence[SSAValue],
+    block: Sequence[SSAValue],
+    args: Sequence[SSAValue],
+) -> gpu.LaunchFuncOp:
+    """`gpu.launch_func @kernel blocks in (grid) threads in (block) args(args)`."""
+    return gpu.LaunchFuncOp.create(
+        operands=[*grid, *block, *args],
+        properties={"kernel": kernel, "operandSegmentSizes": _launch_segments(len(args))},
+    )
+
+
+def gpu_func(name: str, entry: Block) -> gpu.FuncOp:
+    """`gpu.func @name(entry's arguments) kernel` with `entry` as its body."""
+    ty = FunctionType.from_lists([a.type for a in entry.args], [])
+    return gpu.FuncOp.create(
+        properties={"function_type": ty, "kernel": UnitAttr()},
+        attributes={"sym_name": StringAttr(name)},
+        regions=[Region(entry)],
+    )
