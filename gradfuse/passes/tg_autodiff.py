@@ -33,9 +33,7 @@ from xdsl.dialects import builtin
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
-    GreedyRewritePatternApplier,
     PatternRewriter,
-    PatternRewriteWalker,
     RewritePattern,
     op_type_rewrite_pattern,
 )
@@ -43,6 +41,7 @@ from xdsl.pattern_rewriter import (
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.passes.builders import Emitter
+from gradfuse.passes.cleanup import rewrite_walker
 from gradfuse.passes.derivatives import RULES, is_differentiable
 from gradfuse.provenance import provenance_of
 
@@ -152,8 +151,8 @@ class TgAutodiffPass(ModulePass):
     name = "tg-autodiff"
 
     def apply(self, ctx: Context, op: builtin.ModuleOp) -> None:
-        walker = PatternRewriteWalker(
-            GreedyRewritePatternApplier(populate_tg_autodiff_patterns()),
+        walker = rewrite_walker(
+            populate_tg_autodiff_patterns(),
             apply_recursively=False,
         )
         try:

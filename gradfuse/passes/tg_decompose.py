@@ -23,9 +23,7 @@ from xdsl.dialects import builtin
 from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
-    GreedyRewritePatternApplier,
     PatternRewriter,
-    PatternRewriteWalker,
     RewritePattern,
     op_type_rewrite_pattern,
 )
@@ -34,6 +32,7 @@ from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of
 from gradfuse.passes import conv
 from gradfuse.passes.builders import Emitter
+from gradfuse.passes.cleanup import rewrite_walker
 
 LOG2_E = math.log2(math.e)
 
@@ -147,8 +146,8 @@ class TgDecomposePass(ModulePass):
     name = "tg-decompose"
 
     def apply(self, ctx: Context, op: builtin.ModuleOp) -> None:
-        walker = PatternRewriteWalker(
-            GreedyRewritePatternApplier(populate_tg_decompose_patterns()),
+        walker = rewrite_walker(
+            populate_tg_decompose_patterns(),
             apply_recursively=False,
         )
         walker.rewrite_module(op)

@@ -21,9 +21,7 @@ from xdsl.ir import Operation
 from xdsl.ir.affine import AffineMap, AffineSet
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
-    GreedyRewritePatternApplier,
     PatternRewriter,
-    PatternRewriteWalker,
     RewritePattern,
     op_type_rewrite_pattern,
 )
@@ -31,6 +29,7 @@ from xdsl.pattern_rewriter import (
 from gradfuse import affine
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import ints, shape_of
+from gradfuse.passes.cleanup import rewrite_walker
 
 
 def _replace_with_view(
@@ -139,7 +138,7 @@ class TgLowerAccessPass(ModulePass):
 
     def apply(self, ctx: Context, op: builtin.ModuleOp) -> None:
         # One forward walk suffices: a view's input is rewritten before the view.
-        PatternRewriteWalker(
-            GreedyRewritePatternApplier(populate_tg_lower_access_patterns()),
+        rewrite_walker(
+            populate_tg_lower_access_patterns(),
             apply_recursively=False,
         ).rewrite_module(op)
