@@ -3,6 +3,7 @@ through nvcc (`nvcc -cubin -arch=sm_90`, skipped when nvcc is not on PATH)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -170,3 +171,34 @@ def test_the_cuda_backend_without_pycuda_or_a_gpu_is_one_sentence():
     module = parse_tg(PROGRAMS["linreg"])
     with pytest.raises(GradfuseError, match="the cuda backend needs (PyCUDA|an NVIDIA GPU)"):
         compile_module(module, "cuda")
+
+
+def test_a_corrupt_cache_entry_is_rebuilt_never_loaded(monkeypatch, tmp_path):
+    from gradfuse.backend.c import cache
+
+    monkeypatch.setenv("GRADFUSE_CACHE_DIR", str(tmp_path))
+    source = "int gradfuse_answer(void) { return 42; }\n"
+    path = cache.build_library(source)
+    assert path.read_bytes()[:4] == b"\x7fELF"
+    path.write_bytes(b"half a library")  # a torn write or a foreign file
+    again = cache.build_library(source)
+    assert again == path and again.read_bytes()[:4] == b"\x7fELF"
+    import ctypes
+
+    assert ctypes.CDLL(str(again)).gradfuse_answer() == 42
+
+
+def test_two_processes_building_the_same_library_at_once_both_succeed(tmp_path):
+    script = (
+        "import sys; from gradfuse.backend.c.cache import build_library; "
+        "print(build_library('int f(void) { return 7; }\\n'))"
+    )
+    env = {**os.environ, "GRADFUSE_CACHE_DIR": str(tmp_path)}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+        for _ in range(4)
+    ]
+    outs = [p.communicate()[0].strip() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert len(set(outs)) == 1 and Path(outs[0]).read_bytes()[:4] == b"\x7fELF"
+    assert not [p for p in (tmp_path / "c").iterdir() if p.is_dir()]  # no temporary left
