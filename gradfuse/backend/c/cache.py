@@ -14,12 +14,12 @@ import os
 import shutil
 import subprocess
 import tempfile
-from functools import cache
 from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
 
 from gradfuse.backend.compile_errors import compile_error
+from gradfuse.backend.disk_cache import cache_dir, tool_version
 from gradfuse.diagnostics import GradfuseError
 
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-w")
@@ -35,29 +35,17 @@ def compiler() -> str:
     return path
 
 
-@cache
-def compiler_version(path: str) -> str:
-    return subprocess.run([path, "--version"], capture_output=True, text=True).stdout
-
-
-def cache_dir() -> Path:
-    root = Path(os.environ.get("GRADFUSE_CACHE_DIR") or Path.home() / ".cache" / "gradfuse")
-    path = root / "c"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def build_library(source: str, module: ModuleOp | None = None) -> Path:
     """The shared library of `source`, from the cache or built by gcc; a failure names
     the kernel (of `module`) that gcc stopped in."""
     cc = compiler()
-    key = hashlib.sha256("\0".join([source, *FLAGS, compiler_version(cc)]).encode()).hexdigest()
-    target = cache_dir() / f"{key[:32]}.so"
+    key = hashlib.sha256("\0".join([source, *FLAGS, tool_version(cc)]).encode()).hexdigest()
+    target = cache_dir("c") / f"{key[:32]}.so"
     if target.exists():
         with target.open("rb") as f:
             if f.read(4) == b"\x7fELF":  # anything else (a torn or foreign file) is rebuilt
                 return target
-    with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+    with tempfile.TemporaryDirectory(dir=cache_dir("c")) as tmp:
         src = Path(tmp) / "program.c"
         src.write_text(source)
         out = Path(tmp) / "program.so"
@@ -65,7 +53,7 @@ def build_library(source: str, module: ModuleOp | None = None) -> Path:
             [cc, *FLAGS, "-o", str(out), str(src), "-lm"], capture_output=True, text=True
         )
         if done.returncode != 0:
-            kept = cache_dir() / f"{key[:32]}-failed.c"
+            kept = cache_dir("c") / f"{key[:32]}-failed.c"
             kept.write_text(source)
             raise compile_error(
                 "gcc", source, done.stderr.replace(str(src), str(kept)), kept, module

@@ -16,12 +16,12 @@ import os
 import shutil
 import subprocess
 import tempfile
-from functools import cache
 from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
 
 from gradfuse.backend.compile_errors import compile_error
+from gradfuse.backend.disk_cache import cache_dir, tool_version
 from gradfuse.diagnostics import GradfuseError
 
 FLAGS = ("-O3", "--use_fast_math")
@@ -47,38 +47,26 @@ def nvcc() -> str:
     )
 
 
-@cache
-def nvcc_version(path: str) -> str:
-    return subprocess.run([path, "--version"], capture_output=True, text=True).stdout
-
-
-def cache_dir() -> Path:
-    root = Path(os.environ.get("GRADFUSE_CACHE_DIR") or Path.home() / ".cache" / "gradfuse")
-    path = root / "cuda"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def compile_cubin(source: str, arch: str = "sm_90", module: ModuleOp | None = None) -> bytes:
     """The cubin of `source` for `arch`, from the cache or freshly compiled; a failure
     names the kernel (of `module`) that nvcc stopped in."""
     compiler = nvcc()
     key = hashlib.sha256(
-        "\0".join([source, arch, *FLAGS, nvcc_version(compiler)]).encode()
+        "\0".join([source, arch, *FLAGS, tool_version(compiler)]).encode()
     ).hexdigest()[:32]
-    target = cache_dir() / f"{key}.cubin"
+    target = cache_dir("cuda") / f"{key}.cubin"
     if target.exists():
         data = target.read_bytes()
         if data[:4] == b"\x7fELF":  # a cubin is an ELF file; anything else is rebuilt
             return data
-    with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+    with tempfile.TemporaryDirectory(dir=cache_dir("cuda")) as tmp:
         src = Path(tmp) / "kernels.cu"
         src.write_text(source)
         out = Path(tmp) / "kernels.cubin"
         cmd = [compiler, "-cubin", f"-arch={arch}", *FLAGS, "-o", str(out), str(src)]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
-            kept = cache_dir() / f"{key}-failed.cu"
+            kept = cache_dir("cuda") / f"{key}-failed.cu"
             kept.write_text(source)
             raise compile_error(
                 "nvcc", source, done.stderr.replace(str(src), str(kept)), kept, module
