@@ -166,6 +166,12 @@ class TgFunctions(InterpreterFunctions):
     ) -> PythonValues:
         return self.out(op, np.max(args[0], axis=ints(op.dims)))
 
+    @impl(tg.ReduceMeanOp)
+    def run_reduce_mean(
+        self, interp: Interpreter, op: tg.ReduceMeanOp, args: PythonValues
+    ) -> PythonValues:
+        return self.out(op, np.mean(args[0], axis=ints(op.dims)))
+
     # --- constants and data movement ---------------------------------------------------
 
     @impl(tg.ConstantOp)

@@ -26,6 +26,7 @@ from gradfuse.dialects.tg_compute import (
     NegOp,
     RecipOp,
     ReduceMaxOp,
+    ReduceMeanOp,
     ReduceOp,
     ReduceSumOp,
     ReluOp,
@@ -60,7 +61,9 @@ from gradfuse.dialects.tg_program import (
 )
 from gradfuse.dialects.tg_sparse import GatherOp, RandomOp, ScatterAddOp
 
-COMPOSITES = (SigmoidOp, TanhOp, ReluOp, SoftmaxOp, Conv2dOp, ConvTranspose2dOp, WindowsOp)
+COMPOSITES = (
+    SigmoidOp, TanhOp, ReluOp, SoftmaxOp, ReduceMeanOp, Conv2dOp, ConvTranspose2dOp, WindowsOp,
+)  # fmt: skip
 """Ops that `tg-decompose` expands into primitives."""
 
 TG = Dialect(
@@ -69,7 +72,7 @@ TG = Dialect(
         AddOp, SubOp, MulOp, DivOp, MaxOp, CmpLtOp,
         NegOp, Exp2Op, Log2Op, SqrtOp, RecipOp, SinOp, ErfOp,
         WhereOp, CastOp, DotOp, ReduceSumOp, ReduceMaxOp,
-        SigmoidOp, TanhOp, ReluOp, SoftmaxOp,
+        SigmoidOp, TanhOp, ReluOp, SoftmaxOp, ReduceMeanOp,
         ConstantOp, ReshapeOp, PermuteOp, BroadcastOp, SliceOp, PadOp, ConcatOp, ViewAccessOp,
         ParamOp, AssignOp, FeederOp, ReceiverOp, ForOp, YieldOp, GradOp,
         GatherOp, ScatterAddOp, RandomOp, Conv2dOp, ConvTranspose2dOp, WindowsOp,
@@ -82,7 +85,7 @@ __all__ = [
     "AddOp", "SubOp", "MulOp", "DivOp", "MaxOp", "CmpLtOp",
     "NegOp", "Exp2Op", "Log2Op", "SqrtOp", "RecipOp", "SinOp", "ErfOp",
     "WhereOp", "CastOp", "DotOp", "ReduceSumOp", "ReduceMaxOp",
-    "SigmoidOp", "TanhOp", "ReluOp", "SoftmaxOp",
+    "SigmoidOp", "TanhOp", "ReluOp", "SoftmaxOp", "ReduceMeanOp",
     "ConstantOp", "ReshapeOp", "PermuteOp", "BroadcastOp", "SliceOp", "PadOp", "ConcatOp",
     "ViewAccessOp", "ParamOp", "AssignOp", "FeederOp", "ReceiverOp", "ForOp", "YieldOp", "GradOp",
     "ErfOp", "GatherOp", "ScatterAddOp", "RandomOp", "Conv2dOp", "ConvTranspose2dOp",

@@ -333,6 +333,16 @@ class ReduceMaxOp(ReduceOp):
 
 
 @irdl_op_definition
+class ReduceMeanOp(ReduceOp):
+    """Composite mean over dims (`tg-decompose`: reduce_sum times 1/n).
+
+    `%m = tg.reduce_mean %x dims=[1] : tensor<2xf32>` (x: 2x255)
+    """
+
+    name = "tg.reduce_mean"
+
+
+@irdl_op_definition
 class SoftmaxOp(TgOp):
     """Composite softmax along `dim`. `%y = tg.softmax %x dim=1 : tensor<2x8xf32>`"""
 

@@ -307,10 +307,8 @@ class Tensor:
         return Tensor(ops.reduce(tg.ReduceMaxOp, self.value, dim, keepdim))
 
     def mean(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        """Mean over `dim`: `reduce_sum * (1/n)`."""
-        dims = ops.normalize_dims(dim, self.ndim, "mean")
-        n = math.prod(self.shape[d] for d in dims)
-        return self.sum(dims, keepdim) * (1.0 / n if n else math.nan)
+        """Mean over `dim` (all dims when None) (`tg.reduce_mean`, a composite)."""
+        return Tensor(ops.reduce(tg.ReduceMeanOp, self.value, dim, keepdim))
 
     # --- movement -------------------------------------------------------------------------
 

@@ -204,6 +204,14 @@ def reduce_sum_rule(e: Emitter, op: tg.ReduceSumOp, g: SSAValue) -> Cotangents:
     return (e.expand_reduced(g, shape_of(op.input), ints(op.dims)),)
 
 
+def reduce_mean_rule(e: Emitter, op: tg.ReduceMeanOp, g: SSAValue) -> Cotangents:
+    """g / n broadcast back over the reduced dims (n: the count of reduced elements)."""
+    shape, dims = shape_of(op.input), ints(op.dims)
+    n = math.prod(shape[d] for d in dims)
+    spread = e.expand_reduced(g, shape, dims)
+    return (e.mul(spread, e.const(1.0 / n if n else float("nan"), spread)),)
+
+
 def reduce_max_rule(e: Emitter, op: tg.ReduceMaxOp, g: SSAValue) -> Cotangents:
     """g to the maximal positions of x, split evenly between ties."""
     shape, dims = shape_of(op.input), ints(op.dims)
@@ -312,6 +320,7 @@ RULES: dict[type[Operation], Rule] = {
     tg.DotOp: dot_rule,
     tg.ReduceSumOp: reduce_sum_rule,
     tg.ReduceMaxOp: reduce_max_rule,
+    tg.ReduceMeanOp: reduce_mean_rule,
     tg.ReshapeOp: reshape_rule,
     tg.PermuteOp: permute_rule,
     tg.BroadcastOp: broadcast_rule,

@@ -1,4 +1,4 @@
-"""`tg-decompose`: expands composite tg ops (sigmoid, tanh, relu, softmax) into primitives.
+"""`tg-decompose`: expands composite tg ops (sigmoid, tanh, relu, softmax, reduce_mean, ...) into primitives.
 
 Each pattern replaces one composite by a short primitive chain built at the
 composite's location, so provenance survives:
@@ -29,7 +29,7 @@ from xdsl.pattern_rewriter import (
 )
 
 from gradfuse.dialects import tg
-from gradfuse.dialects.tg_base import shape_of
+from gradfuse.dialects.tg_base import ints, shape_of
 from gradfuse.passes import conv
 from gradfuse.passes.builders import Emitter
 from gradfuse.passes.cleanup import rewrite_walker
@@ -90,6 +90,18 @@ class DecomposeRelu(RewritePattern):
         rewriter.replace(op, [], [result])
 
 
+class DecomposeReduceMean(RewritePattern):
+    """`tg.reduce_mean` -> reduce_sum, then mul by 1/n."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: tg.ReduceMeanOp, rewriter: PatternRewriter, /):
+        e = Emitter(rewriter, op.location)
+        shape, dims = shape_of(op.input), ints(op.dims)
+        n = math.prod(shape[d] for d in dims)
+        total = e.reduce_sum(op.input, dims)
+        rewriter.replace(op, [], [e.mul(total, e.const(1.0 / n if n else float("nan"), total))])
+
+
 class DecomposeSoftmax(RewritePattern):
     """`tg.softmax` -> reduce_max, sub, exp2, reduce_sum, div with reshapes and broadcasts."""
 
@@ -132,6 +144,7 @@ def populate_tg_decompose_patterns() -> list[RewritePattern]:
     """The patterns of `tg-decompose`, one per composite op."""
     return [
         DecomposeSigmoid(), DecomposeTanh(), DecomposeRelu(), DecomposeSoftmax(),
+        DecomposeReduceMean(),
         DecomposeConv2d(), DecomposeConvTranspose2d(), DecomposeWindows(),
     ]  # fmt: skip
 

@@ -135,7 +135,9 @@ def test_dot_batched(fb):
 
 
 @pytest.mark.parametrize("dims", [[0], [1], [0, 2], [0, 1, 2]])
-@pytest.mark.parametrize(("op", "ref"), [(tg.ReduceSumOp, np.sum), (tg.ReduceMaxOp, np.max)])
+@pytest.mark.parametrize(
+    ("op", "ref"), [(tg.ReduceSumOp, np.sum), (tg.ReduceMaxOp, np.max), (tg.ReduceMeanOp, np.mean)]
+)
 def test_reductions_remove_dims(fb, op, ref, dims):
     b = fb(tensor([2, 3, 4]))
     x = rand(2, 3, 4)

@@ -82,6 +82,12 @@ COMPOSITES = {
     "relu": (composite("relu"), [(2, 3)], (-1, 1)),
     "softmax_0": (softmax(0), [(3, 2), (3, 2)], (-2, 2)),
     "softmax_1": (softmax(1), [(2, 4), (2, 4)], (-2, 2)),
+    "reduce_mean": (lambda e, x: e.sin(e.emit(tg.ReduceMeanOp(x, [1]))), [(2, 3, 2)], (-1, 1)),
+    "reduce_mean_all": (
+        lambda e, x: e.sin(e.emit(tg.ReduceMeanOp(x, [0, 2]))),
+        [(2, 3, 2)],
+        (-1, 1),
+    ),
 }
 
 
