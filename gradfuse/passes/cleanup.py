@@ -53,6 +53,7 @@ from xdsl.transforms.common_subexpression_elimination import (
     CommonSubexpressionElimination,
     CSEDriver,
     KnownOps,
+    OperationInfo,
 )
 from xdsl.transforms.dead_code_elimination import DeadCodeElimination
 
@@ -312,8 +313,46 @@ def _is_read(effect: EffectInstance) -> bool:
     return effect.kind == MemoryEffectKind.READ
 
 
+class _Info(OperationInfo):
+    """An `OperationInfo` that hashes its op once: an op does not change while CSE looks
+    it up and records it (xDSL's hashes it again at every lookup and comparison)."""
+
+    def __init__(self, op: Operation):
+        super().__init__(op)
+        self.hash = OperationInfo.__hash__(self)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+
+class _KnownOps(KnownOps):
+    """xDSL's `KnownOps` keyed by `_Info`."""
+
+    def __getitem__(self, k: Operation) -> Operation:
+        return self._known_ops[_Info(k)]
+
+    def __setitem__(self, k: Operation, v: Operation) -> None:
+        self._known_ops[_Info(k)] = v
+
+    def __contains__(self, k: Operation) -> bool:
+        return _Info(k) in self._known_ops
+
+    def get(self, k: Operation, default: Any = None) -> Any:
+        return self._known_ops.get(_Info(k), default)
+
+    def pop(self, k: Operation) -> Operation:
+        return self._known_ops.pop(_Info(k))
+
+    def find(self, info: _Info) -> Operation | None:
+        return self._known_ops.get(info)
+
+    def record(self, info: _Info, op: Operation) -> None:
+        self._known_ops[info] = op
+
+
 class _CSEDriver(CSEDriver):
     facts: OpFacts
+    _known_ops: _KnownOps
 
     def _simplify_operation(self, op: Operation) -> None:
         facts = self.facts
@@ -326,8 +365,9 @@ class _CSEDriver(CSEDriver):
             return
         if not facts.all_effects(op, _is_read):  # unknown effects, or it writes
             return
+        info = _Info(op)
+        existing = self._known_ops.find(info)
         if facts.effects(op):  # it reads: no write may come between the two
-            existing = self._known_ops.get(op)
             if (
                 existing is not None
                 and op.parent_block() is existing.parent_block()
@@ -335,13 +375,12 @@ class _CSEDriver(CSEDriver):
             ):
                 self._replace_and_delete(op, existing)
                 return
-            self._known_ops[op] = op
+            self._known_ops.record(info, op)
             return
-        existing = self._known_ops.get(op)
         if existing is not None:
             self._replace_and_delete(op, existing)
             return
-        self._known_ops[op] = op
+        self._known_ops.record(info, op)
 
     def _writes_between(self, start: Operation, end: Operation) -> bool:
         """Whether an op from `start` up to `end` may write memory."""
@@ -354,13 +393,21 @@ class _CSEDriver(CSEDriver):
             op = op.next_op
         return False
 
+    def _simplify_region(self, region: Region) -> None:
+        # as xDSL's, with a `_KnownOps` scope
+        if len(region.blocks) == 1:
+            old_scope = self._known_ops
+            self._known_ops = _KnownOps(self._known_ops)
+            self._simplify_block(region.block)
+            self._known_ops = old_scope
+
     def _simplify_block(self, block: Block) -> None:
         # as xDSL's, with the isolation trait looked up per class
         for op in block.ops:
             if op.regions:
                 if self.facts.has(op, IsolatedFromAbove, True):
                     old_scope = self._known_ops
-                    self._known_ops = KnownOps()
+                    self._known_ops = _KnownOps()
                     for region in op.regions:
                         self._simplify_region(region)
                     self._known_ops = old_scope
@@ -387,7 +434,7 @@ class FastCSEPass(CommonSubexpressionElimination):
     """xDSL's `cse`, faster."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        driver = _CSEDriver()
+        driver = _CSEDriver(_known_ops=_KnownOps())
         driver.facts = OpFacts()
         driver.simplify(op)
 

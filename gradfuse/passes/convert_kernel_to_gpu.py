@@ -31,7 +31,6 @@ from xdsl.dialects import func, gpu, memref
 from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
     FloatAttr,
-    IndexType,
     IntegerAttr,
     MemRefType,
     ModuleOp,
@@ -241,7 +240,7 @@ class HostLowering:
             )
         bounds = [fast.constant(a.value.data) for a in (op.lower, op.upper, op.step)]
         old = op.body.block
-        body = Block(arg_types=[IndexType()])
+        body = Block(arg_types=[fast.INDEX])
         old.args[0].replace_all_uses_with(body.args[0])
         for inner in list(old.ops):
             inner.detach()

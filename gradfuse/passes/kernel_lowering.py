@@ -33,7 +33,6 @@ from xdsl.dialects import arith, gpu, memref
 from xdsl.dialects.builtin import (
     AnyFloat,
     FusedLoc,
-    IndexType,
     IntegerAttr,
     StringAttr,
     UnitAttr,
@@ -292,7 +291,7 @@ class KernelBuilder:
     ) -> list[SSAValue]:
         """One `scf.for` per reduction dim (of `k`'s domain `sizes`) from `dim` on; the
         prologue runs innermost."""
-        body = Block(arg_types=[IndexType(), *[a.type for a in accs]])
+        body = Block(arg_types=[INDEX, *[a.type for a in accs]])
         loop = fast.scf_for(self.const(0), self.const(sizes[dim]), self.const(1), accs, body)
         self.add(loop, k.location)
         outer, self.block = self.block, body
@@ -326,6 +325,16 @@ class KernelBuilder:
                     position_of(op.location),
                 )
         loc = op.location
+        kind = type(op)
+        if (kind is kd.LoadOp or kind is kd.StoreOp) and "guard" not in op.properties:
+            operands = op.operands  # the hot path: plain loads and stores
+            access = op.properties["map"].data  # type: ignore[attr-defined]
+            idx = [self.expand(e, point, loc) for e in access.results]
+            if kind is kd.LoadOp:
+                vm[op.results[0]] = self.add(fast.load(vm[operands[0]], idx), loc)
+            else:
+                self.add(fast.store(vm[operands[0]], vm[operands[1]], idx), loc)
+            return
         if isinstance(op, kd.LoadOp) and op.guard is not None:
             vm[op.result] = self.guarded_load(op, vm, point, loc)
             return
@@ -422,9 +431,9 @@ def build_gpu_func(
     total = KernelBuilder(entry).lower(kernels, args)
     fn = fast.gpu_func(name, entry)
     fn.attributes["gpu.kernel"] = UnitAttr()  # what MLIR reads; xDSL reads the property
-    fn.attributes["workgroup_attributions"] = IntegerAttr(0, i64)
+    fn.attributes["workgroup_attributions"] = fast.scalar_attr(0, i64)
     kind = "group" if isinstance(launch, kd.GroupOp) else launch.kind.data
     fn.attributes["gradfuse.kind"] = StringAttr(kind)
-    fn.attributes["gradfuse.threads"] = IntegerAttr(total, i64)
+    fn.attributes["gradfuse.threads"] = fast.scalar_attr(total, i64)
     fn.location = kernel_location(launch)
     return fn, host, total
