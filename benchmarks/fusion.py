@@ -6,13 +6,22 @@
    Linear(255, 255), SGD, loss = output sum) after the default pipeline, set
    against the seed's 5 fused kernels and PyTorch eager's count for the same
    step (counted from the reference profiles' rule: one kernel per op).
-2. The whole pipeline (parse, tg-autodiff ... tg-fuse, convert-kernel-to-gpu)
-   on programs of about 1k, 3k and 10k tg ops, and how time grows with size.
+2. Zero kernels for views and zero_grad: kernels per step of small programs with
+   a reshape, permute, broadcast or slice (or a chain of all four) feeding one
+   elementwise op, set against the same op on an input of the view's shape; and
+   of an MLP training step (Python API) with and without `opt.zero_grad()`.
+   The same count means the views (or zero_grad) cost no kernel.
+3. The whole pipeline (parse, tg-autodiff ... tg-fuse, convert-kernel-to-gpu)
+   on programs of at least 1k, 3k and 10k tg ops, in wall and CPU seconds, and
+   how time grows with size.
 """
 
 from __future__ import annotations
 
+import math
 import time
+
+import numpy as np
 
 from gradfuse.frontend.parser import parse_tg
 from gradfuse.passes import run_pipeline
@@ -94,8 +103,91 @@ def deep_mlp(layers: int, width: int = 16, batch: int = 4) -> str:
     return "\n".join(lines) + "\n"
 
 
+def layers_for(ops: int) -> int:
+    """The fewest `deep_mlp` layers that make at least `ops` tg ops (15 a layer, 4 more)."""
+    return math.ceil((ops - 4) / 15)
+
+
 def count_tg_ops(module) -> int:
     return sum(1 for op in module.walk() if op.name.startswith("tg."))
+
+
+def loop_program(body: list[str], out: str, steps: int = 10) -> str:
+    """`body` (tg ops) in a loop of `steps` iterations whose value `out` is received."""
+    lines = ["func @main() {", f"  tg.for %i = 0 to {steps} step 1 {{"]
+    lines += [f"    {line}" for line in body]
+    lines += [f'    tg.receiver "out", {out}', "    tg.yield", "  }", "  return", "}"]
+    return "\n".join(lines) + "\n"
+
+
+VIEW_CASES: list[tuple[str, list[str], list[str]]] = [
+    (
+        "reshape",
+        ['%x = tg.feeder "x" : tensor<4x6xf32>', "%v = tg.reshape %x : tensor<6x4xf32>",
+         "%y = tg.exp2 %v : tensor<6x4xf32>"],
+        ['%x = tg.feeder "x" : tensor<6x4xf32>', "%y = tg.exp2 %x : tensor<6x4xf32>"],
+    ),
+    (
+        "permute",
+        ['%x = tg.feeder "x" : tensor<4x6xf32>', "%v = tg.permute %x perm=[1, 0] : tensor<6x4xf32>",
+         "%y = tg.exp2 %v : tensor<6x4xf32>"],
+        ['%x = tg.feeder "x" : tensor<6x4xf32>', "%y = tg.exp2 %x : tensor<6x4xf32>"],
+    ),
+    (
+        "broadcast",
+        ['%x = tg.feeder "x" : tensor<4x6xf32>', '%b = tg.param "b" init=0.5 : tensor<6xf32>',
+         "%r = tg.reshape %b : tensor<1x6xf32>", "%v = tg.broadcast %r : tensor<4x6xf32>",
+         "%y = tg.add %x, %v : tensor<4x6xf32>"],
+        ['%x = tg.feeder "x" : tensor<4x6xf32>', '%b = tg.param "b" init=0.5 : tensor<4x6xf32>',
+         "%y = tg.add %x, %b : tensor<4x6xf32>"],
+    ),
+    (
+        "slice",
+        ['%x = tg.feeder "x" : tensor<4x6xf32>',
+         "%v = tg.slice %x starts=[0, 2] limits=[4, 6] strides=[1, 1] : tensor<4x4xf32>",
+         "%y = tg.exp2 %v : tensor<4x4xf32>"],
+        ['%x = tg.feeder "x" : tensor<4x4xf32>', "%y = tg.exp2 %x : tensor<4x4xf32>"],
+    ),
+    (
+        "chain of all four",
+        ['%x = tg.feeder "x" : tensor<4x6xf32>', "%r = tg.reshape %x : tensor<6x4xf32>",
+         "%p = tg.permute %r perm=[1, 0] : tensor<4x6xf32>",
+         "%s = tg.slice %p starts=[0, 0] limits=[4, 6] strides=[2, 1] : tensor<2x6xf32>",
+         "%q = tg.reshape %s : tensor<1x2x6xf32>", "%v = tg.broadcast %q : tensor<3x2x6xf32>",
+         "%y = tg.mul %v, %v : tensor<3x2x6xf32>"],
+        ['%x = tg.feeder "x" : tensor<3x2x6xf32>', "%y = tg.mul %x, %x : tensor<3x2x6xf32>"],
+    ),
+]  # fmt: skip
+"""(name, body with the view ops, body of the same elementwise op without them)."""
+
+
+def kernels_per_step(src: str) -> int:
+    """Kernel launches per loop iteration of .tg `src` after the default pipeline."""
+    module = parse_tg(src, "case.tg")
+    run_pipeline(module, "default")
+    return kernel_stats(module).kernels_per_iteration
+
+
+def mlp_step_kernels(zero_grad: bool) -> int:
+    """Kernels per step of Linear(8, 16), Sigmoid, Linear(16, 4) trained with SGD through
+    the Python API, the step calling `opt.zero_grad()` first or not."""
+    import gradfuse
+    from gradfuse import Feeder, ir_for
+    from gradfuse.nn import SGD, Linear, Sequential, Sigmoid
+
+    gradfuse.reset()
+    model = Sequential(Linear(8, 16), Sigmoid(), Linear(16, 4))
+    opt = SGD(model.parameters(), lr=0.1)
+
+    def step() -> None:
+        if zero_grad:
+            opt.zero_grad()
+        x = Feeder(lambda: np.ones((2, 8), np.float32), shape=[2, 8])
+        model(x).sum().backward()
+        opt.step()
+
+    ir_for(range(10), step)
+    return gradfuse.compile("reference").kernels_per_iteration
 
 
 def main() -> None:
@@ -108,19 +200,31 @@ def main() -> None:
     print(f"PyTorch eager       {TORCH_EAGER_ESTIMATE} (one kernel per op)")
     print(f"peak arena bytes    {stats.peak_bytes}")
     print()
+    print("== zero kernels for views and zero_grad (kernels per step, measured)")
+    print(f"{'program':<44} {'with':>5} {'without':>8}   views cost")
+    for name, with_views, without in VIEW_CASES:
+        a = kernels_per_step(loop_program(with_views, "%y"))
+        b = kernels_per_step(loop_program(without, "%y"))
+        print(f"{name + ' -> one elementwise op':<44} {a:>5} {b:>8}   {a - b} kernels")
+    a, b = mlp_step_kernels(zero_grad=True), mlp_step_kernels(zero_grad=False)
+    print(f"{'MLP training step, opt.zero_grad()':<44} {a:>5} {b:>8}   {a - b} kernels")
+    print()
     print("== pipeline time (parse + default pipeline) by program size")
-    print(f"{'tg ops':>8} {'seconds':>8} {'us/op':>8}")
+    print(f"{'tg ops':>8} {'wall s':>8} {'CPU s':>8} {'us/op':>8}")
     base = None
-    for layers in (65, 200, 650):
-        src = deep_mlp(layers)
-        start = time.perf_counter()
+    for target in (1_000, 3_000, 10_000):
+        src = deep_mlp(layers_for(target))
+        start, cpu = time.perf_counter(), time.process_time()
         m = parse_tg(src, "deep.tg")
         ops = count_tg_ops(m)
         run_pipeline(m, "default")
-        took = time.perf_counter() - start
-        per = took / ops * 1e6
+        took, cpu = time.perf_counter() - start, time.process_time() - cpu
+        per = cpu / ops * 1e6
         base = base or per
-        print(f"{ops:>8} {took:>8.2f} {per:>8.0f}   ({per / base:.2f}x the smallest's time per op)")
+        print(
+            f"{ops:>8} {took:>8.2f} {cpu:>8.2f} {per:>8.0f}"
+            f"   ({per / base:.2f}x the smallest's CPU time per op)"
+        )
 
 
 if __name__ == "__main__":
