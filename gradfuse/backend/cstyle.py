@@ -156,6 +156,7 @@ class Renderer:
         self.t = target
         self.names: dict[SSAValue, str] = {}
         self.lines: list[str] = []
+        self.declare = True  # results are declared (False: assigned, to an array element)
 
     def name(self, v: SSAValue) -> str:
         if v not in self.names:
@@ -214,7 +215,8 @@ class Renderer:
 
     def op(self, op: Operation, depth: int) -> None:  # noqa: C901 (one case per op)
         r = self.name(op.results[0]) if op.results else ""
-        decl = f"{ctype(op.results[0].type)} {r} = " if op.results else ""
+        decl = f"{ctype(op.results[0].type)} {r} = " if op.results and self.declare else ""
+        decl = decl or (f"{r} = " if op.results else "")
         a = [self.name(v) for v in op.operands]
         if isinstance(op, arith.ConstantOp):
             value = op.value

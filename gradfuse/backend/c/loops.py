@@ -33,6 +33,7 @@ from xdsl.dialects import arith, gpu, memref, scf
 from xdsl.dialects.builtin import IntegerAttr
 from xdsl.ir import Block, Operation, SSAValue
 
+from gradfuse.backend.c.lanes import LANES, LaneRenderer, lane_values
 from gradfuse.backend.cstyle import CTarget, Renderer, ctype, element_ctype
 
 PARALLEL_WORK = 32768  # points x inner iterations below which threads cost more than they win
@@ -156,6 +157,29 @@ def _innermost_reduction(block: Block) -> scf.ForOp | None:
     return found
 
 
+def _split(loop: scf.ForOp) -> tuple[int, int, Operation, Operation] | None:
+    """(C, N / C, div, rem) when the loop runs k over [0, N) and reads `k / C` and `k % C`
+    (a reduction over a dim that a view split in two), else None."""
+    lo, hi, st = _constant(loop.lb), _constant(loop.ub), _constant(loop.step)
+    iv = loop.body.block.args[0]
+    ops = list(loop.body.block.ops)
+    div = next((o for o in ops if isinstance(o, arith.DivUIOp) and o.lhs == iv), None)
+    if lo != 0 or st != 1 or hi is None or div is None:
+        return None
+    size = _constant(div.rhs)
+    rem = next(
+        (
+            o
+            for o in ops
+            if isinstance(o, arith.RemUIOp) and o.lhs == iv and _constant(o.rhs) == size
+        ),
+        None,
+    )
+    if rem is None or not size or hi % size:
+        return None
+    return size, hi // size, div, rem
+
+
 def _depends(v: SSAValue, target: SSAValue) -> bool:
     """Whether `v` is computed from `target` (through ops, not through block arguments)."""
     if v is target:
@@ -173,9 +197,13 @@ def _along_reduction(loop: scf.ForOp, last: SSAValue | None, count: int) -> bool
     adds = y is not None and all(isinstance(v.owner, arith.AddfOp) for v in y.operands)
     loads = [o for o in loop.body.walk() if isinstance(o, memref.LoadOp)]
     along = any(o.indices and o.indices[-1] == iv for o in loads)
-    across = last is not None and count >= 8 and all(
-        (o.indices and o.indices[-1] == last) or not any(_depends(i, last) for i in o.indices)
-        for o in loads
+    across = (
+        last is not None
+        and count >= 8
+        and all(
+            (o.indices and o.indices[-1] == last) or not any(_depends(i, last) for i in o.indices)
+            for o in loads
+        )
     )
     return adds and along and not across
 
@@ -223,7 +251,10 @@ class CPURenderer(Renderer):
         self.names.update(seg.names)
         depth = len(seg.dims)
         reduction = _innermost_reduction(seg.block)
-        if reduction is not None and _along_reduction(reduction, seg.last, seg.dims[-1]):
+        along = reduction is not None and _along_reduction(reduction, seg.last, seg.dims[-1])
+        if reduction is not None and not along and self.lanes(seg):
+            return
+        if along:
             accs = ", ".join(self.name(r) for r in reduction.results)
             self.pragmas[reduction] = f"#pragma omp simd reduction(+:{accs})"
             inner_simd = False
@@ -242,11 +273,57 @@ class CPURenderer(Renderer):
         self.block([op for op in seg.block.ops if op not in seg.skip], 2)
         self.emit("}", 1)
 
+    def lanes(self, seg: Segment) -> bool:
+        """Renders `seg` LANES points at a time (see `lanes`); False where it cannot."""
+        ops = [op for op in seg.block.ops if op not in seg.skip]
+        ids = {seg.lid, *(op.lhs for op in seg.skip if isinstance(op, arith.SubiOp))}
+        if seg.last is None or any(v in ids for o in ops for w in o.walk() for v in w.operands):
+            return False  # the flat id itself is read: not a plain loop nest
+        varying = lane_values(seg.block, seg.last)
+        if varying is None:
+            return False
+        depth, n = len(seg.dims), seg.dims[-1]
+        if depth == 1:
+            self.emit("#pragma omp for nowait", 1)
+        else:
+            self.emit(f"#pragma omp for collapse({depth - 1}) nowait", 1)
+        for k, size in enumerate(seg.dims[:-1]):
+            self.emit(f"for (long i{k} = 0; i{k} < {size}; i{k}++)", 1)
+        self.emit(f"for (long b = 0; b < {n}; b += {LANES}) {{", 1)
+        self.emit(f"const long n = {n} - b < {LANES} ? {n} - b : {LANES};", 2)
+        self.names[seg.last] = "(b + l)"
+        LaneRenderer(self, varying).block(ops, 2, [])
+        self.emit("}", 1)
+        return True
+
     def loop(self, op: scf.ForOp, depth: int) -> None:
         pragma = self.pragmas.get(op)
         if pragma is None:
             return super().loop(op, depth)
         for res, init in zip(op.results, op.iter_args):  # declared before the pragma
             self.emit(f"{ctype(res.type)} {self.name(res)} = {self.name(init)};", depth)
+        split = _split(op)
+        if split is None:
+            self.emit(pragma, depth)
+            return super().loop(op, depth, declared=True)
+        # `k / C` and `k % C` read the reduction index: two loops, the inner one contiguous
+        size, count, div, rem = split
+        body = op.body.block
+        for res, arg in zip(op.results, body.args[1:]):
+            self.names[arg] = self.name(res)
+        k, outer, inner = (
+            self.name(body.args[0]),
+            f"{self.name(body.args[0])}o",
+            f"{self.name(body.args[0])}i",
+        )
+        self.names[div.result], self.names[rem.result] = outer, inner
+        self.emit(f"for (long {outer} = 0; {outer} < {count}; {outer}++)", depth)
         self.emit(pragma, depth)
-        super().loop(op, depth, declared=True)
+        self.emit(f"for (long {inner} = 0; {inner} < {size}; {inner}++) {{", depth)
+        self.emit(f"long {k} = {outer} * {size} + {inner};", depth + 1)
+        self.block([o for o in body.ops if o not in (div, rem)], depth + 1)
+        y = body.last_op
+        if isinstance(y, scf.YieldOp):
+            for res, v in zip(op.results, y.operands):
+                self.emit(f"{self.name(res)} = {self.name(v)};", depth + 1)
+        self.emit("}", depth)

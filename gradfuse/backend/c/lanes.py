@@ -1,0 +1,121 @@
+"""Register blocking across points: a kernel body run for LANES neighbouring points at once.
+
+Where a kernel's reduction reads memory that is contiguous (or the same) across
+neighbouring points of its innermost dimension, as the weight of a contraction
+`y[i, j] = sum_k x[i, k] * w[k, j]` is across j, the CPU renderer computes a block of
+LANES points together: values that differ between the points are arrays of LANES
+(accumulators stay in registers), values that do not stay scalars, and every run of
+per-point ops is one short loop over the lanes, which gcc turns into vector code:
+
+    for (long b = 0; b < 128; b += 16) {
+      const long n = 128 - b < 16 ? 128 - b : 16;
+      float v15[16];
+      for (long l = 0; l < n; l++) { v15[l] = v9; }
+      for (long v17 = 0; v17 < 64; v17 += 1) {
+        float v18 = v0[i0 * 1024 + v17];                 // the same for every lane
+        for (long l = 0; l < n; l++) { float v19 = v1[v17 * 128 + (b + l)]; ... v15[l] = v21; }
+      }
+      for (long l = 0; l < n; l++) { ... v3[i0 * 128 + (b + l)] = v24; }
+    }
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import scf
+from xdsl.ir import Block, Operation, SSAValue
+
+from gradfuse.backend.cstyle import Renderer, ctype
+
+LANES = 16
+
+
+def lane_values(block: Block, index: SSAValue) -> set[SSAValue] | None:
+    """The values under `block` that differ between lanes (those computed from `index`),
+    or None when a branch depends on one (lanes would take different paths)."""
+    varying: set[SSAValue] = {index}
+    for _ in range(3):  # loop-carried values may become varying through their yield
+        for op in block.walk():
+            if isinstance(op, scf.ForOp):
+                y = op.body.block.last_op
+                yields = list(y.operands) if isinstance(y, scf.YieldOp) else []
+                for k, res in enumerate(op.results):
+                    if op.iter_args[k] in varying or (k < len(yields) and yields[k] in varying):
+                        varying |= {res, op.body.block.args[k + 1]}
+            elif any(v in varying for v in op.operands):
+                varying |= set(op.results)
+    for op in block.walk():
+        if isinstance(op, scf.IfOp) and op.cond in varying:
+            return None
+    return varying
+
+
+class LaneRenderer:
+    """Renders a block of a segment in lane mode, through its CPU renderer's op cases."""
+
+    def __init__(self, renderer: Renderer, varying: set[SSAValue]):
+        self.r = renderer
+        self.varying = varying
+
+    def block(self, ops: list[Operation], depth: int, assigns: list[tuple[str, SSAValue]]) -> None:
+        """Scalar ops as they come, varying ones gathered into lane loops; `assigns`
+        (carried array <- value) close the last lane loop, as a loop body's yield."""
+        run: list[Operation] = []
+        for op in ops:
+            if isinstance(op, scf.YieldOp):
+                continue
+            if isinstance(op, scf.ForOp) and any(r in self.varying for r in op.results):
+                self.flush(run, depth, [])
+                run = []
+                self.loop(op, depth)
+            elif any(r in self.varying for r in op.results) or (
+                not op.results and any(v in self.varying for v in op.operands)
+            ):
+                run.append(op)
+            else:
+                self.r.op(op, depth)  # the same for every lane: depends on no lane value
+        self.flush(run, depth, assigns)
+
+    def flush(self, run: list[Operation], depth: int, assigns: list[tuple[str, SSAValue]]) -> None:
+        if not run and not assigns:
+            return
+        inside = set(run)
+        arrays = [
+            v
+            for op in run
+            for v in op.results
+            if any(use.operation not in inside for use in v.uses)
+        ]
+        for v in arrays:
+            self.r.emit(f"{ctype(v.type)} {self.r.name(v)}[{LANES}];", depth)
+            self.r.names[v] = f"{self.r.names[v]}[l]"
+        self.r.emit("for (long l = 0; l < n; l++) {", depth)
+        for op in run:
+            array = any(v in arrays for v in op.results)
+            self.r.declare = not array
+            self.r.op(op, depth + 1)
+            self.r.declare = True
+        for target, value in assigns:
+            self.r.emit(f"{target} = {self.r.name(value)};", depth + 1)
+        self.r.emit("}", depth)
+
+    def loop(self, op: scf.ForOp, depth: int) -> None:
+        """A loop whose carried values vary: arrays of LANES, the body in lane mode."""
+        body = op.body.block
+        iv, carried = body.args[0], body.args[1:]
+        inits = []
+        for res, init, arg in zip(op.results, op.iter_args, carried):
+            name = self.r.name(res)
+            self.r.emit(f"{ctype(res.type)} {name}[{LANES}];", depth)
+            self.r.names[res] = self.r.names[arg] = f"{name}[l]"
+            inits.append((f"{name}[l]", init))
+        self.r.emit("for (long l = 0; l < n; l++) {", depth)
+        for target, init in inits:
+            self.r.emit(f"{target} = {self.r.name(init)};", depth + 1)
+        self.r.emit("}", depth)
+        i, lo, hi, st = (self.r.name(v) for v in (iv, op.lb, op.ub, op.step))
+        self.r.emit(f"for (long {i} = {lo}; {i} < {hi}; {i} += {st}) {{", depth)
+        y = body.last_op
+        yields = list(y.operands) if isinstance(y, scf.YieldOp) else []
+        assigns = [(self.r.name(res), v) for res, v in zip(op.results, yields)]
+        self.block(list(body.ops), depth + 1, assigns)
+        self.r.emit("}", depth)
