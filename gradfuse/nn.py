@@ -1,6 +1,6 @@
 """`gradfuse.nn`: modules, losses and optimizers (re-exported from `gradfuse.frontend.nn`).
 
-from gradfuse.nn import Linear, Sequential, Sigmoid, SGD
+from gradfuse.nn import Conv2d, BatchNorm2d, Linear, Sequential, Sigmoid, SGD
 import gradfuse.nn.functional as F
 """
 
@@ -11,14 +11,24 @@ from gradfuse.frontend.nn import (
     SGD,
     Adam,
     AdamW,
+    AdaptiveAvgPool2d,
+    AvgPool2d,
+    BatchNorm1d,
+    BatchNorm2d,
     BCELoss,
+    Buffer,
+    Conv2d,
+    ConvTranspose2d,
     CrossEntropyLoss,
     Dropout,
     Embedding,
+    Flatten,
     Identity,
     LayerNorm,
+    LeakyReLU,
     Linear,
     LogSoftmax,
+    MaxPool2d,
     Module,
     ModuleList,
     MSELoss,
@@ -38,8 +48,10 @@ from gradfuse.frontend.nn import (
 sys.modules[f"{__name__}.functional"] = functional  # `import gradfuse.nn.functional as F`
 
 __all__ = [
-    "Module", "Parameter", "Linear", "Sequential", "ModuleList", "Identity", "Sigmoid", "ReLU",
-    "Tanh", "Softmax", "LogSoftmax", "GELU", "Dropout", "LayerNorm", "Embedding",
-    "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "MSELoss",
-    "CrossEntropyLoss", "BCELoss", "Optimizer", "SGD", "Adam", "AdamW", "functional",
+    "Module", "Parameter", "Buffer", "Linear", "Sequential", "ModuleList", "Identity", "Flatten",
+    "Sigmoid", "ReLU", "LeakyReLU", "Tanh", "Softmax", "LogSoftmax", "GELU", "Dropout",
+    "LayerNorm", "BatchNorm1d", "BatchNorm2d", "Conv2d", "ConvTranspose2d", "MaxPool2d",
+    "AvgPool2d", "AdaptiveAvgPool2d", "Embedding", "MultiheadAttention",
+    "TransformerEncoderLayer", "TransformerEncoder", "MSELoss", "CrossEntropyLoss", "BCELoss",
+    "Optimizer", "SGD", "Adam", "AdamW", "functional",
 ]  # fmt: skip

@@ -3,9 +3,13 @@
 from gradfuse.nn import Linear, Sequential, Sigmoid, SGD
 """
 
-from gradfuse.frontend import functional
-from gradfuse.frontend.nn.activation import GELU, Dropout, LogSoftmax
+from gradfuse.frontend.nn import functional
+from gradfuse.frontend.nn.activation import GELU, Dropout, LeakyReLU, LogSoftmax
+from gradfuse.frontend.nn.batchnorm import BatchNorm1d, BatchNorm2d
+from gradfuse.frontend.nn.buffer import Buffer
+from gradfuse.frontend.nn.conv import Conv2d, ConvTranspose2d
 from gradfuse.frontend.nn.layers import (
+    Flatten,
     Identity,
     Linear,
     ModuleList,
@@ -18,6 +22,7 @@ from gradfuse.frontend.nn.layers import (
 from gradfuse.frontend.nn.loss import BCELoss, CrossEntropyLoss, MSELoss
 from gradfuse.frontend.nn.module import Module
 from gradfuse.frontend.nn.normalization import LayerNorm
+from gradfuse.frontend.nn.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from gradfuse.frontend.nn.sparse import Embedding
 from gradfuse.frontend.nn.transformer import (
     MultiheadAttention,
@@ -28,8 +33,10 @@ from gradfuse.frontend.optim import SGD, Adam, AdamW, Optimizer
 from gradfuse.frontend.parameter import Parameter
 
 __all__ = [
-    "Module", "Parameter", "Linear", "Sequential", "ModuleList", "Identity", "Sigmoid", "ReLU",
-    "Tanh", "Softmax", "LogSoftmax", "GELU", "Dropout", "LayerNorm", "Embedding",
-    "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "MSELoss",
-    "CrossEntropyLoss", "BCELoss", "Optimizer", "SGD", "Adam", "AdamW", "functional",
+    "Module", "Parameter", "Buffer", "Linear", "Sequential", "ModuleList", "Identity", "Flatten",
+    "Sigmoid", "ReLU", "LeakyReLU", "Tanh", "Softmax", "LogSoftmax", "GELU", "Dropout",
+    "LayerNorm", "BatchNorm1d", "BatchNorm2d", "Conv2d", "ConvTranspose2d", "MaxPool2d",
+    "AvgPool2d", "AdaptiveAvgPool2d", "Embedding", "MultiheadAttention",
+    "TransformerEncoderLayer", "TransformerEncoder", "MSELoss", "CrossEntropyLoss", "BCELoss",
+    "Optimizer", "SGD", "Adam", "AdamW", "functional",
 ]  # fmt: skip

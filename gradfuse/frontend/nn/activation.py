@@ -1,4 +1,4 @@
-"""Activation modules beyond `layers.py`: `GELU`, `LogSoftmax`, and `Dropout`.
+"""Activation modules beyond `layers.py`: `GELU`, `LeakyReLU`, `LogSoftmax`, and `Dropout`.
 
 ff = Sequential(Linear(64, 128), GELU(), Dropout(0.1), Linear(128, 64))
 """
@@ -6,6 +6,7 @@ ff = Sequential(Linear(64, 128), GELU(), Dropout(0.1), Linear(128, 64))
 from __future__ import annotations
 
 from gradfuse.frontend import functional as F
+from gradfuse.frontend.functional_conv import leaky_relu
 from gradfuse.frontend.nn.module import Module
 from gradfuse.frontend.recorder import error
 from gradfuse.frontend.tensor import Tensor
@@ -28,6 +29,20 @@ class GELU(Module):
 
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"
+
+
+class LeakyReLU(Module):
+    """`x` where positive, else `negative_slope * x`, as PyTorch. `LeakyReLU(0.2)(x)`"""
+
+    def __init__(self, negative_slope: float = 0.01, inplace: bool = False):
+        super().__init__()
+        self.negative_slope = negative_slope
+
+    def forward(self, x: Tensor) -> Tensor:
+        return leaky_relu(x, self.negative_slope)
+
+    def extra_repr(self) -> str:
+        return f"negative_slope={self.negative_slope}"
 
 
 class LogSoftmax(Module):

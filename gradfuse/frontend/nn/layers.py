@@ -1,4 +1,4 @@
-"""Layers: `Linear`, `Sequential` and the activations, with PyTorch's names and init.
+"""Layers: `Linear`, `Sequential`, `Flatten` and the activations, with PyTorch's names and init.
 
 model = Sequential(Linear(255, 255), Sigmoid(), Linear(255, 255))
 y = model(x)    # x @ W0.T + b0 -> sigmoid -> x @ W2.T + b2
@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from gradfuse.frontend.functional_conv import flatten
 from gradfuse.frontend.nn.module import Module
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import rng
@@ -68,6 +69,21 @@ class Sequential(Module):
         for m in self.children():
             x = m(x)
         return x
+
+
+class Flatten(Module):
+    """Merges dims `start_dim..end_dim` into one. `Flatten()(x)`: [N, C, H, W] -> [N, C*H*W]"""
+
+    def __init__(self, start_dim: int = 1, end_dim: int = -1):
+        super().__init__()
+        self.start_dim = start_dim
+        self.end_dim = end_dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return flatten(x, self.start_dim, self.end_dim)
+
+    def extra_repr(self) -> str:
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
 
 
 class Sigmoid(Module):

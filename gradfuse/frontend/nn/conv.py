@@ -1,0 +1,135 @@
+"""`Conv2d` and `ConvTranspose2d` with PyTorch's arguments, layouts and initialisation.
+
+Weights are OIHW for `Conv2d` and [in, out/groups, kh, kw] for `ConvTranspose2d`,
+both kaiming-uniform with a = sqrt(5) (U(-1/sqrt(fan_in), 1/sqrt(fan_in))), as is
+the bias, drawn from `gradfuse.manual_seed`'s generator:
+
+    conv = Conv2d(3, 64, kernel_size=7, stride=2, padding=3, bias=False)
+    up = ConvTranspose2d(100, 512, 4, 1, 0, bias=False)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gradfuse.frontend import functional_conv as F
+from gradfuse.frontend.nn.module import Module
+from gradfuse.frontend.parameter import Parameter
+from gradfuse.frontend.recorder import error, rng
+from gradfuse.frontend.tensor import Tensor
+
+
+def _uniform(bound: float, shape: tuple[int, ...]) -> np.ndarray:
+    return rng().uniform(-bound, bound, size=shape).astype(np.float32)
+
+
+class _ConvNd(Module):
+    """What both convolutions share: sizes, groups, weight and bias."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: F.IntPair,
+        stride: F.IntPair,
+        padding: F.IntPair | str,
+        dilation: F.IntPair,
+        groups: int,
+        bias: bool,
+        transposed: bool,
+    ):
+        super().__init__()
+        what = type(self).__name__
+        if groups < 1 or in_channels % groups or out_channels % groups:
+            raise error(
+                f"{what}: in_channels {in_channels} and out_channels {out_channels}"
+                f" must be divisible by groups {groups}"
+            )
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.kernel_size = F.pair(kernel_size, f"{what} kernel_size")
+        self.stride = F.pair(stride, f"{what} stride")
+        self.padding = padding if isinstance(padding, str) else F.pair(padding, f"{what} padding")
+        self.dilation = F.pair(dilation, f"{what} dilation")
+        self.groups = groups
+        kh, kw = self.kernel_size
+        if transposed:
+            shape = (in_channels, out_channels // groups, kh, kw)
+        else:
+            shape = (out_channels, in_channels // groups, kh, kw)
+        fan_in = shape[1] * kh * kw  # PyTorch's fan_in: size(1) times the receptive field
+        bound = 1.0 / math.sqrt(fan_in) if fan_in else 0.0
+        self.weight = Parameter(_uniform(bound, shape))
+        self.bias = Parameter(_uniform(bound, (out_channels,))) if bias else None
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size},"
+            f" stride={self.stride}, padding={self.padding}"
+            + (f", dilation={self.dilation}" if self.dilation != (1, 1) else "")
+            + (f", groups={self.groups}" if self.groups != 1 else "")
+            + (", bias=False" if self.bias is None else "")
+        )
+
+
+class Conv2d(_ConvNd):
+    """2-d convolution of NCHW input with weight [out, in/groups, kh, kw] and bias [out].
+
+    `Conv2d(3, 16, 3, padding=1)(x)` maps [N, 3, H, W] to [N, 16, H, W].
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: F.IntPair,
+        stride: F.IntPair = 1,
+        padding: F.IntPair | str = 0,
+        dilation: F.IntPair = 1,
+        groups: int = 1,
+        bias: bool = True,
+    ):
+        super().__init__(
+            in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
+            transposed=False,
+        )  # fmt: skip
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.conv2d(
+            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
+        )
+
+
+class ConvTranspose2d(_ConvNd):
+    """2-d transposed convolution, weight [in, out/groups, kh, kw] and bias [out] (PyTorch's).
+
+    `ConvTranspose2d(64, 32, 4, stride=2, padding=1)(x)` doubles H and W.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: F.IntPair,
+        stride: F.IntPair = 1,
+        padding: F.IntPair = 0,
+        output_padding: F.IntPair = 0,
+        groups: int = 1,
+        bias: bool = True,
+        dilation: F.IntPair = 1,
+    ):
+        if isinstance(padding, str):
+            raise error(f"ConvTranspose2d: padding must be an int or a pair, got {padding!r}")
+        super().__init__(
+            in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
+            transposed=True,
+        )  # fmt: skip
+        self.output_padding = F.pair(output_padding, "ConvTranspose2d output_padding")
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.conv_transpose2d(
+            x, self.weight, self.bias, self.stride, self.padding,  # type: ignore[arg-type]
+            self.output_padding, self.groups, self.dilation,
+        )  # fmt: skip

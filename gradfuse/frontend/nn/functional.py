@@ -1,0 +1,30 @@
+"""`gradfuse.nn.functional` (PyTorch's `F`): the functions of `gradfuse.frontend.functional`
+and the convolution, pooling and batch-norm ones of `gradfuse.frontend.functional_conv`.
+
+import gradfuse.nn.functional as F
+y = F.max_pool2d(F.relu(F.conv2d(x, w, b, padding=1)), 2)
+"""
+
+from gradfuse.frontend.functional import *  # noqa: F403
+from gradfuse.frontend.functional import __all__ as _base
+from gradfuse.frontend.functional_conv import *  # noqa: F403
+from gradfuse.frontend.functional_conv import __all__ as _conv
+from gradfuse.frontend.tensor import Tensor
+
+
+def relu(input: Tensor) -> Tensor:
+    """`max(x, 0)` elementwise (`tg.relu`). `F.relu(x)`"""
+    return input.relu()
+
+
+def sigmoid(input: Tensor) -> Tensor:
+    """`1 / (1 + exp(-x))` elementwise (`tg.sigmoid`). `F.sigmoid(x)`"""
+    return input.sigmoid()
+
+
+def tanh(input: Tensor) -> Tensor:
+    """`tanh(x)` elementwise (`tg.tanh`). `F.tanh(x)`"""
+    return input.tanh()
+
+
+__all__ = [*_base, *(n for n in _conv if n != "pair"), "relu", "sigmoid", "tanh"]
