@@ -448,6 +448,8 @@ class Planner:
         """Pulls elementwise groups that only `root` consumes into g's prologue."""
         wanted: dict[Group, AffineMap | None] = {}
         for value, access in inputs:
+            if resolve_guard(value) is not None:
+                continue  # read through padding: outside the guard it is 0, not f(x)
             base, vmap = resolve(value)
             src = self.producer(base)
             if not isinstance(src, Group) or src.kind != "elementwise" or src.ordered:

@@ -213,7 +213,7 @@ class _Body:
 
     def __init__(self, fuser: _FunctionFuser, g: Group, host: Block):
         self.fuser, self.g, self.host = fuser, g, host
-        self.block = Block(arg_types=[IndexType()] * len(g.domain))
+        self.block = Block(arg_types=[fast.INDEX] * len(g.domain))
         self.outer: list[SSAValue] = []
         self.scalars: dict[SSAValue, SSAValue] = {}
         self.loads: dict[tuple[int, str], SSAValue] = {}
@@ -390,7 +390,7 @@ class _Body:
                 for bound, pred in ((low[k], "sge"), (low[k] + n[k], "slt")):
                     c = self.add(arith.CmpiOp(idx[k], self.index(bound), pred), op)
                     inside = c if inside is None else self.add(arith.AndIOp(inside, c), op)
-            x = self.add(K.LoadOp(self.arg(self.fuser.buffers[resolve(op.input)[0]]), map), op)
+            x = self.operand(op.input, map, False)  # through the views between it and its base
             pad = self.constant(op.value.value.data, op.result.type.element_type)  # type: ignore[attr-defined]
             return self.add(arith.SelectOp(inside, x, pad), op) if inside is not None else x
         dim = op.dim.value.data

@@ -1,8 +1,7 @@
-"""Compiler bugs met while building pooling (c against the reference), as strict xfails.
-
-`gradfuse.nn` pooling is written with strided slices instead of `tg.windows` until
-these are fixed; each test is a minimal reproduction and starts passing (failing
-as XPASS) when its bug is gone.
+"""Guarded views through fusion, c against the reference: three bugs met while building
+pooling, each a minimal reproduction (fixed in tg-fuse: a producer read through a
+padding guard is not recomputed in a consumer's prologue, where the guard would be
+lost; tg.pad reads its input through the views between it and its buffer).
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import pytest
 
 import gradfuse
 from gradfuse import Feeder, Parameter, Receiver, execute
@@ -38,11 +36,6 @@ def _windows(
     return Tensor(emit(tg.WindowsOp(x.value, kernel, stride, pad)).result)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tg-fuse drops the guard of tg.windows' padding when it "
-    "fuses an elementwise producer into the reduction (out-of-bounds loads on c)",
-)
 def test_windows_padding_of_an_elementwise_value_on_c() -> None:
     x = np.ones((1, 1, 4, 4), np.float32)
 
@@ -54,11 +47,6 @@ def test_windows_padding_of_an_elementwise_value_on_c() -> None:
     np.testing.assert_array_equal(c, reference)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the gradient of tg.windows (a guarded view of the "
-    "cotangent) loses its guard in tg-fuse when the cotangent is computed",
-)
 def test_windows_gradient_on_c() -> None:
     r = np.array([1.0, 2.0], np.float32).reshape(1, 1, 1, 2)
 
@@ -73,9 +61,6 @@ def test_windows_gradient_on_c() -> None:
     np.testing.assert_array_equal(c, reference)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="tg.pad of a conv2d result viewed by tg.windows reads shifted elements on c"
-)
 def test_pad_of_a_conv_then_windows_on_c() -> None:
 
     x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4) - 20.0
