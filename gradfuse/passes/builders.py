@@ -10,14 +10,17 @@ Passes that expand one op into many (`tg-decompose`, `tg-autodiff`) build throug
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
 
 from xdsl.builder import Builder
-from xdsl.dialects.builtin import TensorType, i1
+from xdsl.dialects.builtin import DenseArrayBase, FloatAttr, TensorType, f64, i1
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from gradfuse.dialects import tg
-from gradfuse.dialects.tg_base import shape_of
+from gradfuse.dialects.tg_base import i64_array, shape_of, tensor
 
 
 def element_type(value: SSAValue) -> Attribute:
@@ -25,6 +28,28 @@ def element_type(value: SSAValue) -> Attribute:
     ty = value.type
     assert isinstance(ty, TensorType)
     return ty.element_type
+
+
+def _f64(value: float) -> FloatAttr:
+    """The f64 `FloatAttr` of a splat `tg.constant` (shared: constants repeat)."""
+    return _f64_signed(value, math.copysign(1.0, value))  # 0.0 == -0.0 as keys
+
+
+@lru_cache(maxsize=1024)
+def _f64_signed(value: float, sign: float) -> FloatAttr:
+    return FloatAttr(value, f64)
+
+
+@lru_cache(maxsize=4096)
+def tensor_type(shape: tuple[int, ...], element: Attribute) -> TensorType:
+    """A shared `tensor<shape x element>` (types repeat through a program)."""
+    return tensor(shape, element)
+
+
+@lru_cache(maxsize=4096)
+def i64s(values: tuple[int, ...]) -> DenseArrayBase:
+    """A shared `array<i64: values>` property."""
+    return i64_array(values)
 
 
 def keepdims_shape(shape: Sequence[int], dims: Sequence[int]) -> list[int]:
@@ -64,7 +89,8 @@ class Emitter:
         """A splat `tg.constant` of the type of `like` (a value or a tensor type)."""
         ty = like.type if isinstance(like, SSAValue) else like
         assert isinstance(ty, TensorType)
-        return self.emit(tg.ConstantOp(float(value), ty))
+        attr = _f64(float(value))  # as the constructor builds it, without its checks
+        return self.emit(tg.ConstantOp.create(result_types=[ty], properties={"value": attr}))
 
     def zeros_like(self, value: SSAValue) -> SSAValue:
         """`tg.constant 0.0` of the type of `value`."""
@@ -72,41 +98,46 @@ class Emitter:
 
     # --- elementwise ------------------------------------------------------------
 
+    def elementwise(self, cls: type[Operation], *operands: SSAValue) -> SSAValue:
+        """An elementwise tg op whose result has its first operand's type (all but
+        tg.cmplt), built as its constructor builds it without the generic checks."""
+        return self.emit(cls.create(operands=operands, result_types=[operands[0].type]))
+
     def add(self, a: SSAValue, b: SSAValue) -> SSAValue:
-        return self.emit(tg.AddOp(a, b))
+        return self.elementwise(tg.AddOp, a, b)
 
     def sub(self, a: SSAValue, b: SSAValue) -> SSAValue:
-        return self.emit(tg.SubOp(a, b))
+        return self.elementwise(tg.SubOp, a, b)
 
     def mul(self, a: SSAValue, b: SSAValue) -> SSAValue:
-        return self.emit(tg.MulOp(a, b))
+        return self.elementwise(tg.MulOp, a, b)
 
     def div(self, a: SSAValue, b: SSAValue) -> SSAValue:
-        return self.emit(tg.DivOp(a, b))
+        return self.elementwise(tg.DivOp, a, b)
 
     def max(self, a: SSAValue, b: SSAValue) -> SSAValue:
-        return self.emit(tg.MaxOp(a, b))
+        return self.elementwise(tg.MaxOp, a, b)
 
     def cmplt(self, a: SSAValue, b: SSAValue) -> SSAValue:
         return self.emit(tg.CmpLtOp(a, b))
 
     def neg(self, x: SSAValue) -> SSAValue:
-        return self.emit(tg.NegOp(x))
+        return self.elementwise(tg.NegOp, x)
 
     def exp2(self, x: SSAValue) -> SSAValue:
-        return self.emit(tg.Exp2Op(x))
+        return self.elementwise(tg.Exp2Op, x)
 
     def log2(self, x: SSAValue) -> SSAValue:
-        return self.emit(tg.Log2Op(x))
+        return self.elementwise(tg.Log2Op, x)
 
     def sqrt(self, x: SSAValue) -> SSAValue:
-        return self.emit(tg.SqrtOp(x))
+        return self.elementwise(tg.SqrtOp, x)
 
     def recip(self, x: SSAValue) -> SSAValue:
-        return self.emit(tg.RecipOp(x))
+        return self.elementwise(tg.RecipOp, x)
 
     def sin(self, x: SSAValue) -> SSAValue:
-        return self.emit(tg.SinOp(x))
+        return self.elementwise(tg.SinOp, x)
 
     def where(self, cond: SSAValue, a: SSAValue, b: SSAValue) -> SSAValue:
         return self.emit(tg.WhereOp(cond, a, b))
@@ -125,23 +156,38 @@ class Emitter:
 
     # --- contraction, reductions, movement -------------------------------------
 
+    # These build each op as its constructor does (same result type and properties),
+    # through `create` and shared types: the generic constructors cost 3x (hot path).
+
+    def shaped(
+        self, cls: type[Operation], operands: Sequence[SSAValue], shape: Sequence[int], **props: Any
+    ) -> SSAValue:
+        """An op of `cls` with a result of `shape` and the first operand's element type."""
+        ty = tensor_type(tuple(shape), element_type(operands[0]))
+        return self.emit(cls.create(operands=operands, result_types=[ty], properties=props))
+
     def dot(self, a: SSAValue, b: SSAValue) -> SSAValue:
-        return self.emit(tg.DotOp(a, b))
+        return self.shaped(tg.DotOp, [a, b], shape_of(a)[:-1] + shape_of(b)[-1:])
 
     def reduce_sum(self, x: SSAValue, dims: Sequence[int]) -> SSAValue:
-        return self.emit(tg.ReduceSumOp(x, list(dims)))
+        return self.reduce(tg.ReduceSumOp, x, dims)
 
     def reduce_max(self, x: SSAValue, dims: Sequence[int]) -> SSAValue:
-        return self.emit(tg.ReduceMaxOp(x, list(dims)))
+        return self.reduce(tg.ReduceMaxOp, x, dims)
+
+    def reduce(self, cls: type[Operation], x: SSAValue, dims: Sequence[int]) -> SSAValue:
+        kept = [n for i, n in enumerate(shape_of(x)) if i not in dims]
+        return self.shaped(cls, [x], kept, dims=i64s(tuple(sorted(dims))))
 
     def reshape(self, x: SSAValue, shape: Sequence[int]) -> SSAValue:
         """`tg.reshape`, or `x` itself when it already has `shape`."""
         if shape_of(x) == tuple(shape):
             return x
-        return self.emit(tg.ReshapeOp(x, list(shape)))
+        return self.shaped(tg.ReshapeOp, [x], shape)
 
     def permute(self, x: SSAValue, perm: Sequence[int]) -> SSAValue:
-        return self.emit(tg.PermuteOp(x, list(perm)))
+        shape = shape_of(x)
+        return self.shaped(tg.PermuteOp, [x], [shape[p] for p in perm], perm=i64s(tuple(perm)))
 
     def transpose_last2(self, x: SSAValue) -> SSAValue:
         """Swaps the last two dims: `tg.permute %x perm=[0, 2, 1]` for rank 3."""
@@ -152,7 +198,7 @@ class Emitter:
         """`tg.broadcast`, or `x` itself when it already has `shape`."""
         if shape_of(x) == tuple(shape):
             return x
-        return self.emit(tg.BroadcastOp(x, list(shape)))
+        return self.shaped(tg.BroadcastOp, [x], shape)
 
     def expand_reduced(self, x: SSAValue, shape: Sequence[int], dims: Sequence[int]) -> SSAValue:
         """Broadcasts a reduction's result back over the reduced `dims` of `shape`."""

@@ -195,12 +195,41 @@ class OpFacts:
         return self._patterns[cls]
 
 
+def _op_type(pattern: RewritePattern) -> Any:
+    """The op type (or union) that an `@op_type_rewrite_pattern` pattern matches, read from
+    the decorator's closure; None (any op) for other patterns."""
+    impl = type(pattern).match_and_rewrite
+    code, cells = getattr(impl, "__code__", None), getattr(impl, "__closure__", None)
+    if code is None or not cells or "expected_type" not in code.co_freevars:
+        return None
+    expected = cells[code.co_freevars.index("expected_type")].cell_contents
+    try:
+        issubclass(Operation, expected)  # a class or a union of classes
+    except TypeError:
+        return None
+    return expected
+
+
 class FactsApplier(GreedyRewritePatternApplier):
-    """`GreedyRewritePatternApplier` asking `OpFacts` instead of each op."""
+    """`GreedyRewritePatternApplier` asking `OpFacts` instead of each op, and trying on
+    an op only the patterns that can match its class (the others do nothing)."""
 
     def __init__(self, patterns: list[RewritePattern], facts: OpFacts, **kwargs: Any):
         super().__init__(patterns, **kwargs)
         self.facts = facts
+        self._types = [_op_type(p) for p in patterns]
+        self._for_class: dict[type[Operation], list[RewritePattern]] = {}
+
+    def patterns_for(self, op: Operation) -> list[RewritePattern]:
+        """The patterns, in order, that may act on `op`."""
+        found = self._for_class.get(type(op))
+        if found is None:
+            found = self._for_class[type(op)] = [
+                p
+                for p, t in zip(self.rewrite_patterns, self._types, strict=True)
+                if t is None or issubclass(type(op), t)
+            ]
+        return found
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         facts = self.facts
@@ -219,7 +248,7 @@ class FactsApplier(GreedyRewritePatternApplier):
                 values, new_ops = folded
                 rewriter.replace(op, new_ops=new_ops, new_results=values)
                 return
-        for pattern in self.rewrite_patterns:
+        for pattern in self.patterns_for(op):
             pattern.match_and_rewrite(op, rewriter)
             if rewriter.has_done_action:
                 return

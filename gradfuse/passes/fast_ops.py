@@ -11,6 +11,7 @@ constructors would set, and share immutable attributes:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -40,9 +41,15 @@ _X = gpu.DimensionAttr(gpu.DimensionEnum.X)
 _NO_FASTMATH = arith.FastMathFlagsAttr("none")
 
 
-@lru_cache(maxsize=4096, typed=True)
 def scalar_attr(value: int | float, ty: Attribute = INDEX) -> Attribute:
     """A shared `FloatAttr` (float `value`) or `IntegerAttr` of type `ty`."""
+    if isinstance(value, float):  # 0.0 == -0.0, but they are different attributes
+        return _scalar_attr(value, ty, math.copysign(1.0, value))
+    return _scalar_attr(value, ty, None)
+
+
+@lru_cache(maxsize=4096, typed=True)
+def _scalar_attr(value: int | float, ty: Attribute, sign: float | None) -> Attribute:
     if isinstance(value, float):
         return FloatAttr(value, ty)  # type: ignore[arg-type]
     return IntegerAttr(value, ty)  # type: ignore[arg-type]

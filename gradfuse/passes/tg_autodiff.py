@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from xdsl.context import Context
 from xdsl.dialects import builtin
@@ -53,7 +54,12 @@ INDEPENDENT = (
 
 def backward_location(op: Operation) -> Attribute:
     """The location of a gradient op: `op`'s provenance with direction "backward"."""
-    return provenance_of(op.location).with_direction("backward").to_location()
+    return _backward(op.location)
+
+
+@lru_cache(maxsize=4096)
+def _backward(location: Attribute) -> Attribute:
+    return provenance_of(location).with_direction("backward").to_location()
 
 
 def uses_any(op: Operation, values: set[SSAValue]) -> bool:

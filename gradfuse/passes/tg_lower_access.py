@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import builtin
-from xdsl.ir import Operation
+from xdsl.dialects.builtin import AffineMapAttr, AffineSetAttr
+from xdsl.ir import Attribute, Operation
 from xdsl.ir.affine import AffineMap, AffineSet
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -29,6 +30,7 @@ from xdsl.pattern_rewriter import (
 from gradfuse import affine
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import ints, shape_of
+from gradfuse.passes.builders import element_type, tensor_type
 from gradfuse.passes.cleanup import rewrite_walker
 
 
@@ -48,7 +50,11 @@ def _replace_with_view(
     if guard is None and source.type == op.results[0].type and _is_identity(map, shape):
         rewriter.replace(op, [], [source])
     else:
-        view = tg.ViewAccessOp(source, map, shape, guard)
+        props: dict[str, Attribute] = {"map": AffineMapAttr(map)}  # as its constructor does
+        if guard is not None:
+            props["guard"] = AffineSetAttr(guard)
+        ty = tensor_type(shape, element_type(source))
+        view = tg.ViewAccessOp.create(operands=[source], result_types=[ty], properties=props)
         view.location = op.location
         rewriter.replace(op, view)
     if isinstance(inner, tg.ViewAccessOp) and not inner.result.uses:
