@@ -1,7 +1,8 @@
-"""Guarded views through fusion, c against the reference: three bugs met while building
-pooling, each a minimal reproduction (fixed in tg-fuse: a producer read through a
-padding guard is not recomputed in a consumer's prologue, where the guard would be
-lost; tg.pad reads its input through the views between it and its buffer).
+"""Guarded views through fusion, c against the reference: bugs met while building
+pooling and the DCGAN, each a minimal reproduction (fixed in tg-fuse: a producer read
+through a padding guard is not recomputed in a consumer's prologue, where the guard
+would be lost; tg.pad reads its input through the views between it and its buffer).
+The convolution cases are inference programs, where an activation feeds only a conv.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 import gradfuse
 from gradfuse import Feeder, Parameter, Receiver, execute
 from gradfuse.dialects import tg
-from gradfuse.frontend.functional_conv import conv2d
+from gradfuse.frontend.functional_conv import conv2d, conv_transpose2d
 from gradfuse.frontend.recorder import emit
 from gradfuse.frontend.tensor import Tensor
 
@@ -73,4 +74,28 @@ def test_pad_of_a_conv_then_windows_on_c() -> None:
 
     c, reference = _c_and_reference(build)
     np.testing.assert_array_equal(reference.ravel(), [-15, -13, -7, -5])
+    np.testing.assert_array_equal(c, reference)
+
+
+def test_conv2d_of_a_single_use_elementwise_value_on_c() -> None:
+    x = np.ones((1, 1, 2, 2), np.float32)
+
+    def build() -> Any:
+        w = Parameter(np.ones((1, 1, 3, 3), np.float32), name="w")
+        return conv2d(Feeder(lambda: x, shape=[1, 1, 2, 2]).relu(), w, padding=1)
+
+    c, reference = _c_and_reference(build)
+    np.testing.assert_array_equal(reference.ravel(), [4, 4, 4, 4])
+    np.testing.assert_array_equal(c, reference)
+
+
+def test_conv_transpose2d_of_a_single_use_elementwise_value_on_c() -> None:
+    x = np.ones((1, 1, 2, 2), np.float32)
+
+    def build() -> Any:
+        w = Parameter(np.ones((1, 1, 2, 2), np.float32), name="w")
+        return conv_transpose2d(Feeder(lambda: x, shape=[1, 1, 2, 2]).relu(), w, stride=2)
+
+    c, reference = _c_and_reference(build)
+    np.testing.assert_array_equal(reference, np.ones((1, 1, 4, 4)))
     np.testing.assert_array_equal(c, reference)
