@@ -288,14 +288,21 @@ class _Liveness:
     def propagate_op(self, op: Operation) -> None:
         for region in op.regions:
             self.propagate_region(region)
-        live = self.live
-        if id(op) in live:
+        live, key = self.live, id(op)
+        if key in live:
             return
-        if not self.facts.would_be_trivially_dead(op) or any(
-            id(use.operation) in live for result in op.results for use in result.uses
-        ):
-            self.changed = True
-            live.add(id(op))
+        if self.facts.would_be_trivially_dead(op):  # live only if a live op uses it
+            for result in op.results:
+                for use in result.uses:
+                    if id(use.operation) in live:
+                        break
+                else:
+                    continue
+                break
+            else:
+                return
+        self.changed = True
+        live.add(key)
 
     def propagate_region(self, region: Region) -> None:
         first = region.first_block

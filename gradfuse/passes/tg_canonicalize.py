@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import cache
 from math import prod
 
 from xdsl.dialects.builtin import FloatAttr, TensorType
@@ -61,9 +62,10 @@ class FoldSplats(RewritePattern):
     """An elementwise op on splats, a view of a splat, a reduction of a splat: a splat."""
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not op.operands or not isinstance(op.operands[0].owner, tg.ConstantOp):
+        operands = op.operands
+        if not operands or not isinstance(operands[0].owner, tg.ConstantOp):
             return
-        values = [splat(v) for v in op.operands]
+        values = [splat(v) for v in operands]
         if not values or any(v is None for v in values):
             return
         if type(op) in FOLD:
@@ -81,14 +83,25 @@ class DropIdentity(RewritePattern):
     """`x * 1`, `x + 0`, `x - 0`, `x / 1` are `x`."""
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not isinstance(op, tg.MulOp | tg.AddOp | tg.SubOp | tg.DivOp):
+        unit, commutes = _identity(type(op))
+        if unit is None:
             return
-        unit = 1.0 if isinstance(op, tg.MulOp | tg.DivOp) else 0.0
         lhs, rhs = op.operands
         if splat(rhs) == unit and rhs.type == op.results[0].type:
             rewriter.replace(op, [], [lhs])
-        elif isinstance(op, tg.MulOp | tg.AddOp) and splat(lhs) == unit:
+        elif commutes and splat(lhs) == unit:
             rewriter.replace(op, [], [rhs])
+
+
+@cache
+def _identity(cls: type[Operation]) -> tuple[float | None, bool]:
+    """The identity element of an op class (1 for mul/div, 0 for add/sub, else None) and
+    whether the op commutes (asked once per class: the pattern sees every op)."""
+    if not issubclass(cls, tg.MulOp | tg.AddOp | tg.SubOp | tg.DivOp):
+        return None, False
+    return (1.0 if issubclass(cls, tg.MulOp | tg.DivOp) else 0.0), issubclass(
+        cls, tg.MulOp | tg.AddOp
+    )
 
 
 PATTERNS = (FoldSplats(), DropIdentity())
