@@ -232,3 +232,22 @@ def test_register_blocked_and_split_reductions_match_the_reference():
     source = render_c(module)
     assert "b += 16" in source  # 37 points a row: two full blocks of lanes and a tail
     assert "v17o < 4" in source or "o < 4;" in source  # the 4x6 split reduction dim
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@settings(max_examples=5, deadline=None)
+@given(programs())
+def test_the_cuda_source_of_random_programs_compiles(src: str):
+    import tempfile
+
+    module = parse_tg(src)
+    run_pipeline(module, "default")
+    with tempfile.TemporaryDirectory() as tmp:
+        cu = Path(tmp) / "kernels.cu"
+        cu.write_text(render_kernels(module, CUDATarget()))
+        done = subprocess.run(
+            ["nvcc", "-cubin", "-arch=sm_90", "-w", "-o", str(Path(tmp) / "k.cubin"), str(cu)],
+            capture_output=True,
+            text=True,
+        )
+    assert done.returncode == 0, done.stderr
