@@ -32,7 +32,7 @@ from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import ints, shape_of
 from gradfuse.passes import conv
 from gradfuse.passes.builders import Emitter
-from gradfuse.passes.cleanup import rewrite_walker
+from gradfuse.passes.op_facts import rewrite_walker
 
 LOG2_E = math.log2(math.e)
 
