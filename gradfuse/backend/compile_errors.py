@@ -20,7 +20,9 @@ from xdsl.ir import Attribute
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.provenance import provenance_of
 
-HEADER = re.compile(r"^(?:static void|extern \"C\" __global__ void) (\w+)\(")
+HEADER = re.compile(
+    r'^(?:static void|extern "C" __global__ void|__attribute__\(\(visibility\("hidden"\)\)\) void) (\w+)\('
+)
 
 
 def kernel_at(source: str, line: int) -> str | None:

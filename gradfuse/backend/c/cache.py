@@ -35,9 +35,31 @@ def compiler() -> str:
     return path
 
 
+HIDDEN = '__attribute__((visibility("hidden"))) void '
+
+
+def split_units(source: str, parts: int) -> list[str]:
+    """`source` (kernels as `static void kN(...) {...}` at line starts, then the host
+    program) as `parts` translation units of kernels and a last one for the host, each
+    with the prelude; the kernels become hidden externals that the host declares."""
+    lines = source.splitlines(keepends=True)
+    starts = [i for i, ln in enumerate(lines) if ln.startswith("static void ")]
+    if not starts:
+        return [source]
+    ends = [next(j for j in range(i, len(lines)) if lines[j] == "}\n") + 1 for i in starts]
+    prelude = "".join(lines[: starts[0]])
+    kernels = ["".join(lines[i:j]).replace("static void ", HIDDEN, 1) for i, j in zip(starts, ends)]
+    protos = "".join(k.split("{", 1)[0].rstrip() + ";\n" for k in kernels)
+    host = prelude + protos + "".join(lines[ends[-1] :])
+    size = -(-len(kernels) // parts)
+    units = [prelude + "".join(kernels[i : i + size]) for i in range(0, len(kernels), size)]
+    return [*units, host]
+
+
 def build_library(source: str, module: ModuleOp | None = None) -> Path:
-    """The shared library of `source`, from the cache or built by gcc; a failure names
-    the kernel (of `module`) that gcc stopped in."""
+    """The shared library of `source`, from the cache or built by gcc (big programs in
+    several translation units, compiled at once, one per core); a failure names the
+    kernel (of `module`) that gcc stopped in."""
     cc = compiler()
     key = hashlib.sha256("\0".join([source, *FLAGS, tool_version(cc)]).encode()).hexdigest()
     target = cache_dir("c") / f"{key[:32]}.so"
@@ -45,18 +67,43 @@ def build_library(source: str, module: ModuleOp | None = None) -> Path:
         with target.open("rb") as f:
             if f.read(4) == b"\x7fELF":  # anything else (a torn or foreign file) is rebuilt
                 return target
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    parts = min(cores or 1, source.count("\nstatic void ") // 8)
+    units = split_units(source, parts) if parts > 1 else [source]
     with tempfile.TemporaryDirectory(dir=cache_dir("c")) as tmp:
-        src = Path(tmp) / "program.c"
-        src.write_text(source)
         out = Path(tmp) / "program.so"
-        done = subprocess.run(
-            [cc, *FLAGS, "-o", str(out), str(src), "-lm"], capture_output=True, text=True
-        )
-        if done.returncode != 0:
-            kept = cache_dir("c") / f"{key[:32]}-failed.c"
-            kept.write_text(source)
-            raise compile_error(
-                "gcc", source, done.stderr.replace(str(src), str(kept)), kept, module
+        if len(units) == 1:
+            jobs = [(source, Path(tmp) / "program.c", [cc, *FLAGS, "-o", str(out)])]
+        else:
+            compile_only = [f for f in FLAGS if f != "-shared"]
+            jobs = [
+                (
+                    unit,
+                    Path(tmp) / f"unit{k}.c",
+                    [cc, *compile_only, "-c", "-o", f"{tmp}/unit{k}.o"],
+                )
+                for k, unit in enumerate(units)
+            ]
+        procs = []
+        for text, src, cmd in jobs:
+            src.write_text(text)
+            procs.append(
+                subprocess.Popen([*cmd, str(src), "-lm"], stderr=subprocess.PIPE, text=True)
             )
+        for (text, src, _), proc in zip(jobs, procs):
+            stderr = proc.communicate()[1]
+            if proc.returncode != 0:
+                kept = cache_dir("c") / f"{key[:32]}-failed.c"
+                kept.write_text(text)
+                raise compile_error("gcc", text, stderr.replace(str(src), str(kept)), kept, module)
+        if len(units) > 1:
+            objects = [f"{tmp}/unit{k}.o" for k in range(len(units))]
+            done = subprocess.run(
+                [cc, *FLAGS, "-o", str(out), *objects, "-lm"], capture_output=True, text=True
+            )
+            if done.returncode != 0:
+                raise GradfuseError(
+                    f"gcc could not link the generated program: {done.stderr.strip()}"
+                )
         os.replace(out, target)  # atomic: a reader sees no library or the whole one
     return target
