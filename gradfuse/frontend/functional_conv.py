@@ -1,12 +1,11 @@
 """Convolution, pooling and batch-norm functions on traced tensors (PyTorch's `F`).
 
 Each records a few tg ops: `tg.conv2d` / `tg.conv_transpose2d` for convolutions,
-strided slices of the (padded) input combined elementwise for pooling (see
-`_taps`), reductions and elementwise ops for batch norm; the autodiff pass
-differentiates all of them:
+`tg.windows` plus a reduction for pooling, reductions and elementwise ops for
+batch norm; the autodiff pass differentiates all of them:
 
     y = F.conv2d(x, w, b, stride=2, padding=1)       # tg.conv2d, then + b
-    p = F.max_pool2d(y, 3, stride=2, padding=1)      # tg.pad -inf, 9 tg.slice, 8 tg.max
+    p = F.max_pool2d(y, 3, stride=2, padding=1)      # tg.windows, + -inf padding, tg.reduce_max
     z = F.batch_norm(p, rm, rv, weight, bias, training=True)
 """
 
@@ -126,25 +125,25 @@ def _pool_args(
     return kernel, st, pad
 
 
-def _taps(
+def _windows(
     x: Tensor, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int],
-    dilation: tuple[int, int], fill: float,
-) -> list[Tensor]:  # fmt: skip
-    """The kh * kw strided slices of `x` padded with `fill`: tap (p, q) holds element
-    (p, q) of every window, [N, C, oh, ow] each, in row-major window order."""
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
-    padded = _pad(x, ph, ph, pw, pw, fill)
-    h, w = padded.shape[2:]
-    oh, ow = (h - dh * (kh - 1) - 1) // sh + 1, (w - dw * (kw - 1) - 1) // sw + 1
-    if oh < 1 or ow < 1:
-        raise error(f"pooling: the window {kernel} is larger than the padded input {(h, w)}")
-    return [
-        padded[
-            :, :, p * dh : p * dh + sh * (oh - 1) + 1 : sh, q * dw : q * dw + sw * (ow - 1) + 1 : sw
-        ]
-        for p in range(kh)
-        for q in range(kw)
-    ]
+    dilation: tuple[int, int] = (1, 1),
+) -> Tensor:  # fmt: skip
+    """`tg.windows`: [N, C, oh, ow, kh, kw], 0 where a window slot is in the padding."""
+    return Tensor(emit(tg.WindowsOp(x.value, kernel, stride, padding, dilation)).result)
+
+
+def _padding_mask(
+    x: Tensor, win: Tensor, kernel: tuple[int, int], stride: tuple[int, int],
+    padding: tuple[int, int], dilation: tuple[int, int],
+) -> np.ndarray:  # fmt: skip
+    """[oh, ow, kh, kw]: True where window slot (i, j, p, q) lies in the padding."""
+    outside = []
+    for d in range(2):
+        at = np.arange(win.shape[2 + d])[:, None] * stride[d]
+        at = at + np.arange(kernel[d])[None, :] * dilation[d] - padding[d]
+        outside.append((at < 0) | (at >= x.shape[2 + d]))
+    return outside[0][:, None, :, None] | outside[1][None, :, None, :]
 
 
 def max_pool2d(
@@ -157,16 +156,17 @@ def max_pool2d(
 ) -> Tensor:
     """The maximum of each window; padding counts as -inf, as in PyTorch.
 
-    An elementwise `tg.max` of the window's taps (strided slices), nested so that the
-    gradient of tied maxima goes to the first one in the window, as in PyTorch.
+    `tg.windows`, plus a constant that is -inf on padded slots, then `tg.reduce_max`.
+    Tied maxima share the gradient evenly (PyTorch gives it to the first one).
     `max_pool2d(x, 3, stride=2, padding=1)`
     """
     kernel, st, pad = _pool_args("max_pool2d", input, kernel_size, stride, padding, ceil_mode)
-    taps = _taps(input, kernel, st, pad, pair(dilation, "max_pool2d dilation"), -math.inf)
-    out = taps[-1]
-    for tap in reversed(taps[:-1]):
-        out = out.maximum(tap)  # tg.max gives ties to its rhs: the earlier tap
-    return out
+    dil = pair(dilation, "max_pool2d dilation")
+    win = _windows(input, kernel, st, pad, dil)
+    if pad != (0, 0):
+        outside = _padding_mask(input, win, kernel, st, pad, dil)
+        win = win + constant(np.where(outside, -np.inf, 0.0)[None, None], input.dtype)
+    return win.max((4, 5))
 
 
 def avg_pool2d(
@@ -180,27 +180,23 @@ def avg_pool2d(
 ) -> Tensor:
     """The mean of each window (zero padding counted unless `count_include_pad=False`).
 
-    The sum of the window's taps (strided slices), scaled. `avg_pool2d(x, 2)` halves H, W.
+    `tg.windows`, then `tg.reduce_sum` and a scale. `avg_pool2d(x, 2)` halves H and W.
     """
     kernel, st, pad = _pool_args("avg_pool2d", input, kernel_size, stride, padding, ceil_mode)
-    taps = _taps(input, kernel, st, pad, (1, 1), 0.0)
-    sums = taps[0]
-    for tap in taps[1:]:
-        sums = sums + tap
+    win = _windows(input, kernel, st, pad)
+    sums = win.sum((4, 5))
     if divisor_override:
         return sums * (1.0 / divisor_override)
     if count_include_pad or pad == (0, 0):
         return sums * (1.0 / (kernel[0] * kernel[1]))
-    counts = [
-        np.clip(np.arange(n) * s - p + k, 0, size) - np.clip(np.arange(n) * s - p, 0, size)
-        for n, s, p, k, size in zip(sums.shape[2:], st, pad, kernel, input.shape[2:])
-    ]
-    return sums * constant(1.0 / np.outer(counts[0], counts[1]).astype(np.float32))
+    inside = ~_padding_mask(input, win, kernel, st, pad, (1, 1))
+    counts = inside.sum((2, 3))
+    return sums * constant(1.0 / counts, input.dtype)
 
 
 def _adaptive_matrix(size: int, out: int) -> np.ndarray:
     """The [out, size] averaging matrix of PyTorch's adaptive pooling along one dim."""
-    m = np.zeros((out, size), np.float32)
+    m = np.zeros((out, size))
     for i in range(out):
         start, end = (i * size) // out, -(-((i + 1) * size) // out)
         m[i, start:end] = 1.0 / (end - start)
@@ -225,8 +221,8 @@ def adaptive_avg_pool2d(input: Tensor, output_size: int | Sequence[int | None]) 
         return input.mean((2, 3), keepdim=True)
     if h % oh == 0 and w % ow == 0:
         return avg_pool2d(input, (h // oh, w // ow))
-    out = input if ow == w else input @ constant(_adaptive_matrix(w, ow).T)
-    return out if oh == h else constant(_adaptive_matrix(h, oh)) @ out
+    out = input if ow == w else input @ constant(_adaptive_matrix(w, ow).T, input.dtype)
+    return out if oh == h else constant(_adaptive_matrix(h, oh), input.dtype) @ out
 
 
 def leaky_relu(input: Tensor, negative_slope: float = 0.01) -> Tensor:

@@ -1,0 +1,97 @@
+"""Compiler bugs met while building the conv/pooling modules and examples, as strict
+xfails: each is a minimal reproduction against the reference backend and fails as
+XPASS once its bug is fixed. `gradfuse.nn` avoids the first two (pooling uses
+`tg.windows`, not padded strided slices); the float64 ones affect only programs in
+float64 on c (ResNet-18 in float64 on c gives nan after one step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gradfuse import Feeder, Parameter, Receiver, execute
+from gradfuse.dialects import tg
+from gradfuse.frontend.functional_conv import conv2d, max_pool2d
+from gradfuse.frontend.recorder import emit
+from gradfuse.frontend.tensor import Tensor
+
+
+def _on(backend: str, build: Callable[[], Any]) -> tuple[np.ndarray, np.ndarray]:
+    """What `build()` (which records and returns one tensor) gives on `backend` and on the
+    reference."""
+    results = []
+    for name in (backend, "reference"):
+        out: list[np.ndarray] = []
+        Receiver(out.append, build())
+        execute(backend=name)
+        results.append(out[0])
+    return results[0], results[1]
+
+
+def _padded(x: Tensor, value: float) -> Tensor:
+    return Tensor(emit(tg.PadOp(x.value, [0, 0, 1, 1], [0, 0, 1, 1], value)).result)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="c codegen: the fused backward kernel of max(strided slices of a tg.pad) uses"
+    " an undeclared variable (gcc fails)",
+)
+def test_gradient_of_max_of_strided_slices_of_a_pad_compiles_on_c() -> None:
+    def build() -> Any:
+        x = Parameter(np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2), name="x")
+        p = _padded(x, 0.0)  # 4x4
+        p[:, :, 0:3:2, 0:3:2].maximum(p[:, :, 1:4:2, 1:4:2]).sum().backward()
+        return x.grad
+
+    c, reference = _on("c", build)
+    np.testing.assert_array_equal(reference.ravel(), [1, 0, 0, 1])
+    np.testing.assert_array_equal(c, reference)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a tg.pad with a non-zero value lowers to a kernel that also keeps an unguarded"
+    " (dead) load of its input over the padded domain: out of bounds (numpy backend raises)",
+)
+def test_pad_with_a_value_reads_in_bounds() -> None:
+    def build() -> Any:
+        x = Parameter(np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2), name="x")
+        p = _padded(x, -np.inf)
+        return p[:, :, 0:3:2, 0:3:2].maximum(p[:, :, 1:4:2, 1:4:2])
+
+    numpy, reference = _on("numpy", build)
+    np.testing.assert_array_equal(numpy, reference)
+
+
+@pytest.mark.xfail(strict=True, reason="c: sqrt of a float64 value is computed in float32")
+def test_float64_sqrt_on_c() -> None:
+    x = np.full(4, 2.0)
+
+    def build() -> Any:
+        return Feeder(lambda: x, shape=[4], dtype=np.float64).sqrt()
+
+    c, reference = _on("c", build)
+    np.testing.assert_array_equal(c, reference)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="c: in float64, the weight gradient of a conv2d followed by a padded max-pool is nan",
+)
+def test_float64_gradient_through_conv_and_max_pool_on_c() -> None:
+    x = np.random.default_rng(0).normal(size=(1, 1, 3, 3))
+
+    def build() -> Any:
+        w = Parameter(np.full((1, 1, 1, 1), 0.5), name="w")
+        y = max_pool2d(conv2d(Feeder(lambda: x, shape=x.shape, dtype=np.float64), w), 3, 2, 1)
+        y.sum().backward()
+        return w.grad
+
+    c, reference = _on("c", build)
+    assert np.isfinite(reference).all()
+    np.testing.assert_allclose(c, reference, rtol=1e-12)
