@@ -129,6 +129,13 @@ class CUDATarget(CStyleLanguage):
         return f"atomicAdd(&{target}, {value});"
 
 
+def _width(name: str, op: Operation) -> str:
+    """A float function's name for the op's result type: `sqrtf` for f32, `sqrt` for f64."""
+    if isinstance(op.results[0].type, Float64Type) and name.endswith("f"):
+        return name[:-1]
+    return name
+
+
 def ctype(ty: Attribute) -> str:
     """The C type of a scalar type."""
     if isinstance(ty, Float32Type):
@@ -247,7 +254,7 @@ class Renderer:
         elif isinstance(op, arith.CeilDivUIOp | arith.CeilDivSIOp):
             self.emit(f"{decl}-gf_floordiv(-({a[0]}), {a[1]});", depth)
         elif isinstance(op, arith.MaximumfOp):
-            self.emit(f"{decl}{self.t.maximum}({a[0]}, {a[1]});", depth)
+            self.emit(f"{decl}{_width(self.t.maximum, op)}({a[0]}, {a[1]});", depth)
         elif isinstance(op, arith.NegfOp):
             self.emit(f"{decl}-{a[0]};", depth)
         elif isinstance(op, arith.CmpfOp | arith.CmpiOp):
@@ -258,7 +265,7 @@ class Renderer:
         elif isinstance(op, CASTS):
             self.emit(f"{decl}({ctype(op.results[0].type)})({a[0]});", depth)
         elif type(op) in self.t.math:
-            self.emit(f"{decl}{self.t.math[type(op)]}({a[0]});", depth)
+            self.emit(f"{decl}{_width(self.t.math[type(op)], op)}({a[0]});", depth)
         elif isinstance(op, gpu.ThreadIdOp | gpu.BlockIdOp | gpu.BlockDimOp | gpu.GridDimOp):
             kind = {gpu.ThreadIdOp: "thread_id", gpu.BlockIdOp: "block_id", gpu.BlockDimOp: "block_dim", gpu.GridDimOp: "grid_dim"}[type(op)]  # fmt: skip
             self.emit(f"{decl}{self.t.ids[kind]};", depth)

@@ -267,16 +267,16 @@ class _Body:
         if isinstance(op, tg.GatherOp | tg.ScatterAddOp | tg.RandomOp):
             self.indexed(m)
             return
+        if isinstance(op, tg.PadOp | tg.ConcatOp):  # reads its inputs where they exist
+            self.finish_member(m, self.shaped(op))
+            return
         maps = m.operand_maps or tuple(m.map for _ in op.operands)
         in_prologue = m.prologue or m.operand_maps is not None  # a root reads its domain
         args = [self.operand(v, mp, in_prologue) for v, mp in zip(op.operands, maps)]
         if isinstance(op, tg.AssignOp):
             self.store(args[0], self.fuser.params[op.key.data], m.map)
             return
-        if isinstance(op, tg.PadOp | tg.ConcatOp):
-            self.finish_member(m, self.shaped(op))
-        else:
-            self.finish_member(m, self.compute(op, args))
+        self.finish_member(m, self.compute(op, args))
 
     def indexed(self, m: Member) -> None:
         """gather / scatter_add (a data-dependent index as the map's symbol) and random."""

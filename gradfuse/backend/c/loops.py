@@ -105,24 +105,25 @@ def _delinearize(seg: Segment) -> None:
         )
         if rem is None or div is None or size is None:
             break
-        inner.append((rem, size))
+        inner.append((rem, size, div))
         seg.skip |= {rem, div}
         x = div.result
     count = seg.hi - seg.lo
-    sizes = [size for _, size in inner]
+    sizes = [size for _, size, _ in inner]
     outer = count
     for size in sizes:
         outer //= size
     seg.dims = [outer, *reversed(sizes)]
     depth = len(seg.dims)
-    for k, (rem, _) in enumerate(inner):
+    prefixes = ["i0"]  # prefixes[k]: the linear index of loops 0..k
+    for k in range(1, depth):
+        prefixes.append(f"({prefixes[-1]}) * {seg.dims[k]} + i{k}")
+    for k, (rem, _, div) in enumerate(inner):
         seg.names[rem.result] = f"i{depth - 1 - k}"
+        seg.names[div.result] = f"({prefixes[depth - 2 - k]})"  # what lies outside dim k
     seg.names[x] = "i0"
     seg.last = inner[0][0].result if inner else x
-    linear = "i0"
-    for k in range(1, depth):
-        linear = f"({linear}) * {seg.dims[k]} + i{k}"
-    seg.names[seg.lid] = f"({linear})"
+    seg.names[seg.lid] = f"({prefixes[-1]})"
     if x is seg.lid:
         seg.names[seg.lid] = "i0"
     if isinstance(seg.lid.owner, arith.SubiOp):
