@@ -12,7 +12,7 @@ an elementwise kernel), so that register blocking across output points is gcc's:
 
     static void k0(float* __restrict__ v0, ..., long grid, long block) {
       long v5 = 255;
-      #pragma omp parallel if(130050 >= 32768)
+      #pragma omp parallel if(130050 >= 1048576)
       {
       #pragma omp for collapse(1) nowait
       for (long i0 = 0; i0 < 2; i0++)
@@ -36,7 +36,8 @@ from xdsl.ir import Block, Operation, SSAValue
 from gradfuse.backend.c.lanes import LANES, LaneRenderer, lane_values
 from gradfuse.backend.cstyle import CTarget, Renderer, ctype, element_ctype
 
-PARALLEL_WORK = 32768  # points x inner iterations below which threads cost more than they win
+PARALLEL_WORK = 1 << 20  # points x inner iterations below which threads cost more than they win:
+# a parallel region costs microseconds, and far more when another process holds a core
 IDS = (gpu.ThreadIdOp, gpu.BlockIdOp, gpu.BlockDimOp, gpu.GridDimOp)
 
 
