@@ -166,6 +166,12 @@ class TgFunctions(InterpreterFunctions):
     ) -> PythonValues:
         return self.out(op, np.max(args[0], axis=ints(op.dims)))
 
+    @impl(tg.StopGradientOp)
+    def run_stop_gradient(
+        self, interp: Interpreter, op: tg.StopGradientOp, args: PythonValues
+    ) -> PythonValues:
+        return self.out(op, args[0])
+
     @impl(tg.ReduceMeanOp)
     def run_reduce_mean(
         self, interp: Interpreter, op: tg.ReduceMeanOp, args: PythonValues

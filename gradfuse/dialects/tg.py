@@ -34,6 +34,7 @@ from gradfuse.dialects.tg_compute import (
     SinOp,
     SoftmaxOp,
     SqrtOp,
+    StopGradientOp,
     SubOp,
     TanhOp,
     UnaryOp,
@@ -62,7 +63,8 @@ from gradfuse.dialects.tg_program import (
 from gradfuse.dialects.tg_sparse import GatherOp, RandomOp, ScatterAddOp
 
 COMPOSITES = (
-    SigmoidOp, TanhOp, ReluOp, SoftmaxOp, ReduceMeanOp, Conv2dOp, ConvTranspose2dOp, WindowsOp,
+    SigmoidOp, TanhOp, ReluOp, SoftmaxOp, ReduceMeanOp, StopGradientOp, Conv2dOp,
+    ConvTranspose2dOp, WindowsOp,
 )  # fmt: skip
 """Ops that `tg-decompose` expands into primitives."""
 
@@ -72,7 +74,7 @@ TG = Dialect(
         AddOp, SubOp, MulOp, DivOp, MaxOp, CmpLtOp,
         NegOp, Exp2Op, Log2Op, SqrtOp, RecipOp, SinOp, ErfOp,
         WhereOp, CastOp, DotOp, ReduceSumOp, ReduceMaxOp,
-        SigmoidOp, TanhOp, ReluOp, SoftmaxOp, ReduceMeanOp,
+        SigmoidOp, TanhOp, ReluOp, SoftmaxOp, ReduceMeanOp, StopGradientOp,
         ConstantOp, ReshapeOp, PermuteOp, BroadcastOp, SliceOp, PadOp, ConcatOp, ViewAccessOp,
         ParamOp, AssignOp, FeederOp, ReceiverOp, ForOp, YieldOp, GradOp,
         GatherOp, ScatterAddOp, RandomOp, Conv2dOp, ConvTranspose2dOp, WindowsOp,
@@ -85,7 +87,7 @@ __all__ = [
     "AddOp", "SubOp", "MulOp", "DivOp", "MaxOp", "CmpLtOp",
     "NegOp", "Exp2Op", "Log2Op", "SqrtOp", "RecipOp", "SinOp", "ErfOp",
     "WhereOp", "CastOp", "DotOp", "ReduceSumOp", "ReduceMaxOp",
-    "SigmoidOp", "TanhOp", "ReluOp", "SoftmaxOp", "ReduceMeanOp",
+    "SigmoidOp", "TanhOp", "ReluOp", "SoftmaxOp", "ReduceMeanOp", "StopGradientOp",
     "ConstantOp", "ReshapeOp", "PermuteOp", "BroadcastOp", "SliceOp", "PadOp", "ConcatOp",
     "ViewAccessOp", "ParamOp", "AssignOp", "FeederOp", "ReceiverOp", "ForOp", "YieldOp", "GradOp",
     "ErfOp", "GatherOp", "ScatterAddOp", "RandomOp", "Conv2dOp", "ConvTranspose2dOp",

@@ -209,6 +209,15 @@ class ReluOp(UnaryOp):
 
 
 @irdl_op_definition
+class StopGradientOp(UnaryOp):
+    """Composite identity through which no gradient flows (`Tensor.detach()`);
+    `tg-decompose` removes it once `tg-autodiff` has run. `%y = tg.stop_gradient %x : tensor<4xf32>`
+    """
+
+    name = "tg.stop_gradient"
+
+
+@irdl_op_definition
 class WhereOp(TgOp):
     """`cond ? a : b` elementwise. `%z = tg.where %m, %a, %b : tensor<4xf32>`"""
 

@@ -306,6 +306,11 @@ class Tensor:
         """Maximum over `dim` (all dims when None) (`tg.reduce_max`)."""
         return Tensor(ops.reduce(tg.ReduceMaxOp, self.value, dim, keepdim))
 
+    def detach(self) -> Tensor:
+        """The same values, through which no gradient flows (`tg.stop_gradient`), as in
+        PyTorch: `net_d(fake.detach())` trains the discriminator, not the generator."""
+        return Tensor(ops.unary(tg.StopGradientOp, self.value))
+
     def mean(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         """Mean over `dim` (all dims when None) (`tg.reduce_mean`, a composite)."""
         return Tensor(ops.reduce(tg.ReduceMeanOp, self.value, dim, keepdim))

@@ -204,6 +204,11 @@ def reduce_sum_rule(e: Emitter, op: tg.ReduceSumOp, g: SSAValue) -> Cotangents:
     return (e.expand_reduced(g, shape_of(op.input), ints(op.dims)),)
 
 
+def stop_gradient_rule(e: Emitter, op: tg.StopGradientOp, g: SSAValue) -> Cotangents:
+    """No gradient flows back through `detach()`."""
+    return (None,)
+
+
 def reduce_mean_rule(e: Emitter, op: tg.ReduceMeanOp, g: SSAValue) -> Cotangents:
     """g / n broadcast back over the reduced dims (n: the count of reduced elements)."""
     shape, dims = shape_of(op.input), ints(op.dims)
@@ -321,6 +326,7 @@ RULES: dict[type[Operation], Rule] = {
     tg.ReduceSumOp: reduce_sum_rule,
     tg.ReduceMaxOp: reduce_max_rule,
     tg.ReduceMeanOp: reduce_mean_rule,
+    tg.StopGradientOp: stop_gradient_rule,
     tg.ReshapeOp: reshape_rule,
     tg.PermuteOp: permute_rule,
     tg.BroadcastOp: broadcast_rule,

@@ -90,6 +90,14 @@ class DecomposeRelu(RewritePattern):
         rewriter.replace(op, [], [result])
 
 
+class DecomposeStopGradient(RewritePattern):
+    """`tg.stop_gradient` -> its input (after autodiff it is the identity)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: tg.StopGradientOp, rewriter: PatternRewriter, /):
+        rewriter.replace(op, [], [op.input])
+
+
 class DecomposeReduceMean(RewritePattern):
     """`tg.reduce_mean` -> reduce_sum, then mul by 1/n."""
 
@@ -144,7 +152,7 @@ def populate_tg_decompose_patterns() -> list[RewritePattern]:
     """The patterns of `tg-decompose`, one per composite op."""
     return [
         DecomposeSigmoid(), DecomposeTanh(), DecomposeRelu(), DecomposeSoftmax(),
-        DecomposeReduceMean(),
+        DecomposeReduceMean(), DecomposeStopGradient(),
         DecomposeConv2d(), DecomposeConvTranspose2d(), DecomposeWindows(),
     ]  # fmt: skip
 

@@ -243,3 +243,15 @@ def test_numpy_operands_are_rejected_but_numpy_scalars_work() -> None:
 def test_iterating_gives_rows() -> None:
     rows = list(feeder(3, 2))
     assert len(rows) == 3 and all(r.shape == (2,) for r in rows)
+
+
+@pytest.mark.parametrize("backend", ["reference", "c"])
+def test_detach_stops_the_gradient_as_in_pytorch(backend: str) -> None:
+    w0 = np.array([0.5, -1.5, 2.0], np.float32)
+    w = Parameter(w0.copy(), name="w")
+    (w * w.detach()).sum().backward()  # d/dw sum(w * c) with c = w held constant: c
+    grads: list[np.ndarray] = []
+    gradfuse.Receiver(grads.append, w.grad, name="g")
+    assert "tg.stop_gradient" in gradfuse.ir_text()
+    gradfuse.execute(backend)
+    np.testing.assert_allclose(grads[0], w0)  # not 2 * w0, the gradient of sum(w * w)
