@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from xdsl.ir import SSAValue
+from xdsl.ir import Operation, SSAValue
 
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import tensor
@@ -69,14 +69,24 @@ class Parameter(Tensor):
         return self.data.dtype
 
     def assign(self, new: Tensor) -> None:
-        """Records `tg.assign` of `new` to this parameter; later reads see `new`."""
+        """Records `tg.assign` of `new` to this parameter; later reads see `new`, through
+        which no gradient flows back (as PyTorch's in-place updates under `no_grad`: a
+        gradient taken after an optimizer step does not reach what computed the step)."""
         if new.shape != self.shape:
             raise error(
                 f'tg.assign "{self.key}": value of shape {list(new.shape)}, param is {list(self.shape)}'
             )
         prog = program()
         emit(tg.AssignOp(prog.key_of(self), new.value))
-        prog.current[(id(insertion_block()), prog.key_of(self))] = new.value
+        held = new.value
+        owner = held.owner
+        if (
+            isinstance(owner, Operation)
+            and owner.operands
+            and not isinstance(owner, tg.StopGradientOp)
+        ):
+            held = emit(tg.StopGradientOp(held)).result  # a computed value: a new leaf
+        prog.current[(id(insertion_block()), prog.key_of(self))] = held
 
     def __deepcopy__(self, memo: dict[int, object]) -> Parameter:
         """A new parameter with a copy of the data, no gradient and no key yet."""

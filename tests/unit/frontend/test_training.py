@@ -240,3 +240,19 @@ def test_feeder_of_the_wrong_dtype_is_named_on_every_backend(backend: str, dtype
     assert f'feeder "batches" (call 0): returned {np.dtype(dtype)} data, expected float32' in message
     assert "iteration 0" in message and "test_training.py" in message
     np.testing.assert_array_equal(model.weight.data, before)
+
+
+@pytest.mark.parametrize("backend", ["reference", "c"])
+def test_a_gradient_after_an_optimizer_step_does_not_flow_through_the_step(backend: str) -> None:
+    from gradfuse import Parameter
+
+    w0, v0 = np.array([1.0, -2.0], np.float32), np.array([0.5, 3.0], np.float32)
+    w, v = Parameter(w0.copy(), name="w"), Parameter(v0.copy(), name="v")
+    opt = SGD([w], lr=0.1)
+    (w * v).sum().backward()  # w.grad = v, v.grad = w
+    opt.step()  # w' = w - 0.1 v: a new leaf, as after PyTorch's in-place update
+    (w * v).sum().backward()  # v.grad += w' (and not w' - 0.1 v through the step)
+    got: list[np.ndarray] = []
+    Receiver(lambda g: got.append(g), [v.grad], name="v.grad")
+    execute(backend)
+    np.testing.assert_allclose(got[0], w0 + (w0 - 0.1 * v0), rtol=1e-6)
