@@ -68,10 +68,11 @@ def uses_any(op: Operation, values: set[SSAValue]) -> bool:
 
 
 def dependents(ops: Iterable[Operation], wrt: Iterable[SSAValue]) -> set[SSAValue]:
-    """The wrt values and every result of `ops` (in program order) computed from them."""
+    """The wrt values and every result of `ops` (in program order) computed from them;
+    dependence stops at `tg.stop_gradient` (`detach()`), where no gradient flows."""
     depends = set(wrt)
     for op in ops:
-        if uses_any(op, depends):
+        if uses_any(op, depends) and not isinstance(op, tg.StopGradientOp):
             depends.update(op.results)
     return depends
 
