@@ -5,9 +5,8 @@ trained whole in `ir_for`: nc=1, nz=100, ngf=ndf=64, 64x64 images, BCELoss, Adam
 One step is the tutorial's: the discriminator on real images (a feeder; synthetic
 blobs here) and on detached fakes that the generator makes from noise (a feeder),
 one Adam step of the discriminator, then the generator's step through the updated
-discriminator. gradfuse has no `detach()` (see `train_step`): the discriminator's
-step runs in a one-trip inner loop. A receiver reports the losses every LOG_EVERY
-steps:
+discriminator (`fake.detach()` is a one-trip inner loop, see `train_step`). A
+receiver reports the losses every LOG_EVERY steps:
 
     python examples/dcgan.py                 # default backend
     GRADFUSE_BACKEND=reference python examples/dcgan.py
@@ -37,7 +36,7 @@ from gradfuse.nn import (
 )
 
 NC, NZ, NGF, NDF, IMAGE = 1, 100, 64, 64, 64
-BATCH, STEPS, LOG_EVERY = 16, 20, 5
+BATCH, STEPS, LOG_EVERY = 8, 10, 2
 LR, BETAS = 2e-4, (0.5, 0.999)
 
 Losses = tuple[float, float, float, float, float]  # errD, errG, D(x), D(G(z)) before/after
@@ -153,9 +152,10 @@ def record(
         fake = net_g(Feeder(data.noise, shape=[BATCH, NZ, 1, 1], name="noise"))
         # fake.detach(): the discriminator's step runs in a one-trip inner loop and reads
         # the fakes from a buffer, so the generator's gradient below does not flow back
-        # through the discriminator's update (optimizer updates are traced data flow)
+        # through the discriminator's update (optimizer updates are traced data flow;
+        # Tensor.detach() does not cut that yet: see test_conv_compiler_bugs.py)
         detached.assign(fake)
-        generator = [(p, Tensor(p.value)) for p in net_g.parameters()]
+        generator = [(p, Tensor(p.value)) for p in net_g.parameters() if not isinstance(p, Buffer)]
         ir_for(range(1), discriminator_step)
         for p, value in generator:  # unchanged by the loop: keep the values `fake` came from
             p.assign(value)
