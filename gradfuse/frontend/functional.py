@@ -186,7 +186,12 @@ def binary_cross_entropy(input: Tensor, target: Tensor, reduction: str = "mean")
     _same_shape("binary_cross_entropy", input, target)
     log_p = input.log().maximum(-100.0)
     log_q = (1.0 - input).log().maximum(-100.0)
-    return _reduce(-(target * log_p + (1.0 - target) * log_q), reduction, "binary_cross_entropy")
+    value = -(target * log_p + (1.0 - target) * log_q)
+    # PyTorch's gradient, (p - t) / max(p (1 - p), 1e-12): finite where p saturates at 0
+    # or 1 (the clamped logs' own derivative would be 0 * inf there); the value is kept
+    slope = ((input - target) / (input * (1.0 - input)).maximum(1e-12)).detach()
+    moved = input * slope
+    return _reduce(value.detach() + (moved - moved.detach()), reduction, "binary_cross_entropy")
 
 
 def cross_entropy(
