@@ -5,8 +5,7 @@ trained whole in `ir_for`: nc=1, nz=100, ngf=ndf=64, 64x64 images, BCELoss, Adam
 One step is the tutorial's: the discriminator on real images (a feeder; synthetic
 blobs here) and on detached fakes that the generator makes from noise (a feeder),
 one Adam step of the discriminator, then the generator's step through the updated
-discriminator (`fake.detach()` is a one-trip inner loop, see `train_step`). A
-receiver reports the losses every LOG_EVERY steps:
+discriminator. A receiver reports the losses every LOG_EVERY steps:
 
     python examples/dcgan.py                 # default backend
     GRADFUSE_BACKEND=reference python examples/dcgan.py
@@ -24,7 +23,6 @@ from gradfuse.nn import (
     Adam,
     BatchNorm2d,
     BCELoss,
-    Buffer,
     Conv2d,
     ConvTranspose2d,
     LeakyReLU,
@@ -130,42 +128,24 @@ def record(
     fake_label = gradfuse.constant(np.zeros(BATCH, np.float32))
     losses: list[Losses] = []
 
-    detached = Buffer(np.zeros((BATCH, NC, IMAGE, IMAGE), np.float32), name="fake.detached")
-    stats = [
-        Buffer(np.zeros((), np.float32), name=f"stats.{k}") for k in ("err_d", "d_x", "d_g_z1")
-    ]
-
-    def discriminator_step() -> None:
-        """(1) maximise log(D(x)) + log(1 - D(G(z))) on real images and `detached` fakes."""
+    def train_step() -> list[Tensor]:
+        # (1) the discriminator: maximise log(D(x)) + log(1 - D(G(z)))
         opt_d.zero_grad()
         output = net_d(Feeder(data.images, shape=[BATCH, NC, IMAGE, IMAGE], name="images"))
         err_d_real = criterion(output, real_label)
         err_d_real.backward()
-        output_fake = net_d(Tensor(detached.value))
+        fake = net_g(Feeder(data.noise, shape=[BATCH, NZ, 1, 1], name="noise"))
+        output_fake = net_d(fake.detach())
         err_d_fake = criterion(output_fake, fake_label)
         err_d_fake.backward()
         opt_d.step()
-        for buf, value in zip(stats, (err_d_real + err_d_fake, output.mean(), output_fake.mean())):
-            buf.assign(value)
-
-    def train_step() -> list[Tensor]:
-        fake = net_g(Feeder(data.noise, shape=[BATCH, NZ, 1, 1], name="noise"))
-        # fake.detach(): the discriminator's step runs in a one-trip inner loop and reads
-        # the fakes from a buffer, so the generator's gradient below does not flow back
-        # through the discriminator's update (optimizer updates are traced data flow;
-        # Tensor.detach() does not cut that yet: see test_conv_compiler_bugs.py)
-        detached.assign(fake)
-        generator = [(p, Tensor(p.value)) for p in net_g.parameters() if not isinstance(p, Buffer)]
-        ir_for(range(1), discriminator_step)
-        for p, value in generator:  # unchanged by the loop: keep the values `fake` came from
-            p.assign(value)
         # (2) the generator: maximise log(D(G(z))) through the updated discriminator
         opt_g.zero_grad()
         output_g = net_d(fake)
         err_g = criterion(output_g, real_label)
         err_g.backward()
         opt_g.step()
-        return [stats[0], err_g, stats[1], stats[2], output_g.mean()]
+        return [err_d_real + err_d_fake, err_g, output.mean(), output_fake.mean(), output_g.mean()]
 
     def report(*values: np.ndarray) -> None:
         err_d, err_g, d_x, d_g_z1, d_g_z2 = (float(v) for v in values)

@@ -1,10 +1,12 @@
-"""Compiler bugs met while building the conv/pooling modules and examples, each a
-minimal reproduction against the reference backend, now fixed: the c renderer names
-every index of a kernel's loop nest (an outer linear index was left undeclared), tg-fuse
-reads a padded input only where it exists, and the C math functions and max follow the
-float width (f64 went through sqrtf/fmaxf: float32 results, nan gradients). One is
-open, as a strict xfail: BCELoss's gradient at a saturated probability (nan; it turns
-examples/dcgan.py's losses into nan once its discriminator saturates).
+"""Bugs met while building the conv/pooling modules and examples, each a minimal
+reproduction (against the reference backend or PyTorch), now fixed:
+- the c renderer names every index of a kernel's loop nest (one was undeclared);
+- tg-fuse reads a padded input only where it exists (no dead out-of-bounds load);
+- C math functions and max follow the float width (float64 went through sqrtf/fmaxf);
+- tg-autodiff's dependence stops at tg.stop_gradient (a GAN's generator step after the
+  discriminator's step on `fake.detach()` walked the update's ops);
+- BCELoss's gradient at a saturated probability is finite (it was nan, which turned
+  examples/dcgan.py's losses into nan once its discriminator saturated).
 """
 
 from __future__ import annotations
@@ -86,12 +88,6 @@ def test_float64_gradient_through_conv_and_max_pool_on_c() -> None:
     np.testing.assert_allclose(c, reference, rtol=1e-12)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BCELoss of a probability that is exactly 1 (sigmoid(20) in float32): log(1 - p) ="
-    " -inf is clamped by tg.max, whose rule sends 0 to it, and log2's rule computes 0 / 0 = nan"
-    " (PyTorch divides by max(p (1 - p), 1e-12))",
-)
 def test_bce_gradient_of_a_saturated_probability_is_finite() -> None:
     x = Parameter(np.array([20.0, -5.0], np.float32), name="x")
     target = gradfuse.constant(np.array([1.0, 0.0], np.float32))
@@ -102,13 +98,6 @@ def test_bce_gradient_of_a_saturated_probability_is_finite() -> None:
     np.testing.assert_allclose(out[0], [0.0, 0.5 * 1 / (1 + np.exp(5.0))], rtol=1e-5)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tg-autodiff follows dependence through tg.stop_gradient: a backward after an update"
-    " computed from detached data (a GAN's D step on fake.detach()) walks the update's conv"
-    " gradient ops and stops at tg.view (no derivative rule); examples/dcgan.py detaches with"
-    " a one-trip loop meanwhile",
-)
 def test_backward_after_an_update_from_detached_data() -> None:
     torch = pytest.importorskip("torch")
     x = np.ones((1, 1, 3, 3), np.float32)
