@@ -11,12 +11,11 @@ How far the comparison goes is set by conditioning, not by gradfuse:
   first loss is 1.3e-4 away from its float64 one, and in float64 a 1e-12 change of the
   images moves PyTorch's third loss by 3e-4. So at 32x32 the test runs in float64
   for 2 steps (gradfuse and PyTorch agree to ~1e-5 there).
-- At 64x64, float64 agrees to ~1e-13 after 3 steps. In float32, after the first step
-  some of the ~400k ReLU inputs of a step lies within rounding of 0, and a flipped mask
-  moves the early layers by ~1e-3 (PyTorch's own float32 run is 1e-2 away from its
-  float64 one for another data seed); so float32 (c and reference) is compared after
-  one step, to 1e-4.
-Float64 on c is not compared: see test_conv_compiler_bugs.py (nan, float32 sqrt).
+- At 64x64, float64 agrees to ~1e-13 after 3 steps (c and reference). In float32,
+  after the first step some of the ~400k ReLU inputs of a step lies within rounding
+  of 0, and a flipped mask moves the early layers by ~1e-3 (PyTorch's own float32 run
+  is 1e-2 away from its float64 one for another data seed); so float32 (c and
+  reference) is compared after one step, to 1e-4.
 """
 
 from __future__ import annotations
@@ -163,8 +162,9 @@ def test_resnet18_matches_pytorch_in_float64_at_32x32() -> None:
     run(32, 2, "reference", np.float64, 1e-4)
 
 
-def test_resnet18_matches_pytorch_in_float64_at_64x64() -> None:
-    run(64, 3, "reference", np.float64, 1e-9)
+@pytest.mark.parametrize("backend", ["c", "reference"])
+def test_resnet18_matches_pytorch_in_float64_at_64x64(backend: str) -> None:
+    run(64, 3, backend, np.float64, 1e-9)
 
 
 @pytest.mark.parametrize("backend", ["c", "reference"])
