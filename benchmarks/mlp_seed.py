@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 import numpy as np
+from threads import add_threads_option, use_threads  # benchmarks/threads.py
 
 import gradfuse
 from gradfuse import Feeder, ir_for
@@ -112,22 +113,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--backend", default=None)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="threads for both (OMP_NUM_THREADS for gradfuse's C, torch.set_num_threads);"
-        " default: each its own default",
-    )
+    add_threads_option(parser)
     args = parser.parse_args()
-    if args.threads is not None:
-        os.environ["OMP_NUM_THREADS"] = str(args.threads)  # before the C library loads
-        try:
-            import torch
-
-            torch.set_num_threads(args.threads)
-        except ImportError:
-            pass
+    use_threads(args.threads)
     ours = gradfuse_run(args.steps, args.backend, args.repeat)
     print(f"seed MLP, {args.steps} steps, batch {BATCH}, width {WIDTH}")
     print(f"gradfuse [{ours['backend']}]: {ours['kernels']} kernels per step")

@@ -14,11 +14,11 @@ ATen ops that run a kernel (views and other metadata-only ops left out).
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from typing import Any
 
 import numpy as np
+from threads import add_threads_option, use_threads  # benchmarks/threads.py
 
 import gradfuse
 from gradfuse import Feeder, ir_for
@@ -113,22 +113,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--backend", default=None, help="gradfuse backend (default: its default)")
     parser.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="threads for both (OMP_NUM_THREADS for gradfuse's C, torch.set_num_threads);"
-        " default: each its own default",
-    )
+    add_threads_option(parser)
     args = parser.parse_args()
-    if args.threads is not None:
-        os.environ["OMP_NUM_THREADS"] = str(args.threads)  # before the C library loads
-        try:
-            import torch
-
-            torch.set_num_threads(args.threads)
-        except ImportError:
-            pass
+    use_threads(args.threads)
     backend = choose_backend(args.backend)
     if backend == "numpy" and args.backend is None:
         print("note: the C backend is not available here; measuring the numpy backend")
