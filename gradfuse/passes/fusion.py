@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from math import prod
 
 import numpy as np
@@ -112,6 +112,7 @@ def resolve_guard(value: SSAValue) -> AffineSet | None:
     return guard
 
 
+@lru_cache(maxsize=4096)
 def bijective(map: AffineMap, shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     """Whether `map` sends the points of `shape` one-to-one onto those of `target`
     (checked by evaluating it, up to 2**22 points; beyond, only permutations)."""
@@ -126,7 +127,9 @@ def bijective(map: AffineMap, shape: tuple[int, ...], target: tuple[int, ...]) -
     if any(w.min() < 0 or w.max() >= t for w, t in zip(where, target) if w.size):
         return False
     flat = np.ravel_multi_index(where, target) if target else np.zeros(1, np.int64)
-    return np.unique(flat).size == prod(shape)
+    hit = np.zeros(prod(target), dtype=bool)  # as many points as targets: onto iff one-to-one
+    hit[flat.reshape(-1)] = True
+    return bool(hit.all())
 
 
 def is_splat(value: SSAValue) -> bool:
@@ -352,7 +355,9 @@ class Planner:
         if member is None or member.prologue or resolve_guard(value) is not None:
             return False
         vmap = affine.simplify(vmap.compose(affine.identity_map(len(shape))), shape)
-        if member.map != affine.identity_map(len(old)) or not bijective(vmap, shape, old):
+        if member.map != affine.identity_map(len(old)) or not bijective(
+            vmap, tuple(shape), tuple(old)
+        ):
             return False
         n_new, red = len(shape), g.domain[g.parallel :]
         d = affine.dims(n_new + len(red))
