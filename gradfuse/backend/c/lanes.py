@@ -31,7 +31,7 @@ LANES = 16
 
 def lane_values(block: Block, index: SSAValue) -> set[SSAValue] | None:
     """The values under `block` that differ between lanes (those computed from `index`),
-    or None when a branch depends on one (lanes would take different paths)."""
+    or None when the block branches (lane loops are straight-line code)."""
     varying: set[SSAValue] = {index}
     for _ in range(3):  # loop-carried values may become varying through their yield
         for op in block.walk():
@@ -43,9 +43,8 @@ def lane_values(block: Block, index: SSAValue) -> set[SSAValue] | None:
                         varying |= {res, op.body.block.args[k + 1]}
             elif any(v in varying for v in op.operands):
                 varying |= set(op.results)
-    for op in block.walk():
-        if isinstance(op, scf.IfOp) and op.cond in varying:
-            return None
+    if any(isinstance(op, scf.IfOp) for op in block.walk()):
+        return None  # a branch is rendered whole: lane loops stay straight-line code
     return varying
 
 
