@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from math import prod
 
-from xdsl.dialects import arith, func, gpu, math, memref, scf
+from xdsl.dialects import arith, gpu, math, memref, scf
 from xdsl.dialects.builtin import (
     Float32Type,
     Float64Type,
@@ -24,9 +24,8 @@ from xdsl.dialects.builtin import (
     IntegerType,
     MemRefType,
     ModuleOp,
-    StringAttr,
 )
-from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.ir import Attribute, Operation, SSAValue
 
 from gradfuse.diagnostics import GradfuseError, position_of
 
@@ -325,9 +324,4 @@ def render_kernels(module: ModuleOp, target: CStyleLanguage) -> str:
     return Renderer(target).kernels(module)
 
 
-def external_key(op: Operation) -> str:
-    key = op.attributes.get("gradfuse.key")
-    return key.data if isinstance(key, StringAttr) else ""
-
-
-__all__ = ["CStyleLanguage", "CTarget", "CUDATarget", "Renderer", "render_kernels", "func", "Block"]
+__all__ = ["CStyleLanguage", "CTarget", "CUDATarget", "Renderer", "render_kernels"]

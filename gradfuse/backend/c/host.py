@@ -17,7 +17,7 @@ receivers are C function pointers that call back into Python:
 from __future__ import annotations
 
 from xdsl.dialects import arith, func, gpu, memref, scf
-from xdsl.dialects.builtin import MemRefType, ModuleOp
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block
 
 from gradfuse.backend.c.loops import CPURenderer
@@ -177,4 +177,4 @@ def render_c(module: ModuleOp) -> str:
     return render_program(module).source
 
 
-__all__ = ["render_c", "render_program", "host_symbols", "main_function", "MemRefType"]
+__all__ = ["render_c", "render_program", "host_symbols", "main_function"]
