@@ -77,7 +77,8 @@ class _LoweredInterpreter(Interpreter):
         return ()
 
 
-def _entry(module: ModuleOp, entry: str) -> func.FuncOp:
+def entry_function(module: ModuleOp, entry: str = "main") -> func.FuncOp:
+    """The lowered function named `entry`, else the module's only function with a body."""
     funcs = [op for op in module.body.block.ops if isinstance(op, func.FuncOp) and op.body.blocks]
     for f in funcs:
         if f.sym_name.data == entry:
@@ -135,7 +136,7 @@ def run_lowered(
 
     `run_lowered(module, feeders={"x": x}).received["out"][0][0]`
     """
-    fn = _entry(module, entry)
+    fn = entry_function(module, entry)
     host = RunState(
         dtype=np.float32,
         param_types={},

@@ -21,6 +21,7 @@ from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, MemRefType, ModuleOp
 from gradfuse.backend.c.cache import build_library
 from gradfuse.backend.c.host import host_symbols, main_function, render_program
 from gradfuse.backend.kernel_numpy import tensor_of
+from gradfuse.backend.lowered import entry_function
 from gradfuse.backend.reference import RunResult
 from gradfuse.backend.reference_state import RunState, attr_array, dtype_of
 from gradfuse.diagnostics import GradfuseError, position_of
@@ -96,6 +97,11 @@ class CProgram:
         entry: str = "main",
     ) -> RunResult:
         """Runs the program; the API and the errors are `reference.run`'s."""
+        if entry_function(self.module, entry) is not self.main:
+            raise GradfuseError(
+                f"the c backend compiled @{self.main.sym_name.data}, not @{entry}:"
+                " run other entry functions with --backend reference or lowered"
+            )
         keys = [_key(g) or g.sym_name.data for g in self.globals]
         types = {k: tensor_of(g.type) for k, g in zip(keys, self.globals)}  # type: ignore[arg-type]
         state = RunState(np.float32, types, {}, dict(feeders or {}), dict(receivers or {}))

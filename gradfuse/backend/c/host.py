@@ -22,6 +22,7 @@ from xdsl.ir import Block
 
 from gradfuse.backend.c.loops import CPURenderer
 from gradfuse.backend.cstyle import CTarget, Renderer, element_ctype
+from gradfuse.backend.lowered import entry_function
 from gradfuse.diagnostics import GradfuseError, position_of
 
 CONTEXT = """
@@ -152,7 +153,8 @@ def _written_args(fn: gpu.FuncOp) -> set[int]:
 
 
 def main_function(module: ModuleOp) -> func.FuncOp:
-    return next(op for op in module.ops if isinstance(op, func.FuncOp) and op.body.blocks)
+    """The function the host program runs: `@main`, else the module's only one."""
+    return entry_function(module, "main")
 
 
 def host_symbols(module: ModuleOp) -> list[str]:

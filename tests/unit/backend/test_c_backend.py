@@ -251,3 +251,23 @@ def test_the_cuda_source_of_random_programs_compiles(src: str):
             text=True,
         )
     assert done.returncode == 0, done.stderr
+
+
+TWO_FUNCTIONS = """
+func @main(%x: tensor<2xf32>) -> (tensor<2xf32>) {
+  %y = tg.add %x, %x : tensor<2xf32>
+  return %y
+}
+func @other(%x: tensor<2xf32>) -> (tensor<2xf32>) {
+  %y = tg.neg %x : tensor<2xf32>
+  return %y
+}
+"""
+
+
+def test_an_entry_other_than_the_compiled_one_is_refused_not_ignored():
+    program = compile_module(parse_tg(TWO_FUNCTIONS), "c")
+    x = np.array([1.0, -2.0], np.float32)
+    np.testing.assert_array_equal(program.run(args=[x]).results[0], 2 * x)
+    with pytest.raises(GradfuseError, match="the c backend compiled @main, not @other"):
+        program.run(args=[x], entry="other")
