@@ -44,19 +44,22 @@ def record_mlp(width: int, batch: int, steps: int) -> tuple[Sequential, Received
     return nn, saved
 
 
-def transformer_example(**sizes: int) -> ModuleType:
-    """examples/transformer.py, imported from its path as a new module object (its
-    `main` does not run), with module constants such as `D_MODEL=8` replaced."""
-    spec = importlib.util.spec_from_file_location(
-        "transformer_example", EXAMPLES / "transformer.py"
-    )
+def load_example(name: str, **constants: object) -> ModuleType:
+    """examples/<name>.py, imported from its path as a new module object (its `main`
+    does not run), with module constants such as `D_MODEL=8` replaced."""
+    spec = importlib.util.spec_from_file_location(f"{name}_example", EXAMPLES / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    for name, value in sizes.items():
-        assert hasattr(module, name), name
-        setattr(module, name, value)
+    for key, value in constants.items():
+        assert hasattr(module, key), key
+        setattr(module, key, value)
     return module
+
+
+def transformer_example(**sizes: int) -> ModuleType:
+    """examples/transformer.py with `sizes` replaced (see `load_example`)."""
+    return load_example("transformer", **sizes)
 
 
 def record_reverser(ex: ModuleType, steps: int, log_every: int) -> None:

@@ -5,7 +5,6 @@ the CUDA source of every example program through nvcc (skipped without nvcc)."""
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import os
 import re
@@ -13,10 +12,10 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
+from example_programs import load_example  # tests/unit (conftest puts it on the path)
 
 import gradfuse
 from gradfuse import Feeder, ir_for
@@ -56,16 +55,6 @@ benchmark(lambda: execute(), name="full exec")
 
 def benchmark(fn, name=""):
     return fn()
-
-
-def load_example(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        f"example_{name}", ROOT / "examples" / f"{name}.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("backend", ["c", "reference"])

@@ -9,33 +9,25 @@ parameters and running statistics (to 1e-4 relative in norm; see `assert_norm_cl
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
+from example_programs import load_example  # tests/unit (conftest puts it on the path)
 
 from gradfuse import Feeder, Receiver, execute
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "dcgan.py"
 SIZES = {"BATCH": 2, "NGF": 4, "NDF": 4}
 STEPS = 3
 
 
 def example() -> ModuleType:
     """examples/dcgan.py as a new module object with the small sizes (`main` not run)."""
-    spec = importlib.util.spec_from_file_location("dcgan_example", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    for name, value in SIZES.items():
-        setattr(module, name, value)
-    return module
+    return load_example("dcgan", **SIZES)
 
 
 def torch_models(ex: ModuleType) -> tuple[Any, Any]:

@@ -20,32 +20,24 @@ How far the comparison goes is set by conditioning, not by gradfuse:
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
+from example_programs import load_example  # tests/unit (conftest puts it on the path)
 
 from gradfuse import Receiver, execute
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "resnet18.py"
 SIZES = {"BATCH": 2, "IMAGE": 32, "NUM_CLASSES": 10}
 
 
 def example() -> ModuleType:
     """examples/resnet18.py as a new module object with the small sizes (`main` not run)."""
-    spec = importlib.util.spec_from_file_location("resnet18_example", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    for name, value in SIZES.items():
-        setattr(module, name, value)
-    return module
+    return load_example("resnet18", **SIZES)
 
 
 class TorchBlock(nn.Module):
