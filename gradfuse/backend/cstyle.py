@@ -178,6 +178,7 @@ class Renderer:
         out = [self.t.prelude]
         seen: dict[str, str] = {}
         self.aliases: dict[str, str] = {}
+        self.kernel_texts: list[str] = []  # what `out` holds after the prelude
         for op in module.walk():
             if isinstance(op, gpu.FuncOp):
                 name = op.sym_name.data
@@ -188,6 +189,7 @@ class Renderer:
                     continue
                 seen[body] = name
                 out.append(text)
+                self.kernel_texts.append(text)
         return "\n".join(out)
 
     def kernel(self, fn: gpu.FuncOp) -> str:

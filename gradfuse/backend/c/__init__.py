@@ -19,7 +19,7 @@ from xdsl.dialects import memref
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, MemRefType, ModuleOp, StringAttr
 
 from gradfuse.backend.c.cache import build_library
-from gradfuse.backend.c.host import host_symbols, main_function, render_program
+from gradfuse.backend.c.host import host_symbols, main_function, render_program, split_units
 from gradfuse.backend.kernel_numpy import tensor_of
 from gradfuse.backend.lowered import entry_function
 from gradfuse.backend.reference import RunResult
@@ -78,7 +78,11 @@ class CProgram:
             host.calls,
             host.loops,
         )
-        self.lib = ctypes.CDLL(str(build_library(self.source, module)))
+
+        def split(cores: int) -> list[str]:  # one unit per core, at least 8 kernels each
+            return split_units(host, min(cores, len(host.kernel_texts) // 8))
+
+        self.lib = ctypes.CDLL(str(build_library(self.source, module, split)))
         self.lib.gradfuse_main.argtypes = [ctypes.POINTER(Context)]
         self.lib.gradfuse_main.restype = ctypes.c_int
         by_name = {op.sym_name.data: op for op in module.ops if isinstance(op, memref.GlobalOp)}

@@ -4,7 +4,7 @@ The cache key hashes the source, the flags and gcc's version; a library is built
 in a temporary directory and renamed into place, so concurrent builds and crashes
 never leave a half-written entry, and an entry that is not an ELF file is rebuilt:
 
-    path = build_library(source, main_fn)
+    path = build_library(source, module, split)  # split(cores): the units to build at once
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
@@ -35,28 +36,11 @@ def compiler() -> str:
     return path
 
 
-HIDDEN = '__attribute__((visibility("hidden"))) void '
-
-
-def split_units(source: str, parts: int) -> list[str]:
-    """`source` (kernels as `static void kN(...) {...}` at line starts, then the host
-    program) as `parts` translation units of kernels and a last one for the host, each
-    with the prelude; the kernels become hidden externals that the host declares."""
-    lines = source.splitlines(keepends=True)
-    starts = [i for i, ln in enumerate(lines) if ln.startswith("static void ")]
-    if not starts:
-        return [source]
-    ends = [next(j for j in range(i, len(lines)) if lines[j] == "}\n") + 1 for i in starts]
-    prelude = "".join(lines[: starts[0]])
-    kernels = ["".join(lines[i:j]).replace("static void ", HIDDEN, 1) for i, j in zip(starts, ends)]
-    protos = "".join(k.split("{", 1)[0].rstrip() + ";\n" for k in kernels)
-    host = prelude + protos + "".join(lines[ends[-1] :])
-    size = -(-len(kernels) // parts)
-    units = [prelude + "".join(kernels[i : i + size]) for i in range(0, len(kernels), size)]
-    return [*units, host]
-
-
-def build_library(source: str, module: ModuleOp | None = None) -> Path:
+def build_library(
+    source: str,
+    module: ModuleOp | None = None,
+    split: Callable[[int], list[str]] | None = None,
+) -> Path:
     """The shared library of `source`, from the cache or built by gcc (big programs in
     several translation units, compiled at once, one per core); a failure names the
     kernel (of `module`) that gcc stopped in."""
@@ -68,8 +52,7 @@ def build_library(source: str, module: ModuleOp | None = None) -> Path:
             if f.read(4) == b"\x7fELF":  # anything else (a torn or foreign file) is rebuilt
                 return target
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    parts = min(cores or 1, source.count("\nstatic void ") // 8)
-    units = split_units(source, parts) if parts > 1 else [source]
+    units = split(cores or 1) if split is not None else [source]
     with tempfile.TemporaryDirectory(dir=cache_dir("c")) as tmp:
         out = Path(tmp) / "program.so"
         if len(units) == 1:

@@ -53,6 +53,8 @@ class HostRenderer(Renderer):
         self.calls: list[func.CallOp] = []
         self.loops: list[scf.ForOp] = []  # outer loops with host calls, by gf_loop
         self.source = ""
+        self.kernel_texts: list[str] = []  # filled by `render_program`
+        self.host_text = ""
 
     def main(self, fn: func.FuncOp) -> str:
         self.names, self.lines = {}, []
@@ -170,8 +172,28 @@ def render_program(module: ModuleOp) -> HostRenderer:
     kernels = renderer.kernels(module)
     host = HostRenderer(module, host_symbols(module), renderer.aliases)
     main = host.main(main_function(module))
-    host.source = kernels + "#include <string.h>\n" + CONTEXT + main
+    host.kernel_texts = renderer.kernel_texts
+    host.host_text = "#include <string.h>\n" + CONTEXT + main
+    host.source = kernels + host.host_text
     return host
+
+
+HIDDEN = '__attribute__((visibility("hidden"))) void '
+
+
+def split_units(host: HostRenderer, parts: int) -> list[str]:
+    """The program as `parts` translation units of kernels and a last one for the host
+    program, each with the prelude: the kernels become hidden externals (one library)
+    that the host unit declares."""
+    prefix = CTarget.kernel_prefix + " "
+    kernels = [k.replace(prefix, HIDDEN, 1) for k in host.kernel_texts]
+    if parts < 2 or not kernels:
+        return [host.source]
+    prelude = CTarget.prelude + "\n"
+    protos = "".join(k.split("{", 1)[0].rstrip() + ";\n" for k in kernels)
+    size = -(-len(kernels) // parts)
+    units = [prelude + "\n".join(kernels[i : i + size]) for i in range(0, len(kernels), size)]
+    return [*units, prelude + protos + host.host_text]
 
 
 def render_c(module: ModuleOp) -> str:
@@ -179,4 +201,4 @@ def render_c(module: ModuleOp) -> str:
     return render_program(module).source
 
 
-__all__ = ["render_c", "render_program", "host_symbols", "main_function"]
+__all__ = ["render_c", "render_program", "split_units", "host_symbols", "main_function"]
