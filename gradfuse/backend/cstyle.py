@@ -20,7 +20,6 @@ from xdsl.dialects.builtin import (
     Float64Type,
     FloatAttr,
     IndexType,
-    IntegerAttr,
     IntegerType,
     MemRefType,
     ModuleOp,
@@ -88,10 +87,12 @@ class CStyleLanguage:
         "static inline long gf_floordiv(long a, long b) { long q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }\n"
     )
 
+    parallel_work = 1 << 20  # points x inner iterations below which threads cost more than
+    # they win: a parallel region costs microseconds, and far more when another process
+    # holds a core
+
     def loop_open(self, fn: gpu.FuncOp) -> str:
-        threads = fn.attributes.get("gradfuse.threads")
-        n = threads.value.data if isinstance(threads, IntegerAttr) else 0
-        omp = "#pragma omp parallel for collapse(2) if(grid * block >= 16384)\n  " if n >= 0 else ""
+        omp = f"#pragma omp parallel for collapse(2) if(grid * block >= {self.parallel_work})\n  "
         return f"  {omp}for (long bid = 0; bid < grid; bid++) for (long tid = 0; tid < block; tid++) {{\n"
 
     loop_close = "  }\n"

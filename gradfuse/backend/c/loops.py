@@ -36,10 +36,6 @@ from xdsl.ir import Block, Operation, SSAValue
 from gradfuse.backend.c.lanes import LANES, LaneRenderer, lane_values
 from gradfuse.backend.cstyle import CTarget, Renderer, ctype, element_ctype
 
-PARALLEL_WORK = 1 << 20  # points x inner iterations below which threads cost more than they win:
-# a parallel region costs microseconds, and far more when another process holds a core
-IDS = (gpu.ThreadIdOp, gpu.BlockIdOp, gpu.BlockDimOp, gpu.GridDimOp)
-
 
 @dataclass
 class Segment:
@@ -238,7 +234,7 @@ class CPURenderer(Renderer):
         head = f"{self.t.kernel_prefix} {fn.sym_name.data}({params}{self.t.extra_params}) {{\n"
         self.names[gid] = "g"
         work = sum((s.hi - s.lo) * _trips(s.block) for s in segments)
-        self.emit(f"#pragma omp parallel if({work} >= {PARALLEL_WORK})", 1)
+        self.emit(f"#pragma omp parallel if({work} >= {self.t.parallel_work})", 1)
         self.emit("{", 1)
         for op in block.ops:  # inside the region: gcc then sees them as constants
             if isinstance(op, arith.ConstantOp):
