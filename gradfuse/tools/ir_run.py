@@ -26,6 +26,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
@@ -216,22 +217,17 @@ def run_file(opts: argparse.Namespace) -> dict[str, np.ndarray]:
 
 
 def _diagnostic(err: GradfuseError) -> str:
-    """`file:line:col: error: message` on one line, then the offending line and a caret."""
-    message = " ".join(err.message.split())
+    """`file:line:col: error: message` on one line, then the offending line (read from the
+    file when the error did not carry it) and a caret: `GradfuseError.render`."""
     pos = err.position
-    if pos is None:
-        return f"error: {message}"
-    text = f"{pos}: error: {message}"
-    src = pos.source_line
-    if src is None:
+    if pos is not None and pos.source_line is None:
         try:
             lines = Path(pos.file).read_text().splitlines()
-            src = lines[pos.line - 1] if 0 < pos.line <= len(lines) else None
+            if 0 < pos.line <= len(lines):
+                pos = replace(pos, source_line=lines[pos.line - 1])
         except (OSError, UnicodeDecodeError):
-            src = None
-    if src is not None:
-        text += f"\n{src.rstrip()}\n{' ' * max(pos.column - 1, 0)}^"
-    return text
+            pass
+    return GradfuseError(" ".join(err.message.split()), pos).render()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
