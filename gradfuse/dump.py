@@ -85,6 +85,14 @@ class _Dumper:
                 )
                 for k in op.body.block.ops:
                     self.kernel(k, depth + 1)  # type: ignore[arg-type]
+            elif isinstance(op, K.RowsOp):
+                n = len(list(op.body.block.ops))
+                rows = ", ".join(map(str, op.row_sizes))
+                self.lines.append(
+                    f"{pad}{op.sym_name.data}: {n} kernels row by row over [{rows}], one launch"
+                )
+                for k in op.body.block.ops:
+                    self.kernel(k, depth + 1)  # type: ignore[arg-type]
             elif isinstance(op, K.KernelOp):
                 self.kernel(op, depth)
             elif isinstance(op, func.ReturnOp):

@@ -39,8 +39,8 @@ class KernelStats:
 
 
 def _is_launch(op: Operation) -> bool:
-    return isinstance(op, kd.GroupOp | gpu.LaunchFuncOp) or (
-        isinstance(op, kd.KernelOp) and not isinstance(op.parent_op(), kd.GroupOp)
+    return isinstance(op, (*kd.LAUNCH_GROUPS, gpu.LaunchFuncOp)) or (
+        isinstance(op, kd.KernelOp) and not isinstance(op.parent_op(), kd.LAUNCH_GROUPS)
     )
 
 

@@ -131,7 +131,8 @@ class _Machine:
             s.receive(op.key.data, tuple(self.env[b] for b in op.buffers), position_of(op.location))
         elif isinstance(op, K.KernelOp):
             self.kernel(op)
-        elif isinstance(op, K.GroupOp):
+        elif isinstance(op, K.LAUNCH_GROUPS):
+            # a row-by-row run equals its kernels one after another (`row_conflict`)
             for k in op.body.block.ops:
                 self.kernel(k)  # type: ignore[arg-type]
         elif isinstance(op, tg.ForOp):

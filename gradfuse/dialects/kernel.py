@@ -20,7 +20,8 @@ kernel.kernel "k1" contraction domain [2, 255, 255] parallel 2 (%x, %w, %h) {
 ```
 
 `kernel.group` holds several independent kernels launched as one (horizontal
-fusion, e.g. every optimizer update of a step).
+fusion, e.g. every optimizer update of a step); `kernel.rows` (`kernel_rows`) holds
+kernels run one after another for each row, as one launch (vertical fusion by rows).
 """
 
 from __future__ import annotations
@@ -370,12 +371,17 @@ from gradfuse.dialects.kernel_host import (  # noqa: E402
     ParamOp,
     ReceiveOp,
 )
+from gradfuse.dialects.kernel_rows import RowsOp  # noqa: E402
+
+LAUNCH_GROUPS = (GroupOp, RowsOp)
+"""Ops that hold several kernels launched as one."""
 
 KERNEL = Dialect(
     "kernel",
     [
         KernelOp,
         GroupOp,
+        RowsOp,
         LoadOp,
         StoreOp,
         GatherOp,

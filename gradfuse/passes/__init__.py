@@ -43,6 +43,12 @@ def _tg_fuse() -> type[ModulePass]:
     return TgFusePass
 
 
+def _kernel_fuse_rows() -> type[ModulePass]:
+    from gradfuse.passes.kernel_fuse_rows import KernelFuseRowsPass
+
+    return KernelFuseRowsPass
+
+
 def _convert_kernel_to_gpu() -> type[ModulePass]:
     from gradfuse.passes.convert_kernel_to_gpu import ConvertKernelToGpuPass
 
@@ -68,6 +74,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "tg-lower-access": _tg_lower_access,
     "tg-loop-state": _tg_loop_state,
     "tg-fuse": _tg_fuse,
+    "kernel-fuse-rows": _kernel_fuse_rows,
     "convert-kernel-to-gpu": _convert_kernel_to_gpu,
     "canonicalize": _cleanup("canonicalize"),
     "cse": _cleanup("cse"),
@@ -78,7 +85,7 @@ canonicalize, cse and dce through `cleanup`: the same passes, faster)."""
 
 PIPELINES: dict[str, str] = {
     "tg": "tg-autodiff,tg-decompose,canonicalize,cse,dce",
-    "kernels": "tg,tg-loop-state,tg-lower-access,cse,dce,tg-fuse",
+    "kernels": "tg,tg-loop-state,tg-lower-access,cse,dce,tg-fuse,kernel-fuse-rows",
     "default": "kernels,convert-kernel-to-gpu",
 }
 """Named pipelines, each extending the one before: `tg` (differentiate and simplify,

@@ -120,7 +120,7 @@ def writes_whole(op: Operation, buffer: SSAValue) -> bool:
     """Whether host op `op` overwrites all of `buffer` without reading it first."""
     if isinstance(op, kd.FeedOp):
         return op.buffer == buffer
-    kernels = list(op.body.block.ops) if isinstance(op, kd.GroupOp) else [op]
+    kernels = list(op.body.block.ops) if isinstance(op, kd.LAUNCH_GROUPS) else [op]
     whole = False
     for k in kernels:
         if not isinstance(k, kd.KernelOp):

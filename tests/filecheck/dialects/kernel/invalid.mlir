@@ -255,3 +255,56 @@ func.func @reduce_kind(%x: memref<2x3xf32>, %y: memref<2xf32>) {
 // CHECK:       "kernel.reduce"(%v) <{kind = "min"}>
 // CHECK-NEXT:  ^^^
 // CHECK-NEXT:  | Operation does not verify: kernel.reduce: kind must be add or max, got min
+
+// -----
+
+// kernel.rows: the second kernel reads, at row d0, what the first wrote at row d1.
+func.func @rows_cross(%x: memref<4x4xf32>, %s: memref<4xf32>, %y: memref<4x4xf32>) {
+  "kernel.rows"() <{sym_name = "rows_cross", rows = array<i64: 4>}> ({
+    "kernel.kernel"(%x, %s) <{sym_name = "k0", kind = "reduction", domain = array<i64: 4, 4>, parallel = 1 : i64}> ({
+    ^bb0(%i: index, %j: index, %bx: memref<4x4xf32>, %bs: memref<4xf32>):
+      %a = kernel.load %bx[affine_map<(d0, d1) -> (d0, d1)>] : memref<4x4xf32> -> f32
+      %r = kernel.reduce "add" %a : f32
+      kernel.store %r, %bs[affine_map<(d0) -> (d0)>] : f32, memref<4xf32>
+    }) : (memref<4x4xf32>, memref<4xf32>) -> ()
+    "kernel.kernel"(%s, %y) <{sym_name = "k1", kind = "elementwise", domain = array<i64: 4, 4>, parallel = 2 : i64}> ({
+    ^bb0(%i: index, %j: index, %bs: memref<4xf32>, %by: memref<4x4xf32>):
+      %a = kernel.load %bs[affine_map<(d0, d1) -> (d1)>] : memref<4xf32> -> f32
+      kernel.store %a, %by[affine_map<(d0, d1) -> (d0, d1)>] : f32, memref<4x4xf32>
+    }) : (memref<4xf32>, memref<4x4xf32>) -> ()
+  }) : () -> ()
+  func.return
+}
+// CHECK-LABEL: "func.func"() <{sym_name = "rows_cross"
+// CHECK:       "kernel.rows"() <{sym_name = "rows_cross"
+// CHECK-NEXT:  ^^^
+// CHECK-NEXT:  | Operation does not verify: kernel.rows: kernel k1 reads or writes a buffer that the kernels write at (d0, d1) -> (d1), outside its own row
+
+// -----
+
+// kernel.rows: every kernel inside runs over the rows.
+func.func @rows_domain(%x: memref<4x4xf32>, %y: memref<2xf32>) {
+  "kernel.rows"() <{sym_name = "rows_domain", rows = array<i64: 4>}> ({
+    "kernel.kernel"(%y) <{sym_name = "k0", kind = "elementwise", domain = array<i64: 2>, parallel = 1 : i64}> ({
+    ^bb0(%i: index, %by: memref<2xf32>):
+    }) : (memref<2xf32>) -> ()
+  }) : () -> ()
+  func.return
+}
+// CHECK-LABEL: "func.func"() <{sym_name = "rows_domain"
+// CHECK:       "kernel.rows"() <{sym_name = "rows_domain"
+// CHECK-NEXT:  ^^^
+// CHECK-NEXT:  | Operation does not verify: kernel.rows: kernel k0 with domain [2] and 1 parallel dims does not run over rows [4]
+
+// -----
+
+func.func @rows_empty(%x: memref<4xf32>) {
+  "kernel.rows"() <{sym_name = "rows_empty", rows = array<i64>}> ({
+  ^bb0:
+  }) : () -> ()
+  func.return
+}
+// CHECK-LABEL: "func.func"() <{sym_name = "rows_empty"
+// CHECK:       "kernel.rows"() <{sym_name = "rows_empty"
+// CHECK-NEXT:  ^^^
+// CHECK-NEXT:  | Operation does not verify: kernel.rows: bad rows []

@@ -1,0 +1,112 @@
+"""`kernel.rows`: kernels run one after another for each row (vertical fusion by rows).
+
+A row is a point of the leading `rows` dims that every kernel inside shares. The
+kernels run in order for each row, rows independently, as one launch: on a GPU one
+block per row, a barrier between kernels; on a CPU a loop over rows. That is legal
+when every buffer a kernel inside writes is accessed, by every kernel inside, only
+at its own row: the access maps start with `d0, ..., d(n-1)`. A softmax (max, sum,
+normalise), a LayerNorm forward, or a transformer's chain of row-wise contractions
+then is one launch instead of one per reduction:
+
+```
+"kernel.rows"() <{sym_name = "r3", rows = array<i64: 2, 16>}> ({
+  kernel.kernel "k8" reduction domain [2, 16, 64] parallel 2 (%x, %mean) { ... }
+  kernel.kernel "k9" elementwise domain [2, 16, 64] parallel 3 (%x, %mean, %y) { ... }
+}) : () -> ()
+```
+
+`row_conflict` is the legality check that `kernel-fuse-rows` uses to form these ops
+and the verifier repeats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from xdsl.dialects.builtin import DenseArrayBase, MemRefType, StringAttr
+from xdsl.ir import Block, Region, SSAValue
+from xdsl.ir.affine import AffineDimExpr, AffineMap
+from xdsl.irdl import IRDLOperation, irdl_op_definition, prop_def, region_def, traits_def
+from xdsl.traits import MemoryWriteEffect, NoTerminator
+from xdsl.utils.exceptions import VerifyException
+
+from gradfuse.dialects.tg_base import i64_array, ints
+
+
+def accesses(k: IRDLOperation) -> Iterator[tuple[SSAValue, AffineMap, bool]]:
+    """(host buffer, access map, whether it writes) for each access of kernel `k`."""
+    from gradfuse.dialects.kernel import GatherOp, KernelOp, LoadOp, ScatterAddOp, StoreOp
+
+    assert isinstance(k, KernelOp)
+    host = dict(zip(k.buffer_args, k.buffers))
+    for op in k.body.block.ops:
+        if isinstance(op, LoadOp | GatherOp | StoreOp | ScatterAddOp):
+            yield host[op.buffer], op.map.data, isinstance(op, StoreOp | ScatterAddOp)
+
+
+def row_aligned(access: AffineMap, buffer: SSAValue, rows: Sequence[int]) -> bool:
+    """Whether an access touches only the row it runs at: the map starts with
+    `d0, ..., d(n-1)` and the buffer's leading dims are the rows."""
+    n = len(rows)
+    ty = buffer.type
+    assert isinstance(ty, MemRefType)
+    return tuple(ty.get_shape()[:n]) == tuple(rows) and all(
+        isinstance(e, AffineDimExpr) and e.position == i for i, e in enumerate(access.results[:n])
+    )
+
+
+def row_conflict(kernels: Sequence[IRDLOperation], rows: Sequence[int]) -> str | None:
+    """Why `kernels` cannot run row by row over `rows`, or None when they can."""
+    from gradfuse.dialects.kernel import KernelOp
+
+    n = len(rows)
+    written: set[SSAValue] = set()
+    for k in kernels:
+        if not isinstance(k, KernelOp):
+            return f"may only hold kernel.kernel ops, found {k.name}"
+        if k.domain_sizes[:n] != tuple(rows) or k.num_parallel < n:
+            return (
+                f"kernel {k.sym_name.data} with domain {list(k.domain_sizes)} and"
+                f" {k.num_parallel} parallel dims does not run over rows {list(rows)}"
+            )
+        written.update(b for b, _, w in accesses(k) if w)
+    for k in kernels:
+        for b, access, _ in accesses(k):
+            if b in written and not row_aligned(access, b, rows):
+                assert isinstance(k, KernelOp)
+                return (
+                    f"kernel {k.sym_name.data} reads or writes a buffer that the kernels"
+                    f" write at {access}, outside its own row"
+                )
+    return None
+
+
+@irdl_op_definition
+class RowsOp(IRDLOperation):
+    """Kernels run in order for each row of `rows`, rows independently, as one launch.
+
+    `"kernel.rows"() <{sym_name = "r3", rows = array<i64: 32>}> ({ kernel.kernel ... })`
+    """
+
+    name = "kernel.rows"
+    sym_name = prop_def(StringAttr)
+    rows = prop_def(DenseArrayBase)
+    body = region_def("single_block")
+    traits = traits_def(NoTerminator(), MemoryWriteEffect())
+
+    def __init__(self, name: str, rows: Sequence[int], kernels: Sequence[IRDLOperation]):
+        super().__init__(
+            regions=[Region(Block(kernels))],
+            properties={"sym_name": StringAttr(name), "rows": i64_array(rows)},
+        )
+
+    @property
+    def row_sizes(self) -> tuple[int, ...]:
+        return ints(self.rows)
+
+    def verify_(self) -> None:
+        if not self.row_sizes or any(r < 1 for r in self.row_sizes):
+            raise VerifyException(f"{self.name}: bad rows {list(self.row_sizes)}")
+        why = row_conflict(list(self.body.block.ops), self.row_sizes)
+        if why is not None:
+            raise VerifyException(f"{self.name}: {why}")

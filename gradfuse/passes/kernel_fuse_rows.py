@@ -1,0 +1,146 @@
+"""`kernel-fuse-rows`: consecutive kernels that run over the same rows become one launch.
+
+After `tg-fuse`, a softmax is three kernels (max, sum of exponentials, normalise) and
+a LayerNorm forward three more, each reading only its own row of what the one before
+wrote. This pass puts such a run of launches into one `kernel.rows` (see
+`kernel_rows`): for each row, the kernels in order. A kernel's rows are its parallel
+dims, or all of them but the last (the columns of a row); a run shares one choice,
+the longest that keeps every written buffer row-aligned (`row_conflict`):
+
+```
+kernel.kernel "k3" reduction domain [2, 4, 16, 16] parallel 3 ...   // row max
+kernel.kernel "k4" reduction domain [2, 4, 16, 16] parallel 3 ...   // sum of exp
+kernel.kernel "k5" elementwise domain [2, 4, 16, 16] parallel 4 ... // normalise
+// becomes
+"kernel.rows"() <{sym_name = "r3", rows = array<i64: 2, 4, 16>}> ({ k3 k4 k5 })
+```
+
+Only `kernel.alloc`s may stand between the launches of a run (the run is placed at
+its last launch, after them); a horizontal group joins a run whole or not at all.
+Of the rows a run may take, it takes those that keep the most GPU threads busy.
+A kernel joins only if a row of it has at most `MAX_ROW_POINTS` points: one block's
+work on a GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, Operation
+from xdsl.passes import ModulePass
+
+from gradfuse.dialects import kernel as K
+from gradfuse.dialects.kernel_rows import RowsOp, row_conflict
+from gradfuse.dialects.tg_program import ForOp
+from gradfuse.passes.rows_lowering import MAX_BLOCK
+
+MAX_ROW_POINTS = 1024
+"""The most parallel points a kernel may have in one row (a GPU block's threads x 4)."""
+
+Rows = tuple[int, ...]
+
+
+def row_choices(k: K.KernelOp) -> list[Rows]:
+    """The rows `k` may run over, longest first: its parallel dims, then all but the last."""
+    par = k.domain_sizes[: k.num_parallel]
+    choices = [par[:n] for n in (len(par), len(par) - 1) if n >= 1]
+    return [r for r in choices if prod(par[len(r) :]) <= MAX_ROW_POINTS]
+
+
+def _kernels(op: Operation) -> list[K.KernelOp] | None:
+    """The kernels a launch runs, or None when `op` is no launch that may join a run."""
+    if isinstance(op, K.KernelOp):
+        return [op]
+    if isinstance(op, K.GroupOp):
+        ks = list(op.body.block.ops)
+        return ks if all(isinstance(k, K.KernelOp) for k in ks) else None  # type: ignore[return-value]
+    return None
+
+
+@dataclass
+class _Run:
+    launches: list[Operation]
+    kernels: list[K.KernelOp]
+    choices: list[Rows]
+
+    def extended(self, launch: Operation, ks: list[K.KernelOp]) -> _Run | None:
+        kernels = [*self.kernels, *ks]
+        choices = [
+            r
+            for r in self.choices
+            if all(r in row_choices(k) for k in ks) and row_conflict(kernels, r) is None
+        ]
+        return _Run([*self.launches, launch], kernels, choices) if choices else None
+
+
+def _start(launch: Operation, ks: list[K.KernelOp]) -> _Run | None:
+    common = [r for r in row_choices(ks[0]) if all(r in row_choices(k) for k in ks[1:])]
+    choices = [r for r in common if row_conflict(ks, r) is None]
+    return _Run([launch], ks, choices) if choices else None
+
+
+def fuse_rows(block: Block) -> int:
+    """Forms the `kernel.rows` ops of `block` and of the loops in it; returns how many."""
+    made = 0
+    run: _Run | None = None
+    for op in list(block.ops):
+        if isinstance(op, ForOp):
+            made += fuse_rows(op.body.block)
+        if isinstance(op, K.AllocOp):
+            continue
+        ks = _kernels(op)
+        grown = run.extended(op, ks) if run is not None and ks is not None else None
+        if grown is not None:
+            run = grown
+            continue
+        made += _flush(run)
+        run = _start(op, ks) if ks is not None else None
+    return made + _flush(run)
+
+
+def _busy_threads(kernels: list[K.KernelOp], rows: Rows) -> tuple[int, int]:
+    """How to rank a run's choices of rows: the threads its widest phase keeps busy on a
+    GPU (one block per row, at most `MAX_BLOCK` threads each), then fewer rows."""
+    widest = max(prod(k.domain_sizes[len(rows) : k.num_parallel]) for k in kernels)
+    return prod(rows) * min(widest, MAX_BLOCK), -len(rows)
+
+
+def _flush(run: _Run | None) -> int:
+    """Replaces a run of two launches or more by one `kernel.rows` at its last launch."""
+    if run is None or len(run.launches) < 2:
+        return 0
+    rows = max(run.choices, key=lambda r: _busy_threads(run.kernels, r))
+    last = run.launches[-1]
+    block = last.parent_block()
+    assert block is not None
+    name = "r" + run.kernels[0].sym_name.data.lstrip("k")
+    fused = RowsOp(name, rows, [])
+    fused.location = run.kernels[0].location
+    block.insert_op_before(fused, last)
+    for k in run.kernels:
+        k.detach()
+        fused.body.block.add_op(k)
+    for launch in run.launches:
+        if isinstance(launch, K.GroupOp):  # emptied: its kernels are in the run
+            launch.detach()
+            launch.erase()
+    return 1
+
+
+@dataclass(frozen=True)
+class KernelFuseRowsPass(ModulePass):
+    """Fuses runs of row-wise kernels into `kernel.rows` launches.
+
+    `ir-opt model.tg -p kernels,kernel-fuse-rows -t kernels`
+    """
+
+    name = "kernel-fuse-rows"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for f in op.ops:
+            if isinstance(f, func.FuncOp) and f.body.blocks:
+                fuse_rows(f.body.block)
