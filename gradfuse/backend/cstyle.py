@@ -82,6 +82,8 @@ class CStyleLanguage:
         math.CosOp: "cosf",
     }  # fmt: skip
     maximum = "fmaxf"
+    barrier: str | None = None  # the threads of a block wait here (None: the target runs
+    # blocks thread by thread, and a kernel with barriers needs its own rendering)
     prelude = (
         "#include <math.h>\n#include <stdint.h>\n"
         "static inline long gf_floordiv(long a, long b) { long q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }\n"
@@ -117,6 +119,7 @@ class CUDATarget(CStyleLanguage):
         "block_dim": "(long)blockDim.x", "grid_dim": "(long)gridDim.x",
     }  # fmt: skip
     maximum = "fmaxf"
+    barrier = "__syncthreads();"
     prelude = (
         "#include <stdint.h>\n"
         "__device__ static inline long gf_floordiv(long a, long b) { long q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }\n"
@@ -282,6 +285,8 @@ class Renderer:
             self.loop(op, depth)
         elif isinstance(op, scf.IfOp):
             self.branch(op, depth)
+        elif isinstance(op, gpu.BarrierOp) and self.t.barrier is not None:
+            self.emit(self.t.barrier, depth)
         elif isinstance(op, gpu.ReturnOp | scf.YieldOp):
             pass  # yields are assigned by their parent
         else:

@@ -54,26 +54,38 @@ class LoweredState:
     """The kernel being run, while a launch runs."""
     thread: int = 0
     """The linear id of the thread being run."""
-    writers: dict[int, int] = field(default_factory=dict)
-    """Address of each element written in the current launch -> the thread that wrote it."""
-    readers: dict[int, set[int]] = field(default_factory=dict)
-    """Address of each element read in the current launch -> the threads that read it."""
+    block: int = 0
+    """The linear id of the block being run."""
+    epoch: int = 0
+    """How many barriers the block's threads have passed."""
+    writers: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    """Address of each element written in the current launch -> the last (thread, block,
+    epoch) that wrote it."""
+    readers: dict[int, set[tuple[int, int, int]]] = field(default_factory=dict)
+    """Address of each element read in the current launch -> the (thread, block, epoch)s
+    that read it."""
 
     def access(self, op: Operation, array: np.ndarray, index: tuple[int, ...], write: bool) -> None:
-        """Records an access of a kernel thread; a race with another thread is an error."""
+        """Records an access of a kernel thread; a race with another thread is an error.
+        Accesses of two threads of one block are ordered when a barrier lies between."""
         if self.kernel is None:
             return
         addr = array.ctypes.data + sum(i * s for i, s in zip(index, array.strides))
-        other = self.writers.get(addr, self.thread)
+        me = (self.thread, self.block, self.epoch)
+
+        def ordered(other: tuple[int, int, int]) -> bool:
+            return other[0] == me[0] or (other[1] == me[1] and other[2] < me[2])
+
+        writer = self.writers.get(addr)
+        others = [writer[0]] if writer is not None and not ordered(writer) else []
         if write:
-            others = self.readers.get(addr, set()) - {self.thread}
-            other = min(others) if others and other == self.thread else other
-            self.writers[addr] = self.thread
+            others = others or [r[0] for r in self.readers.get(addr, ()) if not ordered(r)]
+            self.writers[addr] = me
         else:
-            self.readers.setdefault(addr, set()).add(self.thread)
-        if other != self.thread:
+            self.readers.setdefault(addr, set()).add(me)
+        if others:
             raise GradfuseError(
-                f"kernel {self.kernel}: threads {other} and {self.thread} race on element"
+                f"kernel {self.kernel}: threads {min(others)} and {self.thread} race on element"
                 f" {list(index)} of a buffer of shape {list(array.shape)} (one writes what the"
                 " other reads or writes)",
                 position_of(op.location),
@@ -81,6 +93,44 @@ class LoweredState:
 
 
 _DIMS = {gpu.DimensionEnum.X: 0, gpu.DimensionEnum.Y: 1, gpu.DimensionEnum.Z: 2}
+
+
+def _run_phases(
+    interp: Interpreter,
+    fn: gpu.FuncOp,
+    args: tuple[Any, ...],
+    threads: list[tuple[int, ...]],
+    st: LoweredState,
+) -> None:
+    """Runs one block of a kernel with top-level `gpu.barrier`s: every thread up to the
+    first barrier, then every thread up to the next, each thread with its own values."""
+    entry = fn.body.block
+    phases: list[list[Operation]] = [[]]
+    for op in entry.ops:
+        if isinstance(op, gpu.BarrierOp):
+            phases.append([])
+        else:
+            phases[-1].append(op)
+    outer = interp._ctx  # noqa: SLF001 (the interpreter keeps a scope per thread here)
+    scopes = []
+    for _ in threads:
+        interp.push_scope(fn.sym_name.data)
+        interp.set_values(zip(entry.args, args))
+        scopes.append(interp._ctx)  # noqa: SLF001
+        interp._ctx = outer  # noqa: SLF001
+    first = st.thread
+    try:
+        for epoch, ops in enumerate(phases):
+            st.epoch = epoch
+            for n, ((tz, ty, tx), scope) in enumerate(zip(threads, scopes)):
+                st.thread_id, st.thread = (tx, ty, tz), first + n
+                interp._ctx = scope  # noqa: SLF001
+                for op in ops:
+                    result = interp._run_op(op, interp.get_values(op.operands))  # noqa: SLF001
+                    interp.set_values(zip(op.results, result.values))
+    finally:
+        interp._ctx = outer  # noqa: SLF001
+    st.thread, st.block, st.epoch = first + len(threads), st.block + 1, 0
 
 
 def _check_bounds(op: Operation, array: np.ndarray, indices: tuple[int, ...]) -> None:
@@ -113,16 +163,22 @@ class GpuMemrefFunctions(InterpreterFunctions):
         st.launches += 1
         st.grid_dim, st.block_dim = grid, block  # type: ignore[assignment]
         kernel_args = tuple(values[v] for v in op.kernelOperands)
-        st.kernel, st.thread = fn.sym_name.data, 0
+        st.kernel, st.thread, st.block, st.epoch = fn.sym_name.data, 0, 0, 0
         st.writers.clear()
         st.readers.clear()
+        phased = any(isinstance(o, gpu.BarrierOp) for o in fn.body.block.ops)
         try:
             for bz, by, bx in product(*(range(n) for n in reversed(grid))):
                 st.block_id = (bx, by, bz)
-                for tz, ty, tx in product(*(range(n) for n in reversed(block))):
+                threads = list(product(*(range(n) for n in reversed(block))))
+                if phased:
+                    _run_phases(interp, fn, kernel_args, threads, st)
+                    continue
+                for tz, ty, tx in threads:
                     st.thread_id = (tx, ty, tz)
                     interp.run_ssacfg_region(fn.body, kernel_args, fn.sym_name.data)
                     st.thread += 1
+                st.block += 1
         finally:
             st.kernel = None
         return ()

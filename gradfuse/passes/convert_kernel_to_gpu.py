@@ -1,7 +1,7 @@
 """`convert-kernel-to-gpu`: kernels become `gpu.func`s, the host program plain MLIR.
 
-Each `kernel.kernel` or `kernel.group` becomes a `gpu.func` in one `gpu.module
-@gradfuse_kernels` (see `kernel_lowering`) and a `gpu.launch_func` on the host;
+Each `kernel.kernel`, `kernel.group` or `kernel.rows` becomes a `gpu.func` in one
+`gpu.module @gradfuse_kernels` (see `kernel_lowering`, `rows_lowering`) and a `gpu.launch_func` on the host;
 the host ops become upstream ops that real `mlir-opt` accepts:
 
 ```
@@ -51,6 +51,7 @@ from gradfuse.dialects.tg_program import ForOp, YieldOp
 from gradfuse.passes import fast_ops as fast
 from gradfuse.passes.buffer_planning import ALIGNMENT, plan_buffers
 from gradfuse.passes.kernel_lowering import build_gpu_func
+from gradfuse.passes.rows_lowering import build_rows_func
 
 KERNEL_MODULE = "gradfuse_kernels"
 MAX_BLOCK = 256
@@ -155,7 +156,7 @@ class HostLowering:
                 new = [self.call("feed", op.key.data, [op.buffer])]
             elif isinstance(op, kd.ReceiveOp):
                 new = [self.call("receive", op.key.data, list(op.buffers))]
-            elif isinstance(op, kd.KernelOp | kd.GroupOp):
+            elif isinstance(op, kd.KernelOp | kd.GroupOp | kd.RowsOp):
                 new = self.launch(op)
             elif isinstance(op, ForOp):
                 self.lower_block(op.body.block, arena, offsets)
@@ -221,11 +222,14 @@ class HostLowering:
         call.attributes["gradfuse.key"] = StringAttr(key)
         return call
 
-    def launch(self, op: kd.KernelOp | kd.GroupOp) -> list[Operation]:
+    def launch(self, op: kd.KernelOp | kd.GroupOp | kd.RowsOp) -> list[Operation]:
         name = self.unique(op.sym_name.data)
-        fn, buffers, threads = build_gpu_func(name, op)
+        if isinstance(op, kd.RowsOp):
+            fn, buffers, (blocks, per_block) = build_rows_func(name, op)
+        else:
+            fn, buffers, threads = build_gpu_func(name, op)
+            blocks, per_block = launch_shape(threads)
         self.kernels.body.block.add_op(fn)
-        blocks, per_block = launch_shape(threads)
         consts = {n: fast.constant(n) for n in (1, blocks, per_block)}
         gx, bx, one = (consts[n].result for n in (blocks, per_block, 1))
         target = SymbolRefAttr(KERNEL_MODULE, [name])

@@ -219,12 +219,18 @@ class KernelBuilder:
 
     def lower_kernel(self, k: kd.KernelOp, lid: SSAValue, args: dict[SSAValue, SSAValue]) -> None:
         """The body of `k` at parallel point `lid`: reduction loops, then the epilogue."""
+        point = self.delinearize(lid, k.domain_sizes[: k.num_parallel], k.location)
+        self.lower_kernel_at(k, point, args)
+
+    def lower_kernel_at(
+        self, k: kd.KernelOp, point: list[SSAValue], args: dict[SSAValue, SSAValue]
+    ) -> None:
+        """The body of `k` at the parallel indices `point`."""
         ops = list(k.body.block.ops)
         npar, sizes = k.num_parallel, k.domain_sizes
         block_args = k.body.block.args  # one index per domain dim, then the buffers
         index_args = block_args[: len(sizes)]
         vm: dict[SSAValue, SSAValue] = {a: args[a] for a in block_args[len(sizes) :]}
-        point = self.delinearize(lid, sizes[:npar], k.location)
         vm.update(zip(index_args[:npar], point))
         reduces = [i for i, op in enumerate(ops) if isinstance(op, kd.ReduceOp)]
         epilogue = ops

@@ -20,7 +20,7 @@ from xdsl.dialects import arith, func, gpu, memref, scf
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block
 
-from gradfuse.backend.c.loops import CPURenderer
+from gradfuse.backend.c.rows import RowsRenderer
 from gradfuse.backend.cstyle import CTarget, Renderer, element_ctype
 from gradfuse.backend.lowered import entry_function
 from gradfuse.diagnostics import GradfuseError, position_of
@@ -168,7 +168,7 @@ def render_program(module: ModuleOp) -> HostRenderer:
     """Renders the whole C translation unit (kernels, then the host program) into the
     renderer's `source`; its `calls` are the host call sites by callback index and its
     `saved` the params that the outer loop saves at the start of each iteration."""
-    renderer = CPURenderer()
+    renderer = RowsRenderer()
     kernels = renderer.kernels(module)
     host = HostRenderer(module, host_symbols(module), renderer.aliases)
     main = host.main(main_function(module))

@@ -1,0 +1,126 @@
+"""Lowering of a `kernel.rows` (kernels run row by row) to a `gpu.func`.
+
+One block per row: the block id is delinearised into the row indices. Each kernel
+is a phase: the block's threads stride over the kernel's points in the row (a loop
+with the same trip count in every thread, so that the barrier after it is reached
+by all of them), and a `gpu.barrier` separates one phase from the next:
+
+```
+gpu.func @r3(%x: memref<2x16x64xf32>, %mean: memref<2x16xf32>, ...) kernel {
+  %tid = gpu.thread_id x
+  %bid = gpu.block_id x
+  %bdim = gpu.block_dim x
+  %b = arith.divui %bid, %c16 : index          // the row (b, s)
+  %s = arith.remui %bid, %c16 : index
+  %trips = arith.ceildivui %c1, %bdim : index   // phase 1: one point per row
+  scf.for %it = %c0 to %trips step %c1 {
+    %p = arith.addi (%it * %bdim), %tid : index
+    scf.if (%p < %c1) { ... the row mean, a loop over 64 ... }
+  }
+  gpu.barrier
+  %trips2 = arith.ceildivui %c64, %bdim : index // phase 2: 64 points per row
+  scf.for ... { ... scf.if (%p < %c64) { %j = %p ... } }
+  gpu.return
+}
+```
+
+The C backend (`backend/c/rows.py`) runs the same function as a loop over rows with
+each phase a loop nest; the lowered interpreter runs the phases of a block's threads
+barrier by barrier.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+from xdsl.dialects import arith, gpu
+from xdsl.dialects.builtin import StringAttr, UnitAttr, i64
+from xdsl.ir import Block, SSAValue
+
+from gradfuse.dialects import kernel as kd
+from gradfuse.passes import fast_ops as fast
+from gradfuse.passes.kernel_lowering import KernelBuilder
+
+MAX_BLOCK = 256
+WARP = 32
+
+
+def block_threads(rows: kd.RowsOp) -> int:
+    """Threads per block: the most points of one row in any phase, in whole warps, at
+    most `MAX_BLOCK`."""
+    n = len(rows.row_sizes)
+    most = max(
+        prod(k.domain_sizes[n : k.num_parallel])
+        for k in rows.body.block.ops
+        if isinstance(k, kd.KernelOp)
+    )
+    return min(MAX_BLOCK, max(WARP, -(-most // WARP) * WARP))
+
+
+class RowsBuilder(KernelBuilder):
+    """Builds the body of the `gpu.func` of one `kernel.rows` (see the module docstring)."""
+
+    def lower_rows(self, rows: kd.RowsOp, args: dict[SSAValue, SSAValue]) -> None:
+        tid = self.add(fast.gpu_index(gpu.ThreadIdOp))
+        self._anchor = tid.owner  # type: ignore[assignment]
+        bid = self.add(fast.gpu_index(gpu.BlockIdOp))
+        bdim = self.add(fast.gpu_index(gpu.BlockDimOp))
+        sizes = rows.row_sizes
+        row = self.delinearize(bid, sizes, rows.location)
+        kernels = [k for k in rows.body.block.ops if isinstance(k, kd.KernelOp)]
+        for i, k in enumerate(kernels):
+            if i:
+                self.add(gpu.BarrierOp(), k.location)
+            self.phase(k, row, tid, bdim, args)
+        self.add(gpu.ReturnOp.create())
+
+    def phase(
+        self,
+        k: kd.KernelOp,
+        row: list[SSAValue],
+        tid: SSAValue,
+        bdim: SSAValue,
+        args: dict[SSAValue, SSAValue],
+    ) -> None:
+        """Kernel `k` at every point of the row, the block's threads striding over them."""
+        inner = k.domain_sizes[len(row) : k.num_parallel]
+        count = self.const(prod(inner))
+        trips = self.add(fast.index_op(arith.CeilDivUIOp, count, bdim), k.location)
+        body = Block(arg_types=[fast.INDEX])
+        loop = fast.scf_for(self.const(0), trips, self.const(1), [], body)
+        self.add(loop, k.location)
+        outer, self.block = self.block, body
+        base = self.add(fast.index_op(arith.MuliOp, body.args[0], bdim, flags=True), k.location)
+        p = self.add(fast.index_op(arith.AddiOp, base, tid, flags=True), k.location)
+        cond = self.add(fast.cmpi(p, count, "ult"), k.location)
+        then = Block()
+        self.block = then
+        point = self.delinearize(p, inner, k.location)
+        self.lower_kernel_at(k, [*row, *point], args)
+        self.add(fast.scf_yield())
+        self.block = body
+        self.add(fast.scf_if(cond, then, None), k.location)
+        self.add(fast.scf_yield())
+        self.block = outer
+
+
+def build_rows_func(
+    name: str, rows: kd.RowsOp
+) -> tuple[gpu.FuncOp, list[SSAValue], tuple[int, int]]:
+    """The `gpu.func` of a `kernel.rows`, its host buffer operands and its launch shape
+    (blocks: one per row, threads per block)."""
+    kernels = [k for k in rows.body.block.ops if isinstance(k, kd.KernelOp)]
+    host: list[SSAValue] = list(dict.fromkeys(b for k in kernels for b in k.buffers))
+    entry = Block(arg_types=[b.type for b in host])
+    position = dict(zip(host, entry.args))
+    args = {a: position[b] for k in kernels for a, b in zip(k.buffer_args, k.buffers)}
+    RowsBuilder(entry).lower_rows(rows, args)
+    fn = fast.gpu_func(name, entry)
+    fn.attributes["gpu.kernel"] = UnitAttr()
+    fn.attributes["workgroup_attributions"] = fast.scalar_attr(0, i64)
+    fn.attributes["gradfuse.kind"] = StringAttr("rows")
+    blocks, threads = prod(rows.row_sizes), block_threads(rows)
+    fn.attributes["gradfuse.threads"] = fast.scalar_attr(blocks * threads, i64)
+    fn.attributes["gradfuse.rows"] = fast.scalar_attr(blocks, i64)
+    fn.location = rows.location
+    return fn, host, (blocks, threads)

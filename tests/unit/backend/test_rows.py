@@ -1,0 +1,121 @@
+"""Row-by-row launches (`kernel.rows`): the same numbers on every backend, barriers that
+the lowered interpreter checks, and the C and CUDA sources of them."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from xdsl.dialects import gpu
+
+from gradfuse.backend import compile_module
+from gradfuse.backend.cstyle import CUDATarget, render_kernels
+from gradfuse.backend.lowered import run_lowered
+from gradfuse.diagnostics import GradfuseError
+from gradfuse.dialects import kernel as K
+from gradfuse.frontend.parser import parse_tg
+from gradfuse.passes import run_pipeline
+from gradfuse.stats import kernel_stats
+
+# softmax over the last dim, then a LayerNorm (no affine) of it: two row-wise chains
+# over rows (2, 3), then a column sum over other rows, which ends the run
+SOFTMAX_NORM = """
+func @main(%x: tensor<2x3x8xf32>) -> (tensor<2x3x8xf32>, tensor<8xf32>) {
+  %p = tg.softmax %x dim=2 : tensor<2x3x8xf32>
+  %m = tg.reduce_mean %p dims=[2] : tensor<2x3xf32>
+  %mb = tg.view %m map=affine_map<(d0, d1, d2) -> (d0, d1)> : tensor<2x3x8xf32>
+  %d = tg.sub %p, %mb : tensor<2x3x8xf32>
+  %sq = tg.mul %d, %d : tensor<2x3x8xf32>
+  %v = tg.reduce_mean %sq dims=[2] : tensor<2x3xf32>
+  %e = tg.constant 1.0e-05 : tensor<2x3xf32>
+  %ve = tg.add %v, %e : tensor<2x3xf32>
+  %s = tg.sqrt %ve : tensor<2x3xf32>
+  %r = tg.recip %s : tensor<2x3xf32>
+  %rb = tg.view %r map=affine_map<(d0, d1, d2) -> (d0, d1)> : tensor<2x3x8xf32>
+  %y = tg.mul %d, %rb : tensor<2x3x8xf32>
+  %c = tg.reduce_sum %y dims=[0, 1] : tensor<8xf32>
+  return %y, %c
+}
+"""
+# the softmax alone: the normalising phase's 8 threads read what the row sums' thread wrote
+SOFTMAX = """
+func @main(%x: tensor<4x8xf32>) -> (tensor<4x8xf32>) {
+  %p = tg.softmax %x dim=1 : tensor<4x8xf32>
+  return %p
+}
+"""
+X = np.random.default_rng(0).standard_normal((2, 3, 8)).astype(np.float32)
+
+
+def numpy_result(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    x = x.astype(np.float64)
+    p = np.exp(x - x.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    d = p - p.mean(-1, keepdims=True)
+    y = d / np.sqrt((d * d).mean(-1, keepdims=True) + 1e-5)
+    return y, y.sum((0, 1))
+
+
+def lowered_module(src: str = SOFTMAX_NORM):
+    module = parse_tg(src)
+    run_pipeline(module, "default")
+    return module
+
+
+def test_the_row_wise_chain_is_one_launch():
+    module = parse_tg(SOFTMAX_NORM)
+    run_pipeline(module, "kernels")
+    rows = [op for op in module.walk() if isinstance(op, K.RowsOp)]
+    # rows (2, 3) would keep 6 GPU threads busy (one a block), rows (2,) as many with
+    # fewer blocks: kernel-fuse-rows takes (2,)
+    assert len(rows) == 1 and rows[0].row_sizes == (2,)
+    assert len(list(rows[0].body.block.ops)) == 4
+    assert kernel_stats(module).kernels == 2  # the rows, then the column sum
+
+
+@pytest.mark.parametrize("backend", ["reference", "numpy", "c", "lowered"])
+def test_every_backend_gives_numpys_numbers(backend: str):
+    got = compile_module(parse_tg(SOFTMAX_NORM), backend).run(args=[X]).results
+    for a, b in zip(got, numpy_result(X), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_the_lowered_interpreter_runs_phases_barrier_by_barrier():
+    """Several threads per block: each phase's points are spread over them, and what one
+    thread wrote another reads after the barrier."""
+    module = lowered_module(SOFTMAX)
+    launch = next(op for op in module.walk() if isinstance(op, gpu.LaunchFuncOp))
+    threads = launch.blockSizeX.owner.value.value.data  # type: ignore[attr-defined]
+    assert threads == 32
+    x = X.reshape(6, 8)[:4]
+    (p,) = run_lowered(module, args=[x]).results
+    e = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(p, e / e.sum(1, keepdims=True), rtol=1e-5)
+
+
+def test_without_its_barriers_a_row_kernel_races():
+    module = lowered_module(SOFTMAX)
+    barriers = [op for op in module.walk() if isinstance(op, gpu.BarrierOp)]
+    assert barriers
+    for op in barriers:
+        op.detach()
+        op.erase()
+    with pytest.raises(GradfuseError, match=r"kernel r\d+: threads 0 and 1 race on element"):
+        run_lowered(module, args=[X.reshape(6, 8)[:4]])
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_the_cuda_source_syncs_between_phases_and_compiles(tmp_path):
+    source = render_kernels(lowered_module(), CUDATarget())
+    rows = source[source.index("void r") :]
+    rows = rows[: rows.index("\n}\n")]
+    assert rows.count("__syncthreads();") == 3  # between the 4 kernels of the run
+    cu = tmp_path / "rows.cu"
+    cu.write_text(source)
+    subprocess.run(
+        ["nvcc", "-cubin", "-arch=sm_90", "-o", str(tmp_path / "rows.cubin"), str(cu)],
+        check=True,
+        capture_output=True,
+    )
