@@ -37,7 +37,6 @@ from xdsl.dialects.builtin import (
     StringAttr,
     UnitAttr,
     UnknownLoc,
-    f32,
     i64,
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
@@ -54,6 +53,7 @@ from xdsl.ir.affine import (
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import kernel as kd
 from gradfuse.passes import fast_ops as fast
+from gradfuse.philox import emit_uniform
 
 _INIT = {"add": 0.0, "max": float("-inf")}
 INDEX = fast.INDEX
@@ -366,7 +366,7 @@ class KernelBuilder:
             return
         if isinstance(op, kd.RandomOp):
             linear = self.expand(op.map.data.results[0], point, loc)
-            vm[op.result] = philox_uniform(self, linear, vm[op.counter], op.seed.value.data, loc)
+            vm[op.result] = emit_uniform(self, linear, vm[op.counter], op.seed.value.data, loc)
             return
         if isinstance(op, kd.ReduceOp) or op.regions:
             raise GradfuseError(
@@ -381,34 +381,6 @@ class KernelBuilder:
         copy.location = op.location
         vm.update(zip(op.results, copy.results))
         self.block.add_op(copy)
-
-
-def philox_uniform(
-    b: KernelBuilder, linear: SSAValue, counter: SSAValue, seed: int, loc: Attribute
-) -> SSAValue:
-    """Philox2x32-10 at counter (linear, counter) under `seed`, as i64 arith ops
-    (the 32-bit words kept in the low half), scaled into a uniform f32 in [0, 1)."""
-    from gradfuse.philox import MASK, MULTIPLIER, ROUNDS, WEYL
-
-    def op(cls: type[Operation], *args: SSAValue) -> SSAValue:
-        return b.add(cls.create(operands=list(args), result_types=[i64]), loc)
-
-    mask = b.const(MASK, i64)
-    x0 = b.add(arith.IndexCastOp(linear, i64), loc)
-    x0 = op(arith.AndIOp, x0, mask)
-    x1 = b.add(arith.FPToSIOp(counter, i64), loc)
-    x1 = op(arith.AndIOp, x1, mask)
-    key = seed & MASK
-    for _ in range(ROUNDS):
-        product = op(arith.MuliOp, x0, b.const(MULTIPLIER, i64))
-        hi = op(arith.ShRUIOp, product, b.const(32, i64))
-        lo = op(arith.AndIOp, product, mask)
-        x0 = op(arith.XOrIOp, op(arith.XOrIOp, hi, b.const(key, i64)), x1)
-        x1 = lo
-        key = (key + WEYL) & MASK
-    top = op(arith.ShRUIOp, x0, b.const(8, i64))
-    real = b.add(arith.SIToFPOp(top, f32), loc)
-    return b.add(arith.MulfOp(real, b.const(2.0**-24, f32)), loc)
 
 
 def _inside(value: SSAValue, k: kd.KernelOp) -> bool:
