@@ -19,133 +19,28 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from functools import cache, lru_cache
-from math import prod
 
-import numpy as np
 from xdsl.dialects import func
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
-from xdsl.ir.affine import AffineDimExpr, AffineMap, AffineSet
+from xdsl.ir.affine import AffineDimExpr, AffineMap
 
 from gradfuse import affine
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import ints, shape_of
-
-ELEMENTWISE = (tg.BinaryOp, tg.UnaryOp, tg.WhereOp, tg.CastOp, tg.GatherOp, tg.RandomOp)
-SHAPED = (tg.PadOp, tg.ConcatOp)  # elementwise over their result, with index conditions
-HOST = (tg.FeederOp, tg.ReceiverOp, tg.ForOp, func.ReturnOp, tg.YieldOp)
-
-
-@dataclass(eq=False)
-class Node:
-    """A scheduling node: a group (kernel) or a host op, with its dependency edges.
-
-    `level` is 1 + the deepest dependency's level, kept up to date as edges are
-    added, so a node can only depend on nodes of lower levels."""
-
-    deps: set[Node] = field(default_factory=set, kw_only=True)
-    users: set[Node] = field(default_factory=set, kw_only=True)
-    level: int = field(default=0, kw_only=True)
-    ordered: bool = field(default=False, kw_only=True)  # has an edge besides data flow
-
-
-@dataclass(eq=False)
-class Member:
-    """An op in a group, evaluated at `map`; `operand_maps` for a root's operands."""
-
-    op: Operation
-    map: AffineMap
-    prologue: bool = False
-    operand_maps: tuple[AffineMap, ...] | None = None
-    fill: bool = False  # stores zeros into the op's result (before a scatter_add)
-    views: list[SSAValue] = field(default_factory=list)  # also stored laid out as these
-
-
-@dataclass(eq=False)
-class Group(Node):
-    """One kernel to be: members in program order over one domain."""
-
-    id: int
-    kind: str
-    domain: tuple[int, ...]
-    parallel: int
-    members: list[Member] = field(default_factory=list)
-
-    def member_of(self, op: object) -> Member | None:
-        for m in reversed(self.members):  # recent members are asked for most
-            if m.op is op:
-                return m
-        return None
-
-
-@dataclass(eq=False)
-class Host(Node):
-    """A host op: feeder, receiver, loop, return or yield."""
-
-    op: Operation
-
-
-@cache
-def resolve(value: SSAValue) -> tuple[SSAValue, AffineMap]:
-    """The non-view value behind `value`, and the map from `value`'s indices to it."""
-    map = affine.identity_map(len(shape_of(value)))
-    while isinstance(value.owner, tg.ViewAccessOp):
-        map = value.owner.map.data.compose(map)
-        value = value.owner.input
-    return value, map
-
-
-@cache
-def resolve_guard(value: SSAValue) -> AffineSet | None:
-    """The guard (over `value`'s indices) of the views between `value` and its base:
-    where it fails, `value` is 0 (padding)."""
-    guard: AffineSet | None = None
-    map = affine.identity_map(len(shape_of(value)))
-    while isinstance(value.owner, tg.ViewAccessOp):
-        view = value.owner
-        if view.guard is not None:
-            guard = affine.join_guards(guard, affine.compose_guard(view.guard.data, map))
-        map = view.map.data.compose(map)
-        value = view.input
-    return guard
-
-
-@lru_cache(maxsize=4096)
-def bijective(map: AffineMap, shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
-    """Whether `map` sends the points of `shape` one-to-one onto those of `target`
-    (checked by evaluating it, up to 2**22 points; beyond, only permutations)."""
-    if prod(shape) != prod(target) or len(map.results) != len(target):
-        return False
-    dims = [r.position for r in map.results if isinstance(r, AffineDimExpr)]
-    if len(dims) == len(shape) == len(target) and sorted(dims) == list(range(len(shape))):
-        return all(shape[d] == t for d, t in zip(dims, target))
-    if prod(shape) > 1 << 22:
-        return False
-    where = affine.eval_grid(map, shape)
-    if any(w.min() < 0 or w.max() >= t for w, t in zip(where, target) if w.size):
-        return False
-    flat = np.ravel_multi_index(where, target) if target else np.zeros(1, np.int64)
-    hit = np.zeros(prod(target), dtype=bool)  # as many points as targets: onto iff one-to-one
-    hit[flat.reshape(-1)] = True
-    return bool(hit.all())
-
-
-def is_splat(value: SSAValue) -> bool:
-    owner = value.owner
-    return isinstance(owner, tg.ConstantOp) and owner.is_splat
-
-
-def view_uses(value: SSAValue) -> list[Operation]:
-    """The ops that use `value`, looking through views."""
-    out: list[Operation] = []
-    for use in value.uses:
-        if isinstance(use.operation, tg.ViewAccessOp):
-            out.extend(view_uses(use.operation.result))
-        else:
-            out.append(use.operation)
-    return out
+from gradfuse.passes.fusion_graph import (
+    ELEMENTWISE,
+    HOST,
+    SHAPED,
+    Group,
+    Host,
+    Member,
+    Node,
+    bijective,
+    resolve,
+    resolve_guard,
+    view_uses,
+)
 
 
 class Planner:

@@ -35,7 +35,7 @@ from gradfuse.dialects import kernel as K
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import FLOAT_TYPES, i64_array, ints, shape_of
 from gradfuse.passes import fast_ops as fast
-from gradfuse.passes.fusion import (
+from gradfuse.passes.fusion_graph import (
     Group,
     Member,
     is_splat,
