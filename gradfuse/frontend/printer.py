@@ -34,7 +34,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import ELEMENT_TYPES, ints
-from gradfuse.frontend.parser import ATTR_KINDS
+from gradfuse.frontend.parse_attributes import ATTR_KINDS
 
 _ELEMENT_NAMES = {v: k for k, v in ELEMENT_TYPES.items()}
 
