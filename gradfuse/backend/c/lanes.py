@@ -21,12 +21,24 @@ per-point ops is one short loop over the lanes, which gcc turns into vector code
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from xdsl.dialects import scf
 from xdsl.ir import Block, Operation, SSAValue
 
 from gradfuse.backend.cstyle import Renderer, ctype
 
 LANES = 16
+
+
+def lane_count(count: int, width: int = LANES) -> str:
+    """The lanes of the block at `b` of a dim of `count` points, blocks of `width`, as C:
+    a constant where every block is full (or the only one), so that gcc unrolls."""
+    if count % width == 0:
+        return str(width)
+    if count < width:
+        return str(count)
+    return f"{count} - b < {width} ? {count} - b : {width}"
 
 
 def lane_values(block: Block, index: SSAValue) -> set[SSAValue] | None:
@@ -51,9 +63,12 @@ def lane_values(block: Block, index: SSAValue) -> set[SSAValue] | None:
 class LaneRenderer:
     """Renders a block of a segment in lane mode, through its CPU renderer's op cases."""
 
-    def __init__(self, renderer: Renderer, varying: set[SSAValue]):
+    def __init__(
+        self, renderer: Renderer, varying: set[SSAValue], keep: set[SSAValue] | None = None
+    ):
         self.r = renderer
         self.varying = varying
+        self.keep = keep or set()  # read elsewhere under other names: never arrays
 
     def block(self, ops: list[Operation], depth: int, assigns: list[tuple[str, SSAValue]]) -> None:
         """Scalar ops as they come, varying ones gathered into lane loops; `assigns`
@@ -82,7 +97,7 @@ class LaneRenderer:
             v
             for op in run
             for v in op.results
-            if any(use.operation not in inside for use in v.uses)
+            if v not in self.keep and any(use.operation not in inside for use in v.uses)
         ]
         for v in arrays:
             self.r.emit(f"{ctype(v.type)} {self.r.name(v)}[{LANES}];", depth)
@@ -97,8 +112,16 @@ class LaneRenderer:
             self.r.emit(f"{target} = {self.r.name(value)};", depth + 1)
         self.r.emit("}", depth)
 
-    def loop(self, op: scf.ForOp, depth: int) -> None:
-        """A loop whose carried values vary: arrays of LANES, the body in lane mode."""
+    def loop(
+        self,
+        op: scf.ForOp,
+        depth: int,
+        ops: list[Operation] | None = None,
+        header: Callable[[int], int] | None = None,
+    ) -> None:
+        """A loop whose carried values vary: arrays of LANES, the body in lane mode; `ops`
+        of the body only, where given, and the loop header from `header(depth)` (which
+        opens a brace and returns the body's depth), where given."""
         body = op.body.block
         iv, carried = body.args[0], body.args[1:]
         inits = []
@@ -111,10 +134,14 @@ class LaneRenderer:
         for target, init in inits:
             self.r.emit(f"{target} = {self.r.name(init)};", depth + 1)
         self.r.emit("}", depth)
-        i, lo, hi, st = (self.r.name(v) for v in (iv, op.lb, op.ub, op.step))
-        self.r.emit(f"for (long {i} = {lo}; {i} < {hi}; {i} += {st}) {{", depth)
+        if header is None:
+            i, lo, hi, st = (self.r.name(v) for v in (iv, op.lb, op.ub, op.step))
+            self.r.emit(f"for (long {i} = {lo}; {i} < {hi}; {i} += {st}) {{", depth)
+            inner = depth + 1
+        else:
+            inner = header(depth)
         y = body.last_op
         yields = list(y.operands) if isinstance(y, scf.YieldOp) else []
         assigns = [(self.r.name(res), v) for res, v in zip(op.results, yields)]
-        self.block(list(body.ops), depth + 1, assigns)
+        self.block(list(body.ops) if ops is None else ops, inner, assigns)
         self.r.emit("}", depth)

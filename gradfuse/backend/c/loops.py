@@ -33,7 +33,8 @@ from xdsl.dialects import arith, gpu, memref, scf
 from xdsl.dialects.builtin import IntegerAttr
 from xdsl.ir import Block, Operation, SSAValue
 
-from gradfuse.backend.c.lanes import LANES, LaneRenderer, lane_values
+from gradfuse.backend.c import pack
+from gradfuse.backend.c.lanes import LANES, LaneRenderer, lane_count, lane_values
 from gradfuse.backend.cstyle import CTarget, Renderer, ctype, element_ctype
 
 
@@ -280,6 +281,10 @@ class CPURenderer(Renderer):
         varying = lane_values(seg.block, seg.last)
         if varying is None:
             return False
+        packing = pack.plan(seg, ops, varying)
+        if packing is not None:
+            pack.render(self, seg, packing, varying)
+            return True
         depth, n = len(seg.dims), seg.dims[-1]
         if depth == 1:
             self.emit("#pragma omp for nowait", 1)
@@ -288,7 +293,7 @@ class CPURenderer(Renderer):
         for k, size in enumerate(seg.dims[:-1]):
             self.emit(f"for (long i{k} = 0; i{k} < {size}; i{k}++)", 1)
         self.emit(f"for (long b = 0; b < {n}; b += {LANES}) {{", 1)
-        self.emit(f"const long n = {n} - b < {LANES} ? {n} - b : {LANES};", 2)
+        self.emit(f"const long n = {lane_count(n)};", 2)
         self.names[seg.last] = "(b + l)"
         LaneRenderer(self, varying).block(ops, 2, [])
         self.emit("}", 1)
