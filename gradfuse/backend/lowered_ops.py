@@ -56,6 +56,8 @@ class LoweredState:
     """The linear id of the thread being run."""
     block: int = 0
     """The linear id of the block being run."""
+    shared: dict[tuple[int, Operation], np.ndarray] = field(default_factory=dict)
+    """Workgroup memory of the current launch: (block, its `memref.alloca`) -> array."""
     epoch: int = 0
     """How many barriers the block's threads have passed."""
     writers: dict[int, tuple[int, int, int]] = field(default_factory=dict)
@@ -95,42 +97,15 @@ class LoweredState:
 _DIMS = {gpu.DimensionEnum.X: 0, gpu.DimensionEnum.Y: 1, gpu.DimensionEnum.Z: 2}
 
 
-def _run_phases(
-    interp: Interpreter,
-    fn: gpu.FuncOp,
-    args: tuple[Any, ...],
-    threads: list[tuple[int, ...]],
-    st: LoweredState,
-) -> None:
-    """Runs one block of a kernel with top-level `gpu.barrier`s: every thread up to the
-    first barrier, then every thread up to the next, each thread with its own values."""
-    entry = fn.body.block
-    phases: list[list[Operation]] = [[]]
-    for op in entry.ops:
-        if isinstance(op, gpu.BarrierOp):
-            phases.append([])
-        else:
-            phases[-1].append(op)
-    outer = interp._ctx  # noqa: SLF001 (the interpreter keeps a scope per thread here)
-    scopes = []
-    for _ in threads:
-        interp.push_scope(fn.sym_name.data)
-        interp.set_values(zip(entry.args, args))
-        scopes.append(interp._ctx)  # noqa: SLF001
-        interp._ctx = outer  # noqa: SLF001
-    first = st.thread
-    try:
-        for epoch, ops in enumerate(phases):
-            st.epoch = epoch
-            for n, ((tz, ty, tx), scope) in enumerate(zip(threads, scopes)):
-                st.thread_id, st.thread = (tx, ty, tz), first + n
-                interp._ctx = scope  # noqa: SLF001
-                for op in ops:
-                    result = interp._run_op(op, interp.get_values(op.operands))  # noqa: SLF001
-                    interp.set_values(zip(op.results, result.values))
-    finally:
-        interp._ctx = outer  # noqa: SLF001
-    st.thread, st.block, st.epoch = first + len(threads), st.block + 1, 0
+WORKGROUP = 3
+"""The memory space of GPU workgroup (shared) memory: `memref<16x16xf32, 3 : i64>`,
+NVVM's address space 3."""
+
+
+def is_workgroup(ty: Attribute) -> bool:
+    """Whether a memref type lives in GPU workgroup (shared) memory."""
+    space = getattr(ty, "memory_space", None)
+    return isinstance(space, IntegerAttr) and space.value.data == WORKGROUP
 
 
 def _check_bounds(op: Operation, array: np.ndarray, indices: tuple[int, ...]) -> None:
@@ -166,13 +141,16 @@ class GpuMemrefFunctions(InterpreterFunctions):
         st.kernel, st.thread, st.block, st.epoch = fn.sym_name.data, 0, 0, 0
         st.writers.clear()
         st.readers.clear()
-        phased = any(isinstance(o, gpu.BarrierOp) for o in fn.body.block.ops)
+        st.shared.clear()
+        from gradfuse.backend.lowered_lockstep import Lockstep, has_barrier
+
+        phased = has_barrier(fn)
         try:
             for bz, by, bx in product(*(range(n) for n in reversed(grid))):
                 st.block_id = (bx, by, bz)
                 threads = list(product(*(range(n) for n in reversed(block))))
                 if phased:
-                    _run_phases(interp, fn, kernel_args, threads, st)
+                    Lockstep(interp, st, threads).run(fn, kernel_args)
                     continue
                 for tz, ty, tx in threads:
                     st.thread_id = (tx, ty, tz)
@@ -213,6 +191,20 @@ class GpuMemrefFunctions(InterpreterFunctions):
             return (np.full(tuple(ty.get_shape()), 0xFF, dtype=np.uint8),)
         fill = np.nan if dt.kind == "f" else 0
         return (np.full(tuple(ty.get_shape()), fill, dtype=dt),)
+
+    @impl(memref.AllocaOp)
+    def run_alloca(self, interp: Interpreter, op: memref.AllocaOp, args: PythonValues):
+        """Workgroup memory (memory space `WORKGROUP`): one array for all the
+        threads of a block; else one per thread."""
+        ty = op.memref.type
+        fill = np.nan if dtype_of(ty.element_type).kind == "f" else 0
+        if not is_workgroup(ty):
+            return (np.full(tuple(ty.get_shape()), fill, dtype=dtype_of(ty.element_type)),)
+        key = (self.state.block, op)
+        if key not in self.state.shared:
+            shape = tuple(ty.get_shape())
+            self.state.shared[key] = np.full(shape, fill, dtype=dtype_of(ty.element_type))
+        return (self.state.shared[key],)
 
     @impl(memref.DeallocOp)
     def run_dealloc(self, interp: Interpreter, op: memref.DeallocOp, args: PythonValues):
