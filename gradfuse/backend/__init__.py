@@ -30,7 +30,7 @@ PIPELINE_OF = {
     "numpy": "kernels",
     "lowered": "default",
     "c": "default",
-    "cuda": "default",
+    "cuda": "cuda",
 }
 
 

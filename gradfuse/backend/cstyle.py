@@ -84,6 +84,7 @@ class CStyleLanguage:
     maximum = "fmaxf"
     barrier: str | None = None  # the threads of a block wait here (None: the target runs
     # blocks thread by thread, and a kernel with barriers needs its own rendering)
+    shared: str | None = None  # the qualifier of a block's workgroup memory (None: none)
     prelude = (
         "#include <math.h>\n#include <stdint.h>\n"
         "static inline long gf_floordiv(long a, long b) { long q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }\n"
@@ -120,6 +121,7 @@ class CUDATarget(CStyleLanguage):
     }  # fmt: skip
     maximum = "fmaxf"
     barrier = "__syncthreads();"
+    shared = "__shared__"
     prelude = (
         "#include <stdint.h>\n"
         "__device__ static inline long gf_floordiv(long a, long b) { long q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }\n"
@@ -227,7 +229,8 @@ class Renderer:
 
     def op(self, op: Operation, depth: int) -> None:  # noqa: C901 (one case per op)
         r = self.name(op.results[0]) if op.results else ""
-        decl = f"{ctype(op.results[0].type)} {r} = " if op.results and self.declare else ""
+        scalar = op.results and not isinstance(op.results[0].type, MemRefType)
+        decl = f"{ctype(op.results[0].type)} {r} = " if scalar and self.declare else ""
         decl = decl or (f"{r} = " if op.results else "")
         a = [self.name(v) for v in op.operands]
         if isinstance(op, arith.ConstantOp):
@@ -285,6 +288,11 @@ class Renderer:
             self.loop(op, depth)
         elif isinstance(op, scf.IfOp):
             self.branch(op, depth)
+        elif isinstance(op, memref.AllocaOp) and self.t.shared is not None:
+            ty = op.memref.type
+            size = prod(ty.get_shape())  # type: ignore[attr-defined]
+            elt = element_ctype(ty.element_type)  # type: ignore[attr-defined]
+            self.emit(f"{self.t.shared} {elt} {r}[{size}];", depth)
         elif isinstance(op, gpu.BarrierOp) and self.t.barrier is not None:
             self.emit(self.t.barrier, depth)
         elif isinstance(op, gpu.ReturnOp | scf.YieldOp):

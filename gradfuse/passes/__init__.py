@@ -49,6 +49,12 @@ def _kernel_fuse_rows() -> type[ModulePass]:
     return KernelFuseRowsPass
 
 
+def _kernel_tile() -> type[ModulePass]:
+    from gradfuse.passes.kernel_tile import KernelTilePass
+
+    return KernelTilePass
+
+
 def _convert_kernel_to_gpu() -> type[ModulePass]:
     from gradfuse.passes.convert_kernel_to_gpu import ConvertKernelToGpuPass
 
@@ -75,6 +81,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "tg-loop-state": _tg_loop_state,
     "tg-fuse": _tg_fuse,
     "kernel-fuse-rows": _kernel_fuse_rows,
+    "kernel-tile": _kernel_tile,
     "convert-kernel-to-gpu": _convert_kernel_to_gpu,
     "canonicalize": _cleanup("canonicalize"),
     "cse": _cleanup("cse"),
@@ -87,11 +94,13 @@ PIPELINES: dict[str, str] = {
     "tg": "tg-autodiff,tg-decompose,canonicalize,cse,dce",
     "kernels": "tg,tg-loop-state,tg-lower-access,cse,dce,tg-fuse,kernel-fuse-rows",
     "default": "kernels,convert-kernel-to-gpu",
+    "cuda": "kernels,kernel-tile,convert-kernel-to-gpu",
 }
 """Named pipelines, each extending the one before: `tg` (differentiate and simplify,
 what the reference interpreter runs), `kernels` (fused kernels over buffers) and
 `default` (upstream gpu/scf/memref IR: what `execute()` compiles and
-`ir-opt -p default` prints)."""
+`ir-opt -p default` prints); `cuda` is `default` with the contractions tiled through
+shared memory (`kernel-tile`), what the CUDA backend compiles."""
 
 
 def make_context() -> Context:

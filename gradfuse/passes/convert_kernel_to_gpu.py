@@ -52,6 +52,7 @@ from gradfuse.passes import fast_ops as fast
 from gradfuse.passes.buffer_planning import ALIGNMENT, plan_buffers
 from gradfuse.passes.kernel_lowering import build_gpu_func
 from gradfuse.passes.rows_lowering import build_rows_func
+from gradfuse.passes.tile_lowering import build_tiled_func, tile_sizes
 
 KERNEL_MODULE = "gradfuse_kernels"
 MAX_BLOCK = 256
@@ -226,6 +227,8 @@ class HostLowering:
         name = self.unique(op.sym_name.data)
         if isinstance(op, kd.RowsOp):
             fn, buffers, (blocks, per_block) = build_rows_func(name, op)
+        elif isinstance(op, kd.KernelOp) and tile_sizes(op) is not None:
+            fn, buffers, (blocks, per_block) = build_tiled_func(name, op)
         else:
             fn, buffers, threads = build_gpu_func(name, op)
             blocks, per_block = launch_shape(threads)

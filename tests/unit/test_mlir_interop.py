@@ -90,14 +90,16 @@ def test_ir_opt_output_verifies(tmp_path: Path) -> None:
         mlir_opt(done.stdout)
 
 
-def default_pipeline_verifies(path: Path, debuginfo: bool = False) -> str:
-    """`ir-opt path -p default -t mlir`, checked by `mlir-opt --verify-each`; its output
-    (with `debuginfo`, both print locations)."""
+def default_pipeline_verifies(
+    path: Path, debuginfo: bool = False, pipeline: str = "default"
+) -> str:
+    """`ir-opt path -p default -t mlir` (or another pipeline), checked by
+    `mlir-opt --verify-each`; its output (with `debuginfo`, both print locations)."""
     if "convert-kernel-to-gpu" not in expand("default"):
         pytest.skip("the default pipeline does not lower to gpu yet")
     flags = ["--print-debuginfo"] if debuginfo else []
     done = subprocess.run(
-        [str(IR_OPT), str(path), "-p", "default", "-t", "mlir", *flags],
+        [str(IR_OPT), str(path), "-p", pipeline, "-t", "mlir", *flags],
         capture_output=True,
         text=True,
     )
@@ -119,15 +121,20 @@ def record_python_example(name: str) -> None:
         record_reverser(example, steps=example.STEPS, log_every=example.LOG_EVERY)
 
 
+@pytest.mark.parametrize("pipeline", ["default", "cuda"])
 @pytest.mark.parametrize("name", ["mlp", "transformer"], ids=["mlp.py", "transformer.py"])
-def test_default_pipeline_on_python_examples_verifies(name: str, tmp_path: Path) -> None:
+def test_default_pipeline_on_python_examples_verifies(
+    name: str, pipeline: str, tmp_path: Path
+) -> None:
     """The programs the Python examples record, saved by `gradfuse.ir_text()` with their
-    Python locations (`loc("forward@0"("model.py":7:3))`), which MLIR parses and keeps."""
+    Python locations (`loc("forward@0"("model.py":7:3))`), which MLIR parses and keeps;
+    `cuda` adds the shared-memory tiles (workgroup memory space 3) and their barriers."""
     record_python_example(name)
     src = tmp_path / f"{name}.tg"
     src.write_text(gradfuse.ir_text(print_locations=True))
     gradfuse.reset()
-    out = default_pipeline_verifies(src, debuginfo=True)
+    out = default_pipeline_verifies(src, debuginfo=True, pipeline=pipeline)
     assert "gpu.launch_func" in out
+    assert (pipeline == "cuda" and name == "transformer") == ("memref.alloca" in out)
     assert 'loc("forward@' in out and 'loc("backward@' in out
     assert "example_programs.py" in out

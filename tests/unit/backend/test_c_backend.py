@@ -109,7 +109,7 @@ def test_a_failing_feeder_stops_the_run_with_its_name():
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_every_cuda_source_compiles_with_nvcc(name, tmp_path):
     module = parse_tg(PROGRAMS[name])
-    run_pipeline(module, "default")
+    run_pipeline(module, "cuda")  # what the CUDA backend compiles
     src = tmp_path / "kernels.cu"
     src.write_text(render_kernels(module, CUDATarget()))
     done = subprocess.run(
@@ -241,7 +241,7 @@ def test_the_cuda_source_of_random_programs_compiles(src: str):
     import tempfile
 
     module = parse_tg(src)
-    run_pipeline(module, "default")
+    run_pipeline(module, "cuda")  # what the CUDA backend compiles
     with tempfile.TemporaryDirectory() as tmp:
         cu = Path(tmp) / "kernels.cu"
         cu.write_text(render_kernels(module, CUDATarget()))

@@ -133,7 +133,7 @@ def example_programs() -> dict[str, str]:
 @pytest.mark.parametrize("name", ["linreg", "mlp", "transformer"])
 def test_the_cuda_source_of_every_example_compiles(name: str, tmp_path: Path) -> None:
     module = parse_tg(example_programs()[name])
-    run_pipeline(module, "default")
+    run_pipeline(module, "cuda")  # what the CUDA backend compiles
     src = tmp_path / f"{name}.cu"
     src.write_text(render_kernels(module, CUDATarget()))
     done = subprocess.run(
