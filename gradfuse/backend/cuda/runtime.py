@@ -25,6 +25,7 @@ from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, MemRefType, ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 
 from gradfuse.backend.cuda.compiler import compile_cubin, cuda_source
+from gradfuse.backend.cuda.memory import device_alloc
 from gradfuse.backend.kernel_numpy import tensor_of
 from gradfuse.backend.reference import RunResult
 from gradfuse.backend.reference_state import RunState, attr_array, dtype_of
@@ -134,7 +135,7 @@ class _Run:
                 host = _initial(op, ty)
             else:
                 raise GradfuseError(f'param "{key or name}" has no initial value')
-            buf = drv.mem_alloc(max(host.nbytes, 1))
+            buf = device_alloc(drv, host.nbytes, f'param "{key or name}"')
             drv.memcpy_htod(buf, np.ascontiguousarray(host))
             self.device[name] = buf
             self.buffers[name] = DeviceBuffer(int(buf), tuple(ty.get_shape()), host.dtype)
@@ -147,7 +148,7 @@ class _Run:
             ty = arg.type
             assert isinstance(ty, MemRefType)
             host = np.ascontiguousarray(value, dtype=dtype_of(tensor_of(ty)))
-            buf = self.drv.mem_alloc(max(host.nbytes, 1))
+            buf = device_alloc(self.drv, host.nbytes, f"argument {len(self.env)}")
             self.drv.memcpy_htod(buf, host)
             self.env[arg] = DeviceBuffer(int(buf), tuple(ty.get_shape()), host.dtype)
             self.device[f"arg{len(self.device)}"] = buf
@@ -214,7 +215,7 @@ class _Run:
             env[op.result] = op.value.value.data  # type: ignore[attr-defined]
         elif isinstance(op, memref.AllocOp):
             nbytes = int(np.prod(op.memref.type.get_shape()))  # type: ignore[attr-defined]
-            buf = self.drv.mem_alloc(max(nbytes, 1))
+            buf = device_alloc(self.drv, nbytes, "the arena of temporaries")
             self.device[f"arena{len(self.device)}"] = buf
             env[op.memref] = DeviceBuffer(int(buf), (nbytes,), np.dtype(np.int8))
         elif isinstance(op, memref.GetGlobalOp):
@@ -313,7 +314,10 @@ class _Run:
         """Copies every param on the device (queued), into buffers made once."""
         if not hasattr(self, "saved"):
             self.saved = {
-                key: (self.drv.mem_alloc(max(self.buffers[name].nbytes, 1)), self.buffers[name])
+                key: (
+                    device_alloc(self.drv, self.buffers[name].nbytes, f'the saved copy of "{key}"'),
+                    self.buffers[name],
+                )
                 for name, key in self.keys.items()
             }
         for dst, b in self.saved.values():
