@@ -1,0 +1,113 @@
+"""The `cuda` pipeline's programs on the GPU against the reference interpreter, to 1e-5:
+the examples, random fused programs, shared-memory tiled contractions and row-by-row
+launches (skipped without an NVIDIA GPU and PyCUDA; `make test-gpu`).
+
+`GRADFUSE_GPU_TESTS_ON=lowered pytest -m gpu tests/gpu/test_cuda_programs.py` runs the
+same tests on the lowered interpreter instead (the block's threads in lockstep between
+barriers): a dry run of them without a GPU, the large programs left out.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from gradfuse.backend import compile_module, cuda_available
+from gradfuse.frontend.parser import parse_tg
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "unit"))
+sys.path.insert(0, str(ROOT / "tests" / "unit" / "passes"))
+from fusion_programs import programs  # noqa: E402
+
+ON = os.environ.get("GRADFUSE_GPU_TESTS_ON", "cuda")
+DRY = ON != "cuda"
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not DRY and not cuda_available(), reason="needs an NVIDIA GPU and PyCUDA"),
+]
+
+
+def agree(src: str, **kwargs: object) -> None:
+    """The program on the GPU (pipeline `cuda`) and on the reference, to 1e-5."""
+    want = compile_module(parse_tg(src), "reference").run(**kwargs)
+    got = compile_module(parse_tg(src), ON, pipeline="cuda").run(**kwargs)
+    for a, b in zip(got.results, want.results, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    for key in want.params:
+        np.testing.assert_allclose(got.params[key], want.params[key], rtol=1e-5, atol=1e-6)
+    for key, calls in want.received.items():
+        for a, b in zip(got.received[key], calls, strict=True):
+            np.testing.assert_allclose(a[0], b[0], rtol=1e-5, atol=1e-6)
+
+
+RNG = np.random.default_rng(0)
+
+
+def test_linear_regression_example():
+    feeders = dict(np.load(ROOT / "examples" / "linreg.npz"))
+    agree((ROOT / "examples" / "linreg.tg").read_text(), feeders=feeders)
+
+
+@pytest.mark.skipif(DRY, reason="too large for the lowered interpreter")
+@pytest.mark.parametrize("name", ["mlp", "transformer"])
+def test_python_examples(name: str):
+    sys.path.insert(0, str(ROOT / "tests" / "unit" / "backend"))
+    from test_examples_c import example_programs
+
+    agree(example_programs()[name])
+
+
+@settings(max_examples=10, deadline=None)
+@given(programs())
+def test_random_fused_programs(src: str):
+    line = next(ln for ln in src.splitlines() if "tg.feeder" in ln)
+    shape = tuple(int(d) for d in line.split("tensor<")[1].split("xf32")[0].split("x"))
+    xs = RNG.standard_normal((4, *shape)).astype(np.float32) * 0.5
+    agree(src, feeders={"x": xs})
+
+
+# 20x18 outputs, 20-long reduction: a 16x16 tile and the edges of three more
+MATMUL = """
+func @main(%x: tensor<20x20xf32>, %w: tensor<18x20xf32>, %b: tensor<18xf32>) -> (tensor<20x18xf32>) {
+  %wt = tg.view %w map=affine_map<(d0, d1) -> (d1, d0)> : tensor<20x18xf32>
+  %y = tg.dot %x, %wt : tensor<20x18xf32>
+  %bb = tg.view %b map=affine_map<(d0, d1) -> (d1)> : tensor<20x18xf32>
+  %z = tg.add %y, %bb : tensor<20x18xf32>
+  %r = tg.relu %z : tensor<20x18xf32>
+  return %r
+}
+"""
+CONV = """
+func @main(%x: tensor<1x3x18x18xf32>, %w: tensor<16x3x3x3xf32>) -> (tensor<1x16x16x16xf32>) {
+  %y = tg.conv2d %x, %w stride=[1, 1] padding=[1, 1] dilation=[1, 1] groups=1 : tensor<1x16x18x18xf32>
+  %s = tg.slice %y starts=[0, 0, 0, 0] limits=[1, 16, 16, 16] strides=[1, 1, 1, 1] : tensor<1x16x16x16xf32>
+  return %s
+}
+"""
+SOFTMAX = """
+func @main(%x: tensor<4x40xf32>) -> (tensor<4x40xf32>) {
+  %p = tg.softmax %x dim=1 : tensor<4x40xf32>
+  return %p
+}
+"""
+
+
+def test_a_tiled_matmul_with_its_epilogue():
+    args = [RNG.standard_normal(s).astype(np.float32) for s in [(20, 20), (18, 20), (18,)]]
+    agree(MATMUL, args=args)
+
+
+@pytest.mark.skipif(DRY, reason="too large for the lowered interpreter")
+def test_a_tiled_padded_convolution():
+    args = [RNG.standard_normal(s).astype(np.float32) for s in [(1, 3, 18, 18), (16, 3, 3, 3)]]
+    agree(CONV, args=args)
+
+
+def test_a_row_by_row_softmax():
+    agree(SOFTMAX, args=[RNG.standard_normal((4, 40)).astype(np.float32)])
