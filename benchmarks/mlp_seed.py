@@ -1,13 +1,15 @@
 """The seed program (examples/mlp.py), gradfuse against PyTorch eager, in one run (issue 5).
 
     .venv/bin/python benchmarks/mlp_seed.py [--steps 1000] [--backend c] [--repeat 3]
+        [--torch-compile]
 
 A 255-255-255 MLP with a sigmoid, SGD lr=0.01, a constant (2, 255) batch from a
 feeder, `--steps` steps in one `ir_for`. Prints, for gradfuse: trace and compile time
 with a cold and a warm compile cache (trace to runnable), run time per step; for
 PyTorch eager (when importable; CPU here, the GPU too when both see one): time per
-step, the same steps as a Python loop; and their ratio. Each time is the best of
-`--repeat` runs.
+step, the same steps as a Python loop; and their ratio; with `--torch-compile` (the
+default on a GPU) the same for `torch.compile` (mode "reduce-overhead" on a GPU).
+Each time is the best of `--repeat` runs.
 """
 
 from __future__ import annotations
@@ -80,8 +82,10 @@ def gradfuse_run(steps: int, backend: str | None, repeat: int) -> dict[str, Any]
     }
 
 
-def torch_run(steps: int, repeat: int, device: str) -> float | None:
-    """Best seconds per step of the same loop in PyTorch eager on `device`."""
+def torch_run(steps: int, repeat: int, device: str, compiled: bool = False) -> float | None:
+    """Best seconds per step of the same loop in PyTorch eager on `device`; with
+    `compiled`, the model and the optimizer step through `torch.compile` (mode
+    "reduce-overhead", CUDA graphs, on a GPU), after a warm-up run."""
     try:
         import torch
     except ImportError:
@@ -93,15 +97,19 @@ def torch_run(steps: int, repeat: int, device: str) -> float | None:
         torch.nn.Linear(WIDTH, WIDTH), torch.nn.Sigmoid(), torch.nn.Linear(WIDTH, WIDTH)
     ).to(device)
     opt = torch.optim.SGD(nn.parameters(), lr=0.01)
+    model, update = nn, opt.step
+    if compiled:
+        mode = "reduce-overhead" if device == "cuda" else "default"
+        model, update = torch.compile(nn, mode=mode), torch.compile(opt.step, mode=mode)
     batch = np.full((BATCH, WIDTH), 0.2, dtype=np.float32)
     best = float("inf")
-    for _ in range(repeat):
+    for _ in range(repeat + compiled):  # a compiled run's first round compiles
         start = time.perf_counter()
         for _ in range(steps):
             opt.zero_grad()
             x = torch.from_numpy(batch).to(device)  # a fresh host batch each step, as the feeder
-            nn(x).backward(torch.ones(BATCH, WIDTH, device=device))
-            opt.step()
+            model(x).backward(torch.ones(BATCH, WIDTH, device=device))
+            update()
         if device == "cuda":
             torch.cuda.synchronize()
         best = min(best, time.perf_counter() - start)
@@ -113,6 +121,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--backend", default=None)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--torch-compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also time torch.compile (default: on a GPU)",
+    )
     add_threads_option(parser)
     args = parser.parse_args()
     use_threads(args.threads)
@@ -130,6 +144,12 @@ def main() -> None:
         return
     print(f"PyTorch eager ({device}): {theirs * 1e6:.1f} us per step")
     print(f"speed ratio, gradfuse / PyTorch eager: {theirs / ours['step']:.2f}x")
+    if args.torch_compile if args.torch_compile is not None else device == "cuda":
+        mode = "reduce-overhead" if device == "cuda" else "default"
+        best = torch_run(args.steps, args.repeat, device, compiled=True)
+        assert best is not None
+        print(f"PyTorch torch.compile, mode {mode} ({device}): {best * 1e6:.1f} us per step")
+        print(f"speed ratio, gradfuse / torch.compile: {best / ours['step']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """A short transformer's training step, gradfuse against PyTorch CPU eager (issue 6).
 
     .venv/bin/python benchmarks/transformer.py [--steps 1000] [--backend c] [--optimizer sgd]
+        [--torch-compile]
 
 TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, batch_first=True,
 dropout=0) on an input of shape (2, 16, 64), loss = output sum, one optimizer step;
@@ -8,7 +9,9 @@ dropout=0) on an input of shape (2, 16, 64), loss = output sum, one optimizer st
 the C backend without a GPU, NumPy kernels when the C backend is not there), and the
 same steps in PyTorch eager on the CPU in the same run (when torch is importable).
 Prints time per step, the ratio, and kernels per step beside PyTorch's count of the
-ATen ops that run a kernel (views and other metadata-only ops left out).
+ATen ops that run a kernel (views and other metadata-only ops left out). On the cuda
+backend PyTorch runs on the GPU too, its kernels counted by torch.profiler, and
+`torch.compile` (mode "reduce-overhead") is timed as well (`--torch-compile` on a CPU).
 """
 
 from __future__ import annotations
@@ -60,26 +63,41 @@ def gradfuse_run(steps: int, backend: str | None, optimizer: str) -> dict[str, A
     }
 
 
-def torch_run(steps: int, optimizer: str) -> dict[str, Any] | None:
-    """The same steps in PyTorch eager on the CPU, and its kernel-running ATen ops per step."""
+def torch_run(
+    steps: int, optimizer: str, device: str = "cpu", compiled: bool = False
+) -> dict[str, Any] | None:
+    """The same steps in PyTorch on `device`, eager or through `torch.compile` (mode
+    "reduce-overhead" on a GPU), and, eager, the kernels of one step: CUDA kernels
+    from torch.profiler on a GPU, else the ATen ops that run a kernel."""
     try:
         import torch
         from torch.utils._python_dispatch import TorchDispatchMode
     except ImportError:
         return None
+    if device == "cuda" and not torch.cuda.is_available():
+        return None
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(D_MODEL, NHEAD, FF, dropout=0.0, batch_first=True)
+    layer = layer.to(device)
     opt = (
         torch.optim.Adam(layer.parameters(), lr=1e-4)
         if optimizer == "adam"
         else torch.optim.SGD(layer.parameters(), lr=1e-3)
     )
-    x = torch.tensor(np.random.default_rng(0).normal(size=SHAPE).astype(np.float32))
+    x = torch.tensor(np.random.default_rng(0).normal(size=SHAPE).astype(np.float32)).to(device)
+    model, update = layer, opt.step
+    if compiled:
+        mode = "reduce-overhead" if device == "cuda" else "default"
+        model, update = torch.compile(layer, mode=mode), torch.compile(opt.step, mode=mode)
 
     def step() -> None:
         opt.zero_grad()
-        layer(x).sum().backward()
-        opt.step()
+        model(x).sum().backward()
+        update()
+
+    def sync() -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
 
     class Count(TorchDispatchMode):
         def __init__(self) -> None:
@@ -93,16 +111,32 @@ def torch_run(steps: int, optimizer: str) -> dict[str, Any] | None:
             return func(*args, **(kwargs or {}))
 
     for _ in range(3):
-        step()  # warm up (the optimizer creates its state on the first step)
-    counter = Count()
-    with counter:
-        step()
+        step()  # warm up (the optimizer creates its state, torch.compile compiles)
+    sync()
+    kernels = None
+    if not compiled and device == "cuda":
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            step()
+            sync()
+        kernels = sum(
+            e.device_type == torch.autograd.DeviceType.CUDA
+            and not e.name.startswith(("Memcpy", "Memset"))
+            for e in prof.events()
+        )
+    elif not compiled:
+        counter = Count()
+        with counter:
+            step()
+        kernels = len(counter.ops)
     start = time.perf_counter()
     for _ in range(steps):
         step()
+    sync()
     return {
         "run": time.perf_counter() - start,
-        "ops_per_step": len(counter.ops),
+        "ops_per_step": kernels,
         "threads": torch.get_num_threads(),
         "version": torch.__version__,
     }
@@ -113,6 +147,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--backend", default=None, help="gradfuse backend (default: its default)")
     parser.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
+    parser.add_argument(
+        "--torch-compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also time torch.compile (default: on a GPU)",
+    )
     add_threads_option(parser)
     args = parser.parse_args()
     use_threads(args.threads)
@@ -126,21 +166,29 @@ def main() -> None:
         f" (trace {g['trace']:.2f} s, compile {g['compile']:.2f} s, run {g['run']:.2f} s),"
         f" {g['kernels_per_step']} kernels/step"
     )
-    t = torch_run(args.steps, args.optimizer)
+    device = "cuda" if g["backend"] == "cuda" else "cpu"
+    t = torch_run(args.steps, args.optimizer, device)
     if t is None:
         print("PyTorch: not importable, no ratio")
         return
     t_step = t["run"] / args.steps
+    counted = "CUDA kernels" if device == "cuda" else "ATen ops"
     print(
-        f"PyTorch {t['version']} CPU eager ({t['threads']} threads): {t_step * 1e3:.3f} ms/step,"
-        f" {t['ops_per_step']} ATen ops/step"
+        f"PyTorch {t['version']} {device} eager ({t['threads']} threads): {t_step * 1e3:.3f}"
+        f" ms/step, {t['ops_per_step']} {counted}/step"
     )
     print(
         f"speed ratio (PyTorch time / gradfuse time): {t_step / g_step:.2f}x;"
         f" kernels per step: {g['kernels_per_step']} vs {t['ops_per_step']}"
         f" ({g['kernels_per_step'] / t['ops_per_step']:.2f} of PyTorch's)"
     )
-
+    if args.torch_compile if args.torch_compile is not None else device == "cuda":
+        c = torch_run(args.steps, args.optimizer, device, compiled=True)
+        assert c is not None
+        c_step = c["run"] / args.steps
+        mode = "reduce-overhead" if device == "cuda" else "default"
+        print(f"PyTorch torch.compile, mode {mode} ({device}): {c_step * 1e3:.3f} ms/step")
+        print(f"speed ratio (torch.compile time / gradfuse time): {c_step / g_step:.2f}x")
 
 if __name__ == "__main__":
     main()
