@@ -3,21 +3,17 @@
 On a GPU such a kernel is one block per row, its threads striding over each phase's
 points, barriers between phases. On the CPU the rows are a loop, and each phase is
 the loop nest that `CPURenderer.segment` makes of a kernel (lanes, simd pragmas),
-over the points of one row. The OpenMP team (when the work is large enough) shares
-each phase's points and waits at the barrier before the next phase; every thread
-walks the rows, so the row indices are private:
+over the points of one row, without its work-sharing: the rows are independent, so
+OpenMP (when the work is large enough) shares them, and a thread runs a row's phases
+one after the other, no barrier needed:
 
     static void r3(float* __restrict__ v0, ..., long grid, long block) {
       const long tid = 0;
-      #pragma omp parallel if(2048 >= 1048576)
-      {
+      #pragma omp parallel for if(2048 >= 1048576)
       for (long bid = 0; bid < 32; bid++) {
         long v4 = bid / 16; long v5 = bid % 16;          // the row
-        #pragma omp for nowait
         for (long i0 = 0; i0 < 64; i0++) { ... }         // phase 1
-        #pragma omp barrier
-        ...
-      }
+        ...                                              // phase 2
       }
     }
 """
@@ -59,6 +55,19 @@ def _phase(loop: scf.ForOp) -> Segment | None:
     return Segment(0, count, branch.true_region.block, cmp.lhs)
 
 
+def _unshared(lines: list[str]) -> list[str]:
+    """A segment's loop nest without its OpenMP work-sharing: inside a row, one thread
+    runs it (`omp for simd` keeps its `simd`)."""
+    out = []
+    for line in lines:
+        text = line.strip()
+        if text.startswith("#pragma omp for simd"):
+            out.append(line.replace("omp for simd nowait", "omp simd"))
+        elif not text.startswith("#pragma omp for"):
+            out.append(line)
+    return out
+
+
 class RowsRenderer(CPURenderer):
     """`CPURenderer` that also renders row-by-row kernels (see the module docstring)."""
 
@@ -82,16 +91,14 @@ class RowsRenderer(CPURenderer):
         work = rows * sum((s.hi - s.lo) * _trips(s.block) for s in phases.values())
         head = f"{self.t.kernel_prefix} {fn.sym_name.data}({params}{self.t.extra_params}) {{\n"
         self.emit("const long tid = 0;", 1)
-        self.emit(f"#pragma omp parallel if({work} >= {self.t.parallel_work})", 1)
-        self.emit("{", 1)
+        self.emit(f"#pragma omp parallel for if({work} >= {self.t.parallel_work})", 1)
         self.emit(f"for (long bid = 0; bid < {rows}; bid++) {{", 1)
         for op in block.ops:
             if op in phases:
+                start = len(self.lines)
                 self.segment(phases[op])
-            elif isinstance(op, gpu.BarrierOp):
-                self.emit("#pragma omp barrier", 2)
-            else:
+                self.lines[start:] = _unshared(self.lines[start:])
+            elif not isinstance(op, gpu.BarrierOp):  # a thread runs a row's phases in order
                 self.op(op, 2)
-        self.emit("}", 1)
         self.emit("}", 1)
         return head + "\n".join(self.lines) + "\n}\n"
