@@ -33,7 +33,7 @@ from xdsl.dialects import arith, gpu, memref, scf
 from xdsl.dialects.builtin import IntegerAttr
 from xdsl.ir import Block, Operation, SSAValue
 
-from gradfuse.backend.c import pack
+from gradfuse.backend.c import pack, pack_render
 from gradfuse.backend.c.lanes import LANES, LaneRenderer, lane_count, lane_values
 from gradfuse.backend.cstyle import CTarget, Renderer, ctype, element_ctype
 
@@ -283,7 +283,7 @@ class CPURenderer(Renderer):
             return False
         packing = pack.plan(seg, ops, varying)
         if packing is not None:
-            pack.render(self, seg, packing, varying)
+            pack_render.render(self, seg, packing, varying)
             return True
         depth, n = len(seg.dims), seg.dims[-1]
         if depth == 1:

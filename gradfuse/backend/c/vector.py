@@ -41,18 +41,15 @@ from xdsl.dialects.builtin import Float32Type
 from xdsl.ir import Operation, SSAValue
 
 from gradfuse.backend.c.lanes import LANES, LaneRenderer
+from gradfuse.backend.c.pack import Plan, varies
 from gradfuse.backend.cstyle import Renderer
 
 if TYPE_CHECKING:
     from gradfuse.backend.c.loops import Segment
-    from gradfuse.backend.c.pack import Plan
 
 VECTOR = {arith.AddfOp: "+", arith.SubfOp: "-", arith.MulfOp: "*", arith.DivfOp: "/"}
 BLOCK = 8  # indices of the shared dim at a time (accumulators in registers)
-
-
-def _varies(op: Operation, varying: set[SSAValue]) -> bool:
-    return any(r in varying for r in op.results)
+ACCUMULATORS = 16  # vectors of sums at a time, at most
 
 
 def vectorizable(p: Plan, varying: set[SSAValue]) -> bool:
@@ -66,7 +63,7 @@ def vectorizable(p: Plan, varying: set[SSAValue]) -> bool:
             return False
     vectors = set(p.packed) | carried
     for op in p.compute:
-        if not _varies(op, varying):
+        if not varies(op, varying):
             continue
         if type(op) not in VECTOR and not isinstance(op, arith.NegfOp):
             return False
@@ -87,50 +84,78 @@ def _vector_op(r: Renderer, op: Operation, depth: int) -> None:
         r.emit(f"gf_v {res} = {a[0]} {VECTOR[type(op)]} {a[1]};", depth)  # type: ignore[index]
 
 
-def render_sums(r: Renderer, seg: Segment, p: Plan, varying: set[SSAValue], lanes: int) -> None:
-    """Emits the loop over dim j of a packed segment, BLOCK indices at a time (or the
-    largest power of two below that divides the dim), at depth 2."""
-    from gradfuse.backend.c.pack import rows
+def render_sums(r: Renderer, seg: Segment, p: Plan, varying: set[SSAValue]) -> None:
+    """Emits the sums of a packed segment at depth 2: the loop over dim j, BLOCK indices at
+    a time (or fewer that divide the dim, and at most ACCUMULATORS vectors), each row of
+    the pack in `p.row / LANES` vectors (one where the row is narrower)."""
+    from gradfuse.backend.c.pack_render import rows
 
-    size = seg.dims[p.j]
-    block = next(b for b in (BLOCK, 4, 2, 1) if size % b == 0)
-    j = f"i{p.j}"
+    width = min(p.row, LANES)
+    vectors = p.row // width
+    size = seg.dims[p.j] if p.j is not None else 1
+    block = next(b for b in (BLOCK, 4, 2, 1) if size % b == 0 and b * vectors <= ACCUMULATORS)
     body = p.loop.body.block
-    r.emit(f"for (long {j}b = 0; {j}b < {size}; {j}b += {block}) {{", 2)
+    depth = 2
+    vec = f"vector_size({4 * width}), aligned(4), may_alias"
+    r.emit(f"typedef float gf_v __attribute__(({vec}));", depth)
+    if p.j is not None:
+        j = f"i{p.j}"
+        r.emit(f"for (long {j}b = 0; {j}b < {size}; {j}b += {block}) {{", depth)
+        depth += 1
     for c, init in enumerate(p.loop.iter_args):
-        accs = ", ".join(f"a{c}_{t} = (gf_v){{0}} + {r.name(init)}" for t in range(block))
-        r.emit(f"gf_v {accs};", 3)
-    depth = rows(r, p, 3)
+        accs = [
+            f"a{c}_{t}_{u} = (gf_v){{0}} + {r.name(init)}"
+            for t in range(block)
+            for u in range(vectors)
+        ]
+        r.emit(f"gf_v {', '.join(accs)};", depth)
+    inner = rows(r, p, depth)
     k = r.name(p.nest.iv)
     for v in p.packed:
-        r.emit(f"gf_v {r.name(v)} = *(gf_v*)&{p.buffer(v)}[{k} * {lanes}];", depth)
+        for u in range(vectors):
+            r.emit(f"gf_v gf_p{u} = *(gf_v*)&{p.buffer(v)}[{k} * {p.row} + {u * width}];", inner)
     saved = dict(r.names)
     y = body.last_op
     yields = list(y.operands) if y is not None else []
     for t in range(block):
-        r.emit("{", depth)
-        r.emit(f"const long {j} = {j}b + {t};", depth + 1)
-        for c, arg in enumerate(body.args[1:]):
-            r.names[arg] = f"a{c}_{t}"
+        r.emit("{", inner)
+        if p.j is not None:
+            r.emit(f"const long i{p.j} = i{p.j}b + {t};", inner + 1)
         for op in p.compute:
-            if _varies(op, varying):
-                _vector_op(r, op, depth + 1)
-            else:
-                r.op(op, depth + 1)
-        for c, v in enumerate(yields):
-            r.emit(f"a{c}_{t} = {r.name(v)};", depth + 1)
-        r.emit("}", depth)
+            if not varies(op, varying):
+                r.op(op, inner + 1)
+        for u in range(vectors):
+            r.emit("{", inner + 1)
+            for v in p.packed:
+                r.names[v] = f"gf_p{u}"
+            for c, arg in enumerate(body.args[1:]):
+                r.names[arg] = f"a{c}_{t}_{u}"
+            for op in p.compute:
+                if varies(op, varying):
+                    _vector_op(r, op, inner + 2)
+            for c, v in enumerate(yields):
+                r.emit(f"a{c}_{t}_{u} = {r.name(v)};", inner + 2)
+            r.emit("}", inner + 1)
+        r.emit("}", inner)
         r.names = dict(saved)
-    r.emit("}", 3)
+    r.emit("}", depth)
     for t in range(block):
-        r.emit("{", 3)
-        r.emit(f"const long {j} = {j}b + {t};", 4)
-        for c, res in enumerate(p.loop.results):
-            array = r.name(res)
-            r.emit(f"float {array}[{LANES}];", 4)
-            r.emit(f"*(gf_v*){array} = a{c}_{t};", 4)
-            r.names[res] = f"{array}[l]"
-        LaneRenderer(r, varying).block(p.after, 4, [])
-        r.emit("}", 3)
-        r.names = dict(saved)
-    r.emit("}", 2)
+        r.emit("{", depth)
+        if p.j is not None:
+            r.emit(f"const long i{p.j} = i{p.j}b + {t};", depth + 1)
+        for c in range(len(p.loop.results)):
+            r.emit(f"float gf_sum{c}[{p.row}];", depth + 1)
+            for u in range(vectors):
+                r.emit(f"*(gf_v*)&gf_sum{c}[{u * width}] = a{c}_{t}_{u};", depth + 1)
+        for sub in range(p.subs):
+            r.emit("{", depth + 1)
+            if p.subs > 1:
+                r.emit(f"const long i{p.sub} = i{p.sub}b + {sub};", depth + 2)
+            for c, res in enumerate(p.loop.results):
+                r.names[res] = f"gf_sum{c}[{sub * p.lanes} + l]"
+            LaneRenderer(r, varying).block(p.after, depth + 2, [])
+            r.emit("}", depth + 1)
+            r.names = dict(saved)
+        r.emit("}", depth)
+    if p.j is not None:
+        r.emit("}", 2)

@@ -1,0 +1,193 @@
+"""The C of a packed segment (see `pack`): per block of lanes, the pack, then the sums.
+
+The reduction index is split into the loops of its `k / C`, `k % C` reads (see `nest`);
+the pack runs them in the order that leaves least to compute for each lane innermost
+(the channel: the bounds tests hang on the kernel row and column only), each lane's share
+of the rest hoisted out of it, and leaves out the kernel rows and columns that no lane
+reads:
+
+    for (long v25_1 = 0; v25_1 < 4; v25_1++)
+    for (long v25_2 = 0; v25_2 < 4; v25_2++) {
+      ...
+      if (v31 & v37) {                               // else no lane reads inside the image
+        long v74[16]; for (long l = 0; l < n; l++) { ... v74[l] = ...; }  // once per lane
+        for (long v25_0 = 0; v25_0 < 128; v25_0++) {
+          long v25 = ((v25_0) * 4 + v25_1) * 4 + v25_2;
+          for (long l = 0; l < n; l++) { ...; v95p[v25 * 16 + l] = v95; }
+          int gf_any = 0; for (...) gf_any |= v95p[v25 * 16 + l] != 0.0f; v95z[v25] |= gf_any;
+        }
+      }
+    }
+    long gf_rows = 0;                                // the rows that are not all zero
+    for (long k = 0; k < 2048; k++) { v95k[gf_rows] = k; gf_rows += v95z[k]; }
+
+A row whose packed factor is 0 in every lane adds `acc + 0 * w`, nothing for a finite w
+(padding, the holes of a strided transposed convolution), so the sums skip it; every sum
+still adds its terms in the order of k.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from xdsl.ir import SSAValue
+
+from gradfuse.backend.c.lanes import LaneRenderer, lane_count
+from gradfuse.backend.c.pack import Plan, guards, varies
+from gradfuse.backend.cstyle import Renderer, ctype
+
+if TYPE_CHECKING:
+    from gradfuse.backend.c.loops import Segment
+
+
+def _innermost(p: Plan, varying: set[SSAValue]) -> int:
+    """The loop of the nest to run innermost in the pack: the one on which the fewest ops
+    that vary between lanes depend (those outside it run once per lane)."""
+    best, fewest = 0, None
+    for t in range(len(p.nest.sizes)):
+        dep = {v for v in p.nest.forms if p.nest.depends(v, t)} | {p.nest.iv}
+        count = 0
+        for op in p.pack:
+            if any(v in dep for v in op.operands):
+                dep.update(op.results)
+                count += varies(op, varying)
+        larger = fewest is not None and p.nest.sizes[t] > p.nest.sizes[best]
+        if fewest is None or count < fewest or (count == fewest and larger):
+            best, fewest = t, count
+    return best
+
+
+def render_pack(r: Renderer, p: Plan, varying: set[SSAValue]) -> None:
+    """Emits the pack of one block of lanes at depth 2 (see the module docstring)."""
+    inner = _innermost(p, varying)
+    order = [t for t in range(len(p.nest.sizes)) if t != inner] + [inner]
+    k = p.nest.name(r)
+    dep = {v for v in p.nest.forms if p.nest.depends(v, inner)} | {p.nest.iv}
+    outside, inside = [], []
+    for op in p.pack:
+        if any(v in dep for v in op.operands):
+            dep.update(op.results)
+            inside.append(op)
+        else:
+            outside.append(op)
+    lane = LaneRenderer(r, varying, keep=set(p.packed))
+    depth = 2
+    column = "l"
+    if p.subs > 1:
+        r.emit(f"for (long gf_sub = 0; gf_sub < {p.subs}; gf_sub++) {{", depth)
+        r.emit(f"const long i{p.sub} = i{p.sub}b + gf_sub;", depth + 1)
+        depth, column = depth + 1, f"gf_sub * {p.lanes} + l"
+    slot = f"[{k} * {p.row} + {column}]"
+    top = depth
+    for t in order[:-1]:
+        r.emit(f"for (long {k}_{t} = 0; {k}_{t} < {p.nest.sizes[t]}; {k}_{t}++) {{", depth)
+        depth += 1
+    lane.block([op for op in outside if not varies(op, varying)], depth, [])
+    tests = [g for g in guards(p.packed[0], varying) if g not in dep] if p.sparse else []
+    if tests:  # else no lane reads inside: the rows stay all zero
+        r.emit(f"if ({' & '.join(r.name(g) for g in tests)}) {{", depth)
+        depth += 1
+    lane.block([op for op in outside if varies(op, varying)], depth, [])
+    size, line = p.nest.sizes[inner], f"long {k} = {p.nest.expr(k, 1, p.nest.count)};"
+    r.emit(f"for (long {k}_{inner} = 0; {k}_{inner} < {size}; {k}_{inner}++) {{", depth)
+    r.emit(line, depth + 1)
+    lane.block(inside, depth + 1, [(p.buffer(v) + slot, v) for v in p.packed])
+    if p.sparse:
+        buf = p.buffer(p.packed[0])
+        r.emit("int gf_any = 0;", depth + 1)
+        r.emit(f"for (long l = 0; l < n; l++) gf_any |= {buf}{slot} != 0.0f;", depth + 1)
+        r.emit(f"{buf[:-1]}z[{k}] |= gf_any;", depth + 1)
+    r.emit("}", depth)
+    if tests:
+        depth -= 1
+        if p.subs > 1:  # the other blocks of the row may read these rows: zeros here
+            r.emit("} else {", depth)
+            r.emit(f"for (long {k}_{inner} = 0; {k}_{inner} < {size}; {k}_{inner}++) {{", depth + 1)
+            r.emit(line, depth + 2)
+            r.emit(f"for (long l = 0; l < n; l++) {p.buffer(p.packed[0])}{slot} = 0.0f;", depth + 2)
+            r.emit("}", depth + 1)
+        r.emit("}", depth)
+    while depth > top:
+        depth -= 1
+        r.emit("}", depth)
+    if p.subs > 1:
+        r.emit("}", 2)
+    if p.sparse:
+        base = p.buffer(p.packed[0])[:-1]
+        r.emit("long gf_rows = 0;", 2)
+        r.emit(f"for (long k = 0; k < {p.nest.count}; k++) {{", 2)
+        r.emit(f"{base}k[gf_rows] = k;", 3)
+        r.emit(f"gf_rows += {base}z[k];", 3)
+        r.emit("}", 2)
+
+
+def rows(r: Renderer, p: Plan, depth: int) -> int:
+    """Opens the loop over the rows of the pack that the sums add (with `{`): the rows
+    that are not all zero where `sparse`, else the nest; returns the body's depth."""
+    if not p.sparse:
+        return p.nest.open(r, depth)
+    k = r.name(p.nest.iv)
+    base = p.buffer(p.packed[0])[:-1]
+    r.emit("for (long gf_row = 0; gf_row < gf_rows; gf_row++) {", depth)
+    r.emit(f"long {k} = {base}k[gf_row];", depth + 1)
+    p.nest.name_from(r, k)
+    return depth + 1
+
+
+def render(r: Renderer, seg: Segment, p: Plan, varying: set[SSAValue]) -> None:
+    """Emits the packed segment: buffers for each thread, the loops over the blocks, and
+    in each the pack and the sums (in vector registers where `vector` can)."""
+    from gradfuse.backend.c.vector import render_sums, vectorizable
+
+    count = seg.dims[-1]
+    p.names = {v: r.name(v) for v in p.packed}
+    for v in p.packed:
+        t, buf = ctype(v.type), p.buffer(v)
+        size = p.nest.count * p.row
+        r.emit(f"char* {buf}m = (char*)__builtin_calloc({size} * sizeof({t}) + 64, 1);", 1)
+        r.emit(f"{t}* {buf} = ({t}*)(((unsigned long){buf}m + 63) & ~63UL);", 1)
+    if p.sparse:
+        base = p.buffer(p.packed[0])[:-1]
+        r.emit(f"unsigned char* {base}z = (unsigned char*)__builtin_malloc({p.nest.count});", 1)
+        r.emit(f"long* {base}k = (long*)__builtin_malloc({p.nest.count} * sizeof(long));", 1)
+    vector = vectorizable(p, varying)
+    outer = [d for d in range(len(seg.dims) - 1) if d != p.j]
+    r.emit(f"#pragma omp for collapse({len(outer) + 1}) nowait", 1)
+    for d in outer:
+        if d == p.sub and p.subs > 1:
+            r.emit(f"for (long i{d}b = 0; i{d}b < {seg.dims[d]}; i{d}b += {p.subs})", 1)
+        else:
+            r.emit(f"for (long i{d} = 0; i{d} < {seg.dims[d]}; i{d}++)", 1)
+    r.emit(f"for (long b = 0; b < {count}; b += {p.lanes}) {{", 1)
+    r.emit(f"const long n = {lane_count(count, p.lanes)};", 2)
+    r.names[seg.last] = "(b + l)"  # type: ignore[index]
+    LaneRenderer(r, varying).block(p.before, 2, [])
+    if p.sparse:
+        base = p.buffer(p.packed[0])[:-1]
+        r.emit(f"__builtin_memset({base}z, 0, {p.nest.count});", 2)
+    render_pack(r, p, varying)
+    if vector:
+        render_sums(r, seg, p, varying)
+    else:
+        _sums(r, seg, p, varying)
+    r.emit("}", 1)
+    for v in p.packed:
+        r.emit(f"__builtin_free({p.buffer(v)}m);", 1)
+    if p.sparse:
+        base = p.buffer(p.packed[0])[:-1]
+        r.emit(f"__builtin_free({base}z);", 1)
+        r.emit(f"__builtin_free({base}k);", 1)
+
+
+def _sums(r: Renderer, seg: Segment, p: Plan, varying: set[SSAValue]) -> None:
+    """The loop over dim j with the sums in lane arrays, for bodies `vector` cannot take."""
+    assert p.j is not None and p.subs == 1
+    r.emit(f"for (long i{p.j} = 0; i{p.j} < {seg.dims[p.j]}; i{p.j}++) {{", 2)
+    lane = LaneRenderer(r, varying)
+    lane.block(p.inner, 3, [])
+    k = r.name(p.nest.iv)
+    for v in p.packed:
+        r.names[v] = f"{p.buffer(v)}[{k} * {p.row} + l]"
+    lane.loop(p.loop, 3, p.compute, lambda d: rows(r, p, d))
+    lane.block(p.after, 3, [])
+    r.emit("}", 2)
