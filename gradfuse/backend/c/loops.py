@@ -276,6 +276,7 @@ class CPURenderer(Renderer):
         """Renders `seg` LANES points at a time (see `lanes`); False where it cannot."""
         ops = [op for op in seg.block.ops if op not in seg.skip]
         ids = {seg.lid, *(op.lhs for op in seg.skip if isinstance(op, arith.SubiOp))}
+        ids.discard(seg.last)  # a one-dim segment: its flat id is its index
         if seg.last is None or any(v in ids for o in ops for w in o.walk() for v in w.operands):
             return False  # the flat id itself is read: not a plain loop nest
         varying = lane_values(seg.block, seg.last)
