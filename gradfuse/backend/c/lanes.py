@@ -45,7 +45,9 @@ def lane_values(block: Block, index: SSAValue) -> set[SSAValue] | None:
     """The values under `block` that differ between lanes (those computed from `index`),
     or None when the block branches (lane loops are straight-line code)."""
     varying: set[SSAValue] = {index}
-    for _ in range(3):  # loop-carried values may become varying through their yield
+    size = 0
+    while size != len(varying):  # loop-carried values vary through their yield: once per
+        size = len(varying)  # level of nesting, so until nothing changes
         for op in block.walk():
             if isinstance(op, scf.ForOp):
                 y = op.body.block.last_op
