@@ -294,7 +294,7 @@ class CPURenderer(Renderer):
         for k, size in enumerate(seg.dims[:-1]):
             self.emit(f"for (long i{k} = 0; i{k} < {size}; i{k}++)", 1)
         self.emit(f"for (long b = 0; b < {n}; b += {LANES}) {{", 1)
-        self.emit(f"const long n = {lane_count(n)};", 2)
+        self.emit(f"const long n = {n} - b < {LANES} ? {n} - b : {LANES};", 2)
         self.names[seg.last] = "(b + l)"
         LaneRenderer(self, varying).block(ops, 2, [])
         self.emit("}", 1)
