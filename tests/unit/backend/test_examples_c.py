@@ -142,3 +142,28 @@ def test_the_cuda_source_of_every_example_compiles(name: str, tmp_path: Path) ->
         text=True,
     )
     assert done.returncode == 0, f"{name}: {done.stderr}"
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize(
+    ("name", "sizes"),
+    [("dcgan", {"BATCH": 8}), ("resnet18", {"BATCH": 2, "IMAGE": 32, "NUM_CLASSES": 10})],
+)
+def test_the_cuda_source_of_the_convnets_compiles(name: str, sizes: dict, tmp_path: Path) -> None:
+    """A training step of examples/dcgan.py and examples/resnet18.py through the cuda
+    pipeline: its convolutions tiled through shared memory where they tile."""
+    gradfuse.reset()
+    load_example(name, **sizes).record(steps=1, log_every=1)
+    module = parse_tg(gradfuse.ir_text())
+    gradfuse.reset()
+    run_pipeline(module, "cuda")
+    source = render_kernels(module, CUDATarget())
+    assert "__shared__ float" in source
+    src = tmp_path / f"{name}.cu"
+    src.write_text(source)
+    done = subprocess.run(
+        ["nvcc", "-cubin", "-arch=sm_90", "-w", "-o", str(tmp_path / "k.cubin"), str(src)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, f"{name}: {done.stderr}"
