@@ -34,7 +34,7 @@ from xdsl.dialects.builtin import IntegerAttr
 from xdsl.ir import Block, Operation, SSAValue
 
 from gradfuse.backend.c import pack, pack_render
-from gradfuse.backend.c.lanes import LANES, LaneRenderer, lane_count, lane_values
+from gradfuse.backend.c.lanes import LANES, LaneRenderer, lane_values
 from gradfuse.backend.cstyle import CTarget, Renderer, ctype, element_ctype
 
 

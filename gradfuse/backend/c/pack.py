@@ -13,9 +13,13 @@ reduction becomes a dense multiply-add over contiguous lanes (`vector`).
 shared dim j (co) or on the sums run for each index of j (`compute`); the values that vary
 between lanes and that those ops read, but that do not depend on j, are packed (`packed`),
 with the ops that compute them (`pack`). Where the lanes cover fewer than LANES points
-(an 8x8 or 4x4 image), the row also holds the blocks of `subs` neighbouring indices of
-another dim (`sub`), so that a row still fills a vector register. Without a dim j to
-share, a guarded convolution is still packed (j None): the pack skips what no lane reads.
+(an 8x8 or 4x4 image), or the sums read a weight too large to stay near the core, a row
+also holds the blocks of `subs` indices of another dim (`sub`), `step` apart, so that a
+row fills a vector register and each read of the weight serves more points. Where the
+pack tests an index `mod m` (a transposed convolution with stride m), the lanes of a
+block (`lane_step`) and its blocks are m apart, so that each kernel row and column serves
+all of them or none. Without a dim j to share, a guarded convolution is still packed (j
+None): the pack leaves out what no lane reads.
 """
 
 from __future__ import annotations
@@ -25,17 +29,19 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from xdsl.dialects import arith, memref, scf
-from xdsl.dialects.builtin import AnyFloat, Float32Type, FloatAttr
-from xdsl.ir import Operation, SSAValue
+from xdsl.dialects.builtin import AnyFloat, Float32Type, FloatAttr, MemRefType
+from xdsl.ir import Attribute, Operation, SSAValue
 
 from gradfuse.backend.c.lanes import LANES
-from gradfuse.backend.c.nest import Nest, nest
+from gradfuse.backend.c.nest import Nest, constant, nest
 from gradfuse.backend.cstyle import ctype
 
 if TYPE_CHECKING:
     from gradfuse.backend.c.loops import Segment
 
 PACK_BYTES = 1 << 24  # the largest pack buffer of one thread
+ROW = 64  # values in a row of the pack, at most (four vectors)
+SHARED = 1 << 18  # bytes that the sums read (a weight) beyond which wider rows pay
 CHEAP = (arith.MulfOp, arith.AddfOp, arith.SubfOp, arith.NegfOp)
 
 
@@ -54,14 +60,21 @@ class Plan:
     after: list[Operation]
     sparse: bool = False  # the sums skip rows of zeros (one f32 factor of each product)
     lanes: int = LANES  # points of the last dim in a block
-    sub: int | None = None  # the dim whose `subs` neighbouring indices share a row
+    lane_step: int = 1  # the points of a block are this far apart (then `b` is the residue)
+    sub: int | None = None  # the dim whose `subs` indices `step` apart share a row
     subs: int = 1
+    step: int = 1
     names: dict[SSAValue, str] = field(default_factory=dict)  # of the packed values
 
     @property
     def row(self) -> int:
-        """Values in a row of the pack: `subs` blocks of lanes."""
-        return self.lanes * self.subs
+        """Values in a row of the pack: `subs` blocks of lanes, padded to whole vectors."""
+        used = self.lanes * self.subs
+        return -(-used // LANES) * LANES if used > self.lanes else self.lanes
+
+    def sub_index(self, v: str) -> str:
+        """The index of dim `sub` in the row's block `v` (C)."""
+        return f"i{self.sub}b + {v}" if self.step == 1 else f"i{self.sub}b + ({v}) * {self.step}"
 
     def buffer(self, v: SSAValue) -> str:
         """The name of the pack buffer of `v` (`v95p`; `v95z`, `v95k`: its rows)."""
@@ -215,13 +228,25 @@ def _split(
     return p
 
 
+def _stride(pack: list[Operation], dep: set[SSAValue]) -> int:
+    """The modulus of a `x mod m` test in the pack on a value of `dep` (the holes of a
+    transposed convolution with stride m), else 1: blocks m apart read the same rows."""
+    for op in pack:
+        if isinstance(op, arith.RemSIOp | arith.RemUIOp) and op.lhs in dep:
+            m = constant(op.rhs)
+            if m is not None and m > 1:
+                return m
+    return 1
+
+
 def _subs(seg: Segment, p: Plan, varying: set[SSAValue]) -> None:
-    """Gives the rows of a narrow block the blocks of neighbouring indices of the nearest
-    outer dim (not j) on which neither the scalars of the sums nor the ops before the
-    loop depend."""
+    """Gives the rows of the pack the blocks of several indices of the nearest outer dim
+    (not j) on which neither the scalars of the sums nor the ops before the loop depend:
+    so that a narrow block still fills a vector, and, where the sums read more than fits
+    near the core (a large weight), so that each read serves more points."""
     from gradfuse.backend.c.vector import vectorizable
 
-    if p.lanes == LANES or not vectorizable(p, varying):
+    if not vectorizable(p, varying):
         return
     dims = [d for d in range(len(seg.dims) - 1) if d != p.j and seg.dims[d] > 1]
     if not dims:
@@ -231,8 +256,32 @@ def _subs(seg: Segment, p: Plan, varying: set[SSAValue]) -> None:
     scalars = [op for op in p.compute if not varies(op, varying)]  # the rest reads the rows
     if any(r in dep for op in [*p.before, *scalars] for r in op.results):
         return
-    p.sub = s
-    p.subs = next(v for v in (LANES // p.lanes, 2, 1) if seg.dims[s] % v == 0)
+    reads = sum(_bytes(op.memref.type) for op in scalars if isinstance(op, memref.LoadOp))
+    most = ROW if reads > SHARED else LANES
+    step = _stride(p.pack, dep) if p.sparse else 1
+    for st in dict.fromkeys((step, 1)):
+        for subs in range(most // p.lanes, 1, -1):
+            if seg.dims[s] % (subs * st) == 0:
+                p.sub, p.subs, p.step = s, subs, st
+                return
+
+
+def _lane_step(seg: Segment, p: Plan, varying: set[SSAValue]) -> None:
+    """Blocks of lanes `m` points apart where the pack tests a lane's index `mod m` (the
+    holes of a transposed convolution with stride m): then each kernel column reads
+    every lane of a block or none, and the sums skip the rows that none reads."""
+    step = _stride(p.pack, varying) if p.sparse else 1
+    count = seg.dims[-1]
+    if step > 1 and count % step == 0:
+        p.lane_step, p.lanes = step, width(count // step)
+
+
+def _bytes(ty: Attribute) -> int:
+    assert isinstance(ty, MemRefType)
+    count = 1
+    for size in ty.get_shape():
+        count *= size
+    return count * (8 if ctype(ty.element_type) in ("double", "long", "int64_t") else 4)
 
 
 def plan(seg: Segment, ops: list[Operation], varying: set[SSAValue]) -> Plan | None:
@@ -265,5 +314,6 @@ def plan(seg: Segment, ops: list[Operation], varying: set[SSAValue]) -> Plan | N
         if best is not None and not vectorizable(best, varying):
             return None
     if best is not None:
+        _lane_step(seg, best, varying)
         _subs(seg, best, varying)
     return best

@@ -4,33 +4,41 @@ The reduction index is split into the loops of its `k / C`, `k % C` reads (see `
 the pack runs them in the order that leaves least to compute for each lane innermost
 (the channel: the bounds tests hang on the kernel row and column only), each lane's share
 of the rest hoisted out of it, and leaves out the kernel rows and columns that no lane
-reads:
+reads, by the tests common to the lanes and then by each lane's (a transposed
+convolution's lanes are its stride apart, so that a kernel column serves all or none):
 
-    for (long v25_1 = 0; v25_1 < 4; v25_1++)
-    for (long v25_2 = 0; v25_2 < 4; v25_2++) {
+    for (long v24_1 = 0; v24_1 < 4; v24_1++)
+    for (long v24_2 = 0; v24_2 < 4; v24_2++) {
       ...
-      if (v31 & v37) {                               // else no lane reads inside the image
-        long v74[16]; for (long l = 0; l < n; l++) { ... v74[l] = ...; }  // once per lane
-        for (long v25_0 = 0; v25_0 < 128; v25_0++) {
-          long v25 = ((v25_0) * 4 + v25_1) * 4 + v25_2;
-          for (long l = 0; l < n; l++) { ...; v95p[v25 * 16 + l] = v95; }
-          int gf_any = 0; for (...) gf_any |= v95p[v25 * 16 + l] != 0.0f; v95z[v25] |= gf_any;
+      int gf_live = v59 & v49 & v45;                 // the kernel row is inside the image
+      if (gf_live) {
+        int v66[16]; ... for (long l = 0; l < n; l++) { ...; v66[l] = ...; }  // per lane
+        gf_live = 0; for (long l = 0; l < n; l++) gf_live |= v66[l];
+        if (gf_live) {
+          for (long v24_0 = 0; v24_0 < 128; v24_0++) {
+            long v24 = ((v24_0) * 4 + v24_1) * 4 + v24_2;
+            for (long l = 0; l < n; l++) { ...; v23p[v24 * 16 + l] = v23; }
+            int gf_any = 0; for (...) gf_any |= v23p[v24 * 16 + l] != 0.0f; v23z[v24] |= gf_any;
+          }
         }
       }
     }
     long gf_rows = 0;                                // the rows that are not all zero
-    for (long k = 0; k < 2048; k++) { v95k[gf_rows] = k; gf_rows += v95z[k]; }
+    for (long k = 0; k < 2048; k++) { v23k[gf_rows] = k; gf_rows += v23z[k]; }
 
-A row whose packed factor is 0 in every lane adds `acc + 0 * w`, nothing for a finite w
-(padding, the holes of a strided transposed convolution), so the sums skip it; every sum
-still adds its terms in the order of k.
+Where a row holds several blocks (`subs`), each block runs the above for its part of the
+row, and the parts of the blocks that left a kernel column out are zeroed where another
+block of the row read it. A row whose packed factor is 0 in every lane adds
+`acc + 0 * w`, nothing for a finite w (padding, the holes of a strided transposed
+convolution), so the sums skip it; every sum still adds its terms in the order of k.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from xdsl.ir import SSAValue
+from xdsl.dialects import arith
+from xdsl.ir import Operation, SSAValue
 
 from gradfuse.backend.c.lanes import LaneRenderer, lane_count
 from gradfuse.backend.c.pack import Plan, guards, varies
@@ -60,7 +68,6 @@ def _innermost(p: Plan, varying: set[SSAValue]) -> int:
 def render_pack(r: Renderer, p: Plan, varying: set[SSAValue]) -> None:
     """Emits the pack of one block of lanes at depth 2 (see the module docstring)."""
     inner = _innermost(p, varying)
-    order = [t for t in range(len(p.nest.sizes)) if t != inner] + [inner]
     k = p.nest.name(r)
     dep = {v for v in p.nest.forms if p.nest.depends(v, inner)} | {p.nest.iv}
     outside, inside = [], []
@@ -72,46 +79,51 @@ def render_pack(r: Renderer, p: Plan, varying: set[SSAValue]) -> None:
             outside.append(op)
     lane = LaneRenderer(r, varying, keep=set(p.packed))
     depth = 2
-    column = "l"
-    if p.subs > 1:
-        r.emit(f"for (long gf_sub = 0; gf_sub < {p.subs}; gf_sub++) {{", depth)
-        r.emit(f"const long i{p.sub} = i{p.sub}b + gf_sub;", depth + 1)
-        depth, column = depth + 1, f"gf_sub * {p.lanes} + l"
-    slot = f"[{k} * {p.row} + {column}]"
-    top = depth
-    for t in order[:-1]:
+    for t in [t for t in range(len(p.nest.sizes)) if t != inner]:
         r.emit(f"for (long {k}_{t} = 0; {k}_{t} < {p.nest.sizes[t]}; {k}_{t}++) {{", depth)
         depth += 1
+    top, column = depth, "l"
+    if p.subs > 1:  # a block reads a kernel row or none: zeros where another block reads it
+        r.emit(f"int gf_dead[{p.subs}], gf_read = 0;", depth)
+        r.emit(f"for (long gf_sub = 0; gf_sub < {p.subs}; gf_sub++) {{", depth)
+        r.emit(f"const long i{p.sub} = {p.sub_index('gf_sub')};", depth + 1)
+        depth, column = depth + 1, f"gf_sub * {p.lanes} + l"
+    slot = f"[{k} * {p.row} + {column}]"
+    size, line = p.nest.sizes[inner], f"long {k} = {p.nest.expr(k, 1, p.nest.count)};"
     lane.block([op for op in outside if not varies(op, varying)], depth, [])
     tests = [g for g in guards(p.packed[0], varying) if g not in dep] if p.sparse else []
-    if tests:  # else no lane reads inside: the rows stay all zero
-        r.emit(f"if ({' & '.join(r.name(g) for g in tests)}) {{", depth)
-        depth += 1
-    lane.block([op for op in outside if varies(op, varying)], depth, [])
-    size, line = p.nest.sizes[inner], f"long {k} = {p.nest.expr(k, 1, p.nest.count)};"
-    r.emit(f"for (long {k}_{inner} = 0; {k}_{inner} < {size}; {k}_{inner}++) {{", depth)
-    r.emit(line, depth + 1)
-    lane.block(inside, depth + 1, [(p.buffer(v) + slot, v) for v in p.packed])
+    r.emit(f"int gf_live = {' & '.join(r.name(g) for g in tests) or 1};", depth)
+    r.emit("if (gf_live) {", depth)  # else no lane reads inside: the rows stay zero
+    lane.block([op for op in outside if varies(op, varying)], depth + 1, [])
+    live = _live(r, p, outside)
+    if live:  # the lanes' tests, once per lane
+        r.emit("gf_live = 0;", depth + 1)
+        r.emit(f"for (long l = 0; l < n; l++) gf_live |= {live};", depth + 1)
+    r.emit("if (gf_live) {", depth + 1)
+    r.emit(f"for (long {k}_{inner} = 0; {k}_{inner} < {size}; {k}_{inner}++) {{", depth + 2)
+    r.emit(line, depth + 3)
+    lane.block(inside, depth + 3, [(p.buffer(v) + slot, v) for v in p.packed])
     if p.sparse:
         buf = p.buffer(p.packed[0])
-        r.emit("int gf_any = 0;", depth + 1)
-        r.emit(f"for (long l = 0; l < n; l++) gf_any |= {buf}{slot} != 0.0f;", depth + 1)
-        r.emit(f"{buf[:-1]}z[{k}] |= gf_any;", depth + 1)
+        r.emit("int gf_any = 0;", depth + 3)
+        r.emit(f"for (long l = 0; l < n; l++) gf_any |= {buf}{slot} != 0.0f;", depth + 3)
+        r.emit(f"{buf[:-1]}z[{k}] |= gf_any;", depth + 3)
+    r.emit("}", depth + 2)
+    r.emit("}", depth + 1)
     r.emit("}", depth)
-    if tests:
-        depth -= 1
-        if p.subs > 1:  # the other blocks of the row may read these rows: zeros here
-            r.emit("} else {", depth)
-            r.emit(f"for (long {k}_{inner} = 0; {k}_{inner} < {size}; {k}_{inner}++) {{", depth + 1)
-            r.emit(line, depth + 2)
-            r.emit(f"for (long l = 0; l < n; l++) {p.buffer(p.packed[0])}{slot} = 0.0f;", depth + 2)
-            r.emit("}", depth + 1)
-        r.emit("}", depth)
-    while depth > top:
-        depth -= 1
-        r.emit("}", depth)
     if p.subs > 1:
-        r.emit("}", 2)
+        r.emit("gf_dead[gf_sub] = !gf_live;", depth)
+        r.emit("gf_read |= gf_live;", depth)
+        r.emit("}", top)
+        r.emit(f"for (long gf_sub = 0; gf_sub < {p.subs} && gf_read; gf_sub++) {{", top)
+        r.emit("if (!gf_dead[gf_sub]) continue;", top + 1)
+        r.emit(f"for (long {k}_{inner} = 0; {k}_{inner} < {size}; {k}_{inner}++) {{", top + 1)
+        r.emit(line, top + 2)
+        r.emit(f"for (long l = 0; l < n; l++) {p.buffer(p.packed[0])}{slot} = 0.0f;", top + 2)
+        r.emit("}", top + 1)
+        r.emit("}", top)
+    for depth in reversed(range(2, top)):
+        r.emit("}", depth)
     if p.sparse:
         base = p.buffer(p.packed[0])[:-1]
         r.emit("long gf_rows = 0;", 2)
@@ -119,6 +131,20 @@ def render_pack(r: Renderer, p: Plan, varying: set[SSAValue]) -> None:
         r.emit(f"{base}k[gf_rows] = k;", 3)
         r.emit(f"gf_rows += {base}z[k];", 3)
         r.emit("}", 2)
+
+
+def _live(r: Renderer, p: Plan, outside: list[Operation]) -> str:
+    """The lane array of the whole test of `select(test, x, 0.0)` (the packed value of a
+    sparse plan) where the pack computes it outside its innermost loop, else ''."""
+    if not p.sparse:
+        return ""
+    op = p.packed[0].owner
+    if not isinstance(op, arith.SelectOp) or not guards(p.packed[0], set()):
+        return ""  # not a guarded read (`guards` of no varying value: every conjunct)
+    test = op.cond
+    if test.owner not in outside or not r.names.get(test, "").endswith("[l]"):
+        return ""
+    return r.names[test]
 
 
 def rows(r: Renderer, p: Plan, depth: int) -> int:
@@ -152,15 +178,29 @@ def render(r: Renderer, seg: Segment, p: Plan, varying: set[SSAValue]) -> None:
         r.emit(f"long* {base}k = (long*)__builtin_malloc({p.nest.count} * sizeof(long));", 1)
     vector = vectorizable(p, varying)
     outer = [d for d in range(len(seg.dims) - 1) if d != p.j]
-    r.emit(f"#pragma omp for collapse({len(outer) + 1}) nowait", 1)
+    strided = p.subs > 1 and p.step > 1
+    loops = len(outer) + 1 + strided + (p.lane_step > 1)
+    r.emit(f"#pragma omp for collapse({loops}) nowait", 1)
     for d in outer:
-        if d == p.sub and p.subs > 1:
-            r.emit(f"for (long i{d}b = 0; i{d}b < {seg.dims[d]}; i{d}b += {p.subs})", 1)
-        else:
+        if d != p.sub or p.subs == 1:
             r.emit(f"for (long i{d} = 0; i{d} < {seg.dims[d]}; i{d}++)", 1)
-    r.emit(f"for (long b = 0; b < {count}; b += {p.lanes}) {{", 1)
-    r.emit(f"const long n = {lane_count(count, p.lanes)};", 2)
-    r.names[seg.last] = "(b + l)"  # type: ignore[index]
+        elif not strided:
+            r.emit(f"for (long i{d}b = 0; i{d}b < {seg.dims[d]}; i{d}b += {p.subs})", 1)
+        else:  # blocks of indices `step` apart: step blocks in each span of subs * step
+            r.emit(f"for (long i{d}g = 0; i{d}g < {seg.dims[d] // (p.subs * p.step)}; i{d}g++)", 1)
+            r.emit(f"for (long i{d}r = 0; i{d}r < {p.step}; i{d}r++)", 1)
+    step = p.lane_step
+    if step > 1:  # lanes `step` apart: residues innermost
+        r.emit(f"for (long gf_b = 0; gf_b < {count // step}; gf_b += {p.lanes})", 1)
+        r.emit(f"for (long b = 0; b < {step}; b++) {{", 1)
+        r.emit(f"const long n = {lane_count(count // step, p.lanes).replace('b', 'gf_b')};", 2)
+    else:
+        r.emit(f"for (long b = 0; b < {count}; b += {p.lanes}) {{", 1)
+        r.emit(f"const long n = {lane_count(count, p.lanes)};", 2)
+    if strided:
+        r.emit(f"const long i{p.sub}b = i{p.sub}g * {p.subs * p.step} + i{p.sub}r;", 2)
+    lane = "(b + l)" if step == 1 else f"(b + {step} * (gf_b + l))"
+    r.names[seg.last] = lane  # type: ignore[index]
     LaneRenderer(r, varying).block(p.before, 2, [])
     if p.sparse:
         base = p.buffer(p.packed[0])[:-1]

@@ -150,7 +150,7 @@ def render_sums(r: Renderer, seg: Segment, p: Plan, varying: set[SSAValue]) -> N
         for sub in range(p.subs):
             r.emit("{", depth + 1)
             if p.subs > 1:
-                r.emit(f"const long i{p.sub} = i{p.sub}b + {sub};", depth + 2)
+                r.emit(f"const long i{p.sub} = {p.sub_index(str(sub))};", depth + 2)
             for c, res in enumerate(p.loop.results):
                 r.names[res] = f"gf_sum{c}[{sub * p.lanes} + l]"
             LaneRenderer(r, varying).block(p.after, depth + 2, [])
