@@ -279,13 +279,13 @@ class CPURenderer(Renderer):
         ids.discard(seg.last)  # a one-dim segment: its flat id is its index
         if seg.last is None or any(v in ids for o in ops for w in o.walk() for v in w.operands):
             return False  # the flat id itself is read: not a plain loop nest
+        packing = pack.choose(seg, ops)
+        if packing is not None:
+            pack_render.render(self, seg, *packing)
+            return True
         varying = lane_values(seg.block, seg.last)
         if varying is None:
             return False
-        packing = pack.plan(seg, ops, varying)
-        if packing is not None:
-            pack_render.render(self, seg, packing, varying)
-            return True
         depth, n = len(seg.dims), seg.dims[-1]
         if depth == 1:
             self.emit("#pragma omp for nowait", 1)

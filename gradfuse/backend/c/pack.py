@@ -32,7 +32,7 @@ from xdsl.dialects import arith, memref, scf
 from xdsl.dialects.builtin import AnyFloat, Float32Type, FloatAttr, MemRefType
 from xdsl.ir import Attribute, Operation, SSAValue
 
-from gradfuse.backend.c.lanes import LANES
+from gradfuse.backend.c.lanes import LANES, lane_values
 from gradfuse.backend.c.nest import Nest, constant, nest
 from gradfuse.backend.cstyle import ctype
 
@@ -65,6 +65,8 @@ class Plan:
     subs: int = 1
     step: int = 1
     names: dict[SSAValue, str] = field(default_factory=dict)  # of the packed values
+    lane: int = -1  # the dim of the lanes
+    index: SSAValue | None = None  # its index, the value that differs between lanes
 
     @property
     def row(self) -> int:
@@ -174,6 +176,7 @@ def _split(
     k: Nest,
     j: int | None,
     varying: set[SSAValue],
+    lane: int,
 ) -> Plan | None:
     dep = dependent(seg, loop, j, carried=True)
     block = loop.body.block
@@ -204,9 +207,10 @@ def _split(
         if op not in pack:
             pack.add(op)
             work += [v.owner for v in op.operands if v.owner in mine]  # type: ignore[misc]
-    if not packed or not _dear(pack, varying, seg.last) or _dear(compute, varying, seg.last):
+    index = _index(seg, lane)
+    if not packed or not _dear(pack, varying, index) or _dear(compute, varying, index):
         return None  # nothing dear to share, or dear work left for every index of dim j
-    lanes = width(seg.dims[-1])
+    lanes = width(seg.dims[lane])
     if k.count * LANES * sum(8 if ctype(v.type) == "long" else 4 for v in packed) > PACK_BYTES:
         return None
     pos = ops.index(loop)
@@ -222,6 +226,8 @@ def _split(
         ops[pos + 1 :],
         _sparse(loop, packed),
         lanes,
+        lane=lane,
+        index=index,
     )
     if j is None and not (p.sparse and len(k.sizes) > 1 and guards(packed[0], varying)):
         return None  # without sharing, packing pays where it leaves out what no lane reads
@@ -248,7 +254,7 @@ def _subs(seg: Segment, p: Plan, varying: set[SSAValue]) -> None:
 
     if not vectorizable(p, varying):
         return
-    dims = [d for d in range(len(seg.dims) - 1) if d != p.j and seg.dims[d] > 1]
+    dims = [d for d in range(len(seg.dims)) if d not in (p.j, p.lane) and seg.dims[d] > 1]
     if not dims:
         return
     s = dims[-1]
@@ -271,7 +277,7 @@ def _lane_step(seg: Segment, p: Plan, varying: set[SSAValue]) -> None:
     holes of a transposed convolution with stride m): then each kernel column reads
     every lane of a block or none, and the sums skip the rows that none reads."""
     step = _stride(p.pack, varying) if p.sparse else 1
-    count = seg.dims[-1]
+    count = seg.dims[p.lane]
     if step > 1 and count % step == 0:
         p.lane_step, p.lanes = step, width(count // step)
 
@@ -284,9 +290,10 @@ def _bytes(ty: Attribute) -> int:
     return count * (8 if ctype(ty.element_type) in ("double", "long", "int64_t") else 4)
 
 
-def plan(seg: Segment, ops: list[Operation], varying: set[SSAValue]) -> Plan | None:
-    """The packing of a lane segment with one reduction loop (`ops` its top-level ops),
-    along the largest outer dim that leaves work to share; None where there is none."""
+def plan(seg: Segment, ops: list[Operation], varying: set[SSAValue], lane: int) -> Plan | None:
+    """The packing of a lane segment with one reduction loop (`ops` its top-level ops) and
+    lanes along dim `lane`, sharing the largest other dim that leaves work to share; None
+    where there is none."""
     from gradfuse.backend.c.vector import vectorizable
 
     loops = [op for op in ops if isinstance(op, scf.ForOp)]
@@ -305,15 +312,57 @@ def plan(seg: Segment, ops: list[Operation], varying: set[SSAValue]) -> Plan | N
     if k is None:
         return None
     best: Plan | None = None
-    for j in range(len(seg.dims) - 1):
-        if seg.dims[j] < 2 or (best is not None and seg.dims[j] <= seg.dims[best.j or 0]):
+    for j in range(len(seg.dims)):
+        if (
+            j == lane
+            or seg.dims[j] < 2
+            or (best is not None and seg.dims[j] <= seg.dims[best.j or 0])
+        ):
             continue
-        best = _split(seg, ops, loop, k, j, varying) or best
+        best = _split(seg, ops, loop, k, j, varying, lane) or best
     if best is None:
-        best = _split(seg, ops, loop, k, None, varying)
+        best = _split(seg, ops, loop, k, None, varying, lane)
         if best is not None and not vectorizable(best, varying):
             return None
     if best is not None:
         _lane_step(seg, best, varying)
         _subs(seg, best, varying)
     return best
+
+
+def _index(seg: Segment, dim: int) -> SSAValue | None:
+    """The index of loop dim `dim` (what the loops name `i{dim}`)."""
+    if dim == len(seg.dims) - 1:
+        return seg.last
+    return next((v for v, name in seg.names.items() if name == f"i{dim}"), None)
+
+
+TESTS = (arith.CmpiOp, arith.SelectOp, arith.AndIOp, arith.RemSIOp, arith.FloorDivSIOp)
+
+
+def choose(seg: Segment, ops: list[Operation]) -> tuple[Plan, set[SSAValue]] | None:
+    """The packing of a lane segment and the values that differ between its lanes, for
+    the lanes along the innermost dim whose sums leave no tests to the scalars of each
+    index of dim j (a weight gradient tests its input's bounds for each output channel:
+    its lanes go along the kernel's taps instead), else along the dim that leaves fewest."""
+    best: tuple[int, Plan, set[SSAValue]] | None = None
+    for lane in reversed(range(len(seg.dims))):
+        index = _index(seg, lane)
+        if index is None or seg.dims[lane] < 2 and lane != len(seg.dims) - 1:
+            continue
+        word = re.compile(rf"\bi{lane}\b")
+        named = {v for v, name in seg.names.items() if word.search(name) and v is not index}
+        if any(v in named for op in seg.block.walk() if op not in seg.skip for v in op.operands):
+            continue  # a linear index over this dim is read: lanes cannot take it apart
+        varying = lane_values(seg.block, index)
+        if varying is None:
+            return None
+        p = plan(seg, ops, varying, lane)
+        if p is None:
+            continue
+        tests = sum(isinstance(op, TESTS) and not varies(op, varying) for op in p.compute)
+        if best is None or tests < best[0]:
+            best = (tests, p, varying)
+        if tests == 0:
+            break
+    return (best[1], best[2]) if best is not None else None

@@ -165,7 +165,7 @@ def render(r: Renderer, seg: Segment, p: Plan, varying: set[SSAValue]) -> None:
     in each the pack and the sums (in vector registers where `vector` can)."""
     from gradfuse.backend.c.vector import render_sums, vectorizable
 
-    count = seg.dims[-1]
+    count = seg.dims[p.lane]
     p.names = {v: r.name(v) for v in p.packed}
     for v in p.packed:
         t, buf = ctype(v.type), p.buffer(v)
@@ -177,7 +177,7 @@ def render(r: Renderer, seg: Segment, p: Plan, varying: set[SSAValue]) -> None:
         r.emit(f"unsigned char* {base}z = (unsigned char*)__builtin_malloc({p.nest.count});", 1)
         r.emit(f"long* {base}k = (long*)__builtin_malloc({p.nest.count} * sizeof(long));", 1)
     vector = vectorizable(p, varying)
-    outer = [d for d in range(len(seg.dims) - 1) if d != p.j]
+    outer = [d for d in range(len(seg.dims)) if d not in (p.j, p.lane)]
     strided = p.subs > 1 and p.step > 1
     loops = len(outer) + 1 + strided + (p.lane_step > 1)
     r.emit(f"#pragma omp for collapse({loops}) nowait", 1)
@@ -200,7 +200,7 @@ def render(r: Renderer, seg: Segment, p: Plan, varying: set[SSAValue]) -> None:
     if strided:
         r.emit(f"const long i{p.sub}b = i{p.sub}g * {p.subs * p.step} + i{p.sub}r;", 2)
     lane = "(b + l)" if step == 1 else f"(b + {step} * (gf_b + l))"
-    r.names[seg.last] = lane  # type: ignore[index]
+    r.names[p.index] = lane  # type: ignore[index]
     LaneRenderer(r, varying).block(p.before, 2, [])
     if p.sparse:
         base = p.buffer(p.packed[0])[:-1]

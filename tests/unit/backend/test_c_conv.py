@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 import gradfuse
-from gradfuse import Parameter, Receiver, execute
+from gradfuse import Parameter, Receiver, Tensor, execute
 from gradfuse.backend import PIPELINE_OF
+from gradfuse.backend.c import pack
 from gradfuse.backend.c.host import render_c
 from gradfuse.frontend.recorder import program
 from gradfuse.nn import Conv2d, ConvTranspose2d, Module
@@ -54,7 +55,7 @@ def record(make: Callable[[], Module], shape: tuple[int, ...], dtype: type) -> l
         (out * gradfuse.constant(r, dtype)).sum() + (xp * gradfuse.constant(s, dtype)).sum()
     ).backward()
     got: list[np.ndarray] = []
-    grads = [xp.grad, *(p.grad for p in model.parameters())]
+    grads = [xp.grad, *(p.grad for p in model.parameters() if p.grad is not None)]
     Receiver(lambda *v: got.extend(v), [out, *grads], name="grads")  # type: ignore[operator]
     return got
 
@@ -82,6 +83,41 @@ def test_packed_convolutions_match_the_reference_in_float32(name: str) -> None:
     assert len(results["c"]) == len(results["reference"]) >= 3
     for got, want in zip(results["c"], results["reference"], strict=True):
         assert got.shape == want.shape and np.abs(want).max() > 0
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+class Twice(Module):
+    """A convolution applied to x and to x / 2: its weight gradient adds both, one sum
+    over kernel taps x channels, whose lanes go along the taps (the bounds tests stay
+    in the pack, not in each output channel's sums)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = Conv2d(8, 16, 4, 2, 1, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.conv(x) + self.conv(x * 0.5)
+
+
+def test_weight_gradients_take_their_lanes_along_the_kernel_taps(monkeypatch) -> None:
+    lanes: list[tuple[int, int]] = []
+    choose = pack.choose
+
+    def spy(seg, ops):  # type: ignore[no-untyped-def]
+        chosen = choose(seg, ops)
+        if chosen is not None:
+            lanes.append((chosen[0].lane, len(seg.dims)))
+        return chosen
+
+    monkeypatch.setattr(pack, "choose", spy)
+    c_source(Twice, (2, 8, 16, 16), np.float32)
+    assert (0, 2) in lanes  # (taps, output channels): lanes along dim 0, the taps
+    results = {}
+    for backend in ("c", "reference"):
+        got = record(Twice, (2, 8, 16, 16), np.float32)
+        execute(backend=backend)
+        results[backend] = got
+    for got, want in zip(results["c"], results["reference"], strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
