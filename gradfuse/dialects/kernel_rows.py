@@ -4,7 +4,8 @@ A row is a point of the leading `rows` dims that every kernel inside shares. The
 kernels run in order for each row, rows independently, as one launch: on a GPU one
 block per row, a barrier between kernels; on a CPU a loop over rows. That is legal
 when every buffer a kernel inside writes is accessed, by every kernel inside, only
-at its own row: the access maps start with `d0, ..., d(n-1)`. A softmax (max, sum,
+at its own row: the row dims `d0, ..., d(n-1)` index the same buffer axes in every
+access (`row_axes`). A softmax (max, sum,
 normalise), a LayerNorm forward, or a transformer's chain of row-wise contractions
 then is one launch instead of one per reduction:
 
@@ -44,19 +45,31 @@ def accesses(k: IRDLOperation) -> Iterator[tuple[SSAValue, AffineMap, bool]]:
             yield host[op.buffer], op.map.data, isinstance(op, StoreOp | ScatterAddOp)
 
 
-def row_aligned(access: AffineMap, buffer: SSAValue, rows: Sequence[int]) -> bool:
-    """Whether an access touches only the row it runs at: the map starts with
-    `d0, ..., d(n-1)` and the buffer's leading dims are the rows."""
-    n = len(rows)
+def row_axes(access: AffineMap, buffer: SSAValue, rows: Sequence[int]) -> tuple[int, ...] | None:
+    """The buffer axes that an access indexes by the row dims `d0, ..., d(n-1)` (of the
+    rows' sizes), or None where some row dim indexes no axis by itself. Accesses to one
+    buffer with the same row axes touch, at row r, only the elements of row r:
+    `(d0, d1) -> (d1, d0)` into a `128x512` buffer over rows [512] gives axis (1,)."""
     ty = buffer.type
     assert isinstance(ty, MemRefType)
-    return tuple(ty.get_shape()[:n]) == tuple(rows) and all(
-        isinstance(e, AffineDimExpr) and e.position == i for i, e in enumerate(access.results[:n])
-    )
+    shape = ty.get_shape()
+    axes = []
+    for i, size in enumerate(rows):
+        found = [
+            a
+            for a, e in enumerate(access.results)
+            if isinstance(e, AffineDimExpr) and e.position == i and shape[a] == size
+        ]
+        if len(found) != 1:
+            return None
+        axes.append(found[0])
+    return tuple(axes)
 
 
 def row_conflict(kernels: Sequence[IRDLOperation], rows: Sequence[int]) -> str | None:
-    """Why `kernels` cannot run row by row over `rows`, or None when they can."""
+    """Why `kernels` cannot run row by row over `rows`, or None when they can: every
+    buffer that one of them writes is accessed by all of them through the same row axes
+    (`row_axes`)."""
     from gradfuse.dialects.kernel import KernelOp
 
     n = len(rows)
@@ -70,9 +83,13 @@ def row_conflict(kernels: Sequence[IRDLOperation], rows: Sequence[int]) -> str |
                 f" {k.num_parallel} parallel dims does not run over rows {list(rows)}"
             )
         written.update(b for b, _, w in accesses(k) if w)
+    seen: dict[SSAValue, tuple[int, ...]] = {}
     for k in kernels:
         for b, access, _ in accesses(k):
-            if b in written and not row_aligned(access, b, rows):
+            if b not in written:
+                continue
+            axes = row_axes(access, b, rows)
+            if axes is None or seen.setdefault(b, axes) != axes:
                 assert isinstance(k, KernelOp)
                 return (
                     f"kernel {k.sym_name.data} reads or writes a buffer that the kernels"

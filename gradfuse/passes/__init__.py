@@ -43,6 +43,12 @@ def _tg_fuse() -> type[ModulePass]:
     return TgFusePass
 
 
+def _kernel_squeeze() -> type[ModulePass]:
+    from gradfuse.passes.kernel_squeeze import KernelSqueezePass
+
+    return KernelSqueezePass
+
+
 def _kernel_fuse_rows() -> type[ModulePass]:
     from gradfuse.passes.kernel_fuse_rows import KernelFuseRowsPass
 
@@ -80,6 +86,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "tg-lower-access": _tg_lower_access,
     "tg-loop-state": _tg_loop_state,
     "tg-fuse": _tg_fuse,
+    "kernel-squeeze": _kernel_squeeze,
     "kernel-fuse-rows": _kernel_fuse_rows,
     "kernel-tile": _kernel_tile,
     "convert-kernel-to-gpu": _convert_kernel_to_gpu,
@@ -92,7 +99,7 @@ canonicalize, cse and dce through `cleanup`: the same passes, faster)."""
 
 PIPELINES: dict[str, str] = {
     "tg": "tg-autodiff,tg-decompose,canonicalize,cse,dce",
-    "kernels": "tg,tg-loop-state,tg-lower-access,cse,dce,tg-fuse,kernel-fuse-rows",
+    "kernels": "tg,tg-loop-state,tg-lower-access,cse,dce,tg-fuse,kernel-squeeze,kernel-fuse-rows",
     "default": "kernels,convert-kernel-to-gpu",
     "cuda": "kernels,kernel-tile,convert-kernel-to-gpu",
 }

@@ -119,3 +119,29 @@ def test_the_cuda_source_syncs_between_phases_and_compiles(tmp_path):
         check=True,
         capture_output=True,
     )
+
+
+# batch-norm statistics: the mean over channels, then the variance, kept as 1x3x1x1
+# and reading the centred input at [n, c, h, w]: rows (the channels) on axis 1
+BN_STATS = """
+func @main(%x: tensor<4x3x2x2xf32>) -> (tensor<1x3x1x1xf32>, tensor<4x3x2x2xf32>) {
+  %m = tg.reduce_mean %x dims=[0, 2, 3] : tensor<3xf32>
+  %mb = tg.view %m map=affine_map<(d0, d1, d2, d3) -> (d1)> : tensor<4x3x2x2xf32>
+  %d = tg.sub %x, %mb : tensor<4x3x2x2xf32>
+  %sq = tg.mul %d, %d : tensor<4x3x2x2xf32>
+  %v = tg.reduce_mean %sq dims=[0, 2, 3] : tensor<3xf32>
+  %vk = tg.reshape %v : tensor<1x3x1x1xf32>
+  return %vk, %d
+}
+"""
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c", "lowered"])
+def test_statistics_over_channels_are_one_launch_on_every_backend(backend: str):
+    module = parse_tg(BN_STATS)
+    run_pipeline(module, "kernels")
+    assert kernel_stats(module).kernels == 1
+    x = np.random.default_rng(3).standard_normal((4, 3, 2, 2)).astype(np.float32)
+    var, centred = compile_module(parse_tg(BN_STATS), backend).run(args=[x]).results
+    np.testing.assert_allclose(var.reshape(3), x.var((0, 2, 3)), rtol=1e-5)
+    np.testing.assert_allclose(centred, x - x.mean((0, 2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
