@@ -235,14 +235,27 @@ def _split(
 
 
 def _stride(pack: list[Operation], dep: set[SSAValue]) -> int:
-    """The modulus of a `x mod m` test in the pack on a value of `dep` (the holes of a
-    transposed convolution with stride m), else 1: blocks m apart read the same rows."""
+    """The modulus m of a test `x mod m == 0` in the pack on a value of `dep` (the holes of
+    a transposed convolution with stride m), else 1: indices m apart read the same rows."""
     for op in pack:
         if isinstance(op, arith.RemSIOp | arith.RemUIOp) and op.lhs in dep:
             m = constant(op.rhs)
-            if m is not None and m > 1:
+            if m is not None and m > 1 and _tested(op.result, 3):
                 return m
     return 1
+
+
+def _tested(v: SSAValue, depth: int) -> bool:
+    """Whether `v` (or its fix-up for a negative remainder: add, select) is compared to 0."""
+    for use in v.uses:
+        op = use.operation
+        if isinstance(op, arith.CmpiOp) and op.predicate.value.data == 0:  # eq
+            if any(constant(w) == 0 for w in op.operands):
+                return True
+        elif isinstance(op, arith.SelectOp | arith.AddiOp) and depth > 0:
+            if _tested(op.results[0], depth - 1):
+                return True
+    return False
 
 
 def _subs(seg: Segment, p: Plan, varying: set[SSAValue]) -> None:

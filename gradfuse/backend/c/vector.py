@@ -3,30 +3,31 @@ shared dim at a time.
 
 After packing, a convolution's sums are `acc[l] += p[k][l] * w(k, co)` for each output
 channel co: one vector multiply-add per row k, whose latency would bound the loop. Here
-BLOCK neighbouring channels share each row's vector load, each with its own accumulator
-(independent chains: register blocking), written in gcc's vector extensions so that the
-accumulators stay in registers. Each channel's code is its own scope, where `i1` is that
-channel, so the scalar ops render as they are:
+BLOCK neighbouring channels share each row's vector loads (a row of several vectors where
+the pack's rows are wider), each with its own accumulators (independent chains: register
+blocking), written in gcc's vector extensions so that the accumulators stay in registers.
+What does not depend on the channel runs once per row; each channel's code is its own
+scope, where `i1` is that channel, and a read whose only index that depends on it is its
+own reads through a pointer at the block's first channel:
 
     for (long i1b = 0; i1b < 64; i1b += 8) {
-      gf_v a0_0 = (gf_v){0} + v8, ... a0_7 = (gf_v){0} + v8;
+      gf_v a0_0_0 = (gf_v){0} + v8, ... a0_7_0 = (gf_v){0} + v8;
       for (long gf_row = 0; gf_row < gf_rows; gf_row++) {
-        long v25 = v95k[gf_row];
-        gf_v v95 = *(gf_v*)&v95p[v25 * 16];
+        long v24 = v23k[gf_row];
+        gf_v gf_p0 = *(gf_v*)&v23p[v24 * 16 + 0];
+        const float* gf_w0 = &v1[(v24 / 16) * 1024 + i1b * 16 + (v24 / 4 % 4) * 4 + (v24 % 4)];
         {
-          const long i1 = i1b + 0;
-          float v67 = v1[(v25 / 16) * 1024 + i1 * 16 + (v25 / 4 % 4) * 4 + (v25 % 4)];
-          gf_v v96 = v95 * v67;
-          gf_v v68 = a0_0 + v96;
-          a0_0 = v68;
+          const long i1 = i1b + 1;
+          float v92 = gf_w0[16];
+          { gf_v v94 = gf_p0 * v92; gf_v v95 = a0_1_0 + v94; a0_1_0 = v95; }
         }
         ...
       }
       {
-        const long i1 = i1b + 0;
-        float v23[16];
-        *(gf_v*)v23 = a0_0;
-        for (long l = 0; l < n; l++) { ... the epilogue ... }
+        const long i1 = i1b + 1;
+        float gf_sum0[16];
+        *(gf_v*)&gf_sum0[0] = a0_1_0;
+        { for (long l = 0; l < n; l++) { ... the epilogue, gf_sum0[0 + l] ... } }
       }
       ...
     }
@@ -34,15 +35,16 @@ channel, so the scalar ops render as they are:
 
 from __future__ import annotations
 
+from math import prod
 from typing import TYPE_CHECKING
 
-from xdsl.dialects import arith
-from xdsl.dialects.builtin import Float32Type
+from xdsl.dialects import arith, memref
+from xdsl.dialects.builtin import Float32Type, MemRefType
 from xdsl.ir import Operation, SSAValue
 
 from gradfuse.backend.c.lanes import LANES, LaneRenderer
-from gradfuse.backend.c.pack import Plan, varies
-from gradfuse.backend.cstyle import Renderer
+from gradfuse.backend.c.pack import Plan, dependent, varies
+from gradfuse.backend.cstyle import Renderer, ctype
 
 if TYPE_CHECKING:
     from gradfuse.backend.c.loops import Segment
@@ -114,6 +116,14 @@ def render_sums(r: Renderer, seg: Segment, p: Plan, varying: set[SSAValue]) -> N
     for v in p.packed:
         for u in range(vectors):
             r.emit(f"gf_v gf_p{u} = *(gf_v*)&{p.buffer(v)}[{k} * {p.row} + {u * width}];", inner)
+    scalars = [op for op in p.compute if not varies(op, varying)]
+    dep = dependent(seg, p.loop, p.j, carried=False) if p.j is not None else set()
+    for op in scalars:  # the same for each index of dim j: once per row
+        if not any(v in dep for v in op.results):
+            r.op(op, inner)
+    strided = _strided(
+        r, p, [op for op in scalars if any(v in dep for v in op.results)], dep, inner
+    )
     saved = dict(r.names)
     y = body.last_op
     yields = list(y.operands) if y is not None else []
@@ -121,8 +131,14 @@ def render_sums(r: Renderer, seg: Segment, p: Plan, varying: set[SSAValue]) -> N
         r.emit("{", inner)
         if p.j is not None:
             r.emit(f"const long i{p.j} = i{p.j}b + {t};", inner + 1)
-        for op in p.compute:
-            if not varies(op, varying):
+        for op in scalars:
+            if op in strided:
+                base, stride = strided[op]
+                r.emit(
+                    f"{ctype(op.results[0].type)} {r.name(op.results[0])} = {base}[{t * stride}];",
+                    inner + 1,
+                )
+            elif any(v in dep for v in op.results):
                 r.op(op, inner + 1)
         for u in range(vectors):
             r.emit("{", inner + 1)
@@ -159,3 +175,31 @@ def render_sums(r: Renderer, seg: Segment, p: Plan, varying: set[SSAValue]) -> N
         r.emit("}", depth)
     if p.j is not None:
         r.emit("}", 2)
+
+
+def _strided(
+    r: Renderer, p: Plan, ops: list[Operation], dep: set[SSAValue], depth: int
+) -> dict[Operation, tuple[str, int]]:
+    """The loads of `ops` (those that depend on dim j) whose only index that depends on j
+    is j's own: each gets a pointer at j's first index of the block (emitted here, once
+    per row), and the index of dim j `t` further reads `pointer[t * stride]`."""
+    out: dict[Operation, tuple[str, int]] = {}
+    for op in ops:
+        if not isinstance(op, memref.LoadOp):
+            continue
+        own = [q for q, v in enumerate(op.indices) if r.names.get(v) == f"i{p.j}"]
+        others = [v for q, v in enumerate(op.indices) if q not in own]
+        if len(own) != 1 or any(v in dep for v in others):
+            continue
+        ty = op.memref.type
+        assert isinstance(ty, MemRefType)
+        stride = prod(ty.get_shape()[own[0] + 1 :])
+        j = op.indices[own[0]]
+        name, r.names[j] = r.names[j], f"i{p.j}b"
+        base = f"gf_w{len(out)}"
+        r.emit(
+            f"const {ctype(op.results[0].type)}* {base} = &{r.index(op.memref, op.indices)};", depth
+        )
+        r.names[j] = name
+        out[op] = (base, stride)
+    return out
