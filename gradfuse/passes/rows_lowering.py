@@ -24,6 +24,9 @@ gpu.func @r3(%x: memref<2x16x64xf32>, %mean: memref<2x16xf32>, ...) kernel {
 }
 ```
 
+In the `cuda` pipeline, a phase with one output per row and a long reduction can
+have the whole block reduce together (`block_reduce`).
+
 The C backend (`backend/c/rows.py`) runs the same function as a loop over rows with
 each phase a loop nest; the lowered interpreter runs the phases of a block's threads
 barrier by barrier.
@@ -39,6 +42,12 @@ from xdsl.ir import Block, SSAValue
 
 from gradfuse.dialects import kernel as kd
 from gradfuse.passes import fast_ops as fast
+from gradfuse.passes.block_reduce import (
+    BLOCK_REDUCE_ATTR,
+    THREADS,
+    cooperative,
+    lower_cooperative,
+)
 from gradfuse.passes.kernel_lowering import KernelBuilder
 
 MAX_BLOCK = 256
@@ -47,7 +56,9 @@ WARP = 32
 
 def block_threads(rows: kd.RowsOp) -> int:
     """Threads per block: the most points of one row in any phase, in whole warps, at
-    most `MAX_BLOCK`."""
+    most `MAX_BLOCK`; `block_reduce.THREADS` where the block reduces together."""
+    if BLOCK_REDUCE_ATTR in rows.attributes:
+        return THREADS
     n = len(rows.row_sizes)
     most = max(
         prod(k.domain_sizes[n : k.num_parallel])
@@ -68,10 +79,14 @@ class RowsBuilder(KernelBuilder):
         sizes = rows.row_sizes
         row = self.delinearize(bid, sizes, rows.location)
         kernels = [k for k in rows.body.block.ops if isinstance(k, kd.KernelOp)]
+        together = BLOCK_REDUCE_ATTR in rows.attributes
         for i, k in enumerate(kernels):
             if i:
                 self.add(gpu.BarrierOp(), k.location)
-            self.phase(k, row, tid, bdim, args)
+            if together and cooperative(k, len(row)):
+                lower_cooperative(self, k, row, tid, args)
+            else:
+                self.phase(k, row, tid, bdim, args)
         self.add(gpu.ReturnOp.create())
 
     def phase(

@@ -1,6 +1,6 @@
 """The `cuda` pipeline's programs on the GPU against the reference interpreter, to 1e-5:
-the examples, random fused programs, shared-memory tiled contractions and row-by-row
-launches (skipped without an NVIDIA GPU and PyCUDA; `make test-gpu`).
+the examples, random fused programs, shared-memory tiled contractions, row-by-row
+launches and reductions by whole blocks (skipped without an NVIDIA GPU and PyCUDA; `make test-gpu`).
 
 `GRADFUSE_GPU_TESTS_ON=lowered pytest -m gpu tests/gpu/test_cuda_programs.py` runs the
 same tests on the lowered interpreter instead (the block's threads in lockstep between
@@ -111,3 +111,15 @@ def test_a_tiled_padded_convolution():
 
 def test_a_row_by_row_softmax():
     agree(SOFTMAX, args=[RNG.standard_normal((4, 40)).astype(np.float32)])
+
+
+def test_long_reductions_by_whole_blocks():
+    """A softmax over 300 columns and column sums over 520 rows (block_reduce); positive
+    columns, so that the sums' relative error is the summation order's, not cancellation's."""
+    rng = np.random.default_rng(7)
+    agree(SOFTMAX.replace("40x", "300x"), args=[rng.standard_normal((4, 300)).astype(np.float32)])
+    columns = (
+        "func @main(%x: tensor<520x8xf32>) -> (tensor<8xf32>) {\n"
+        "  %s = tg.reduce_sum %x dims=[0] : tensor<8xf32>\n  return %s\n}\n"
+    )
+    agree(columns, args=[rng.random((520, 8), dtype=np.float32)])

@@ -1,0 +1,137 @@
+"""Reductions a whole GPU block computes together (the `cuda` pipeline).
+
+A kernel that reduces many values into few (a batch norm's statistics over N x H x W
+per channel, a bias gradient over the batch) gets one thread per output from the
+plain lowering: a serial loop of thousands of steps while the GPU idles. In the
+`cuda` pipeline, `kernel-tile` marks such row-by-row runs (and wraps such single
+kernels into a run of one over their outputs) with `gradfuse.block_reduce`; then
+each phase of a row with one output reduces cooperatively: the block's threads
+stride over the reduction, each keeping a partial result, which a tree over
+workgroup memory combines, a barrier per level; thread 0 runs the epilogue:
+
+```
+scf.for %it = %c0 to %c8 step %c1 iter_args(%acc = %zero) -> (f32) {   // 2048 / 256
+  %kk = %it * 256 + %tid     ... the prologue at reduction index %kk ...
+}
+memref.store %acc, %partial[%tid] : memref<256xf32, 3 : i64>
+gpu.barrier
+scf.if (%tid < 128) { %partial[%tid] = %partial[%tid] + %partial[%tid + 128] }
+gpu.barrier
+...                                                              // 64, 32, ..., 1
+scf.if (%tid == 0) { ... the epilogue with %partial[0] ... }
+```
+"""
+
+from __future__ import annotations
+
+from math import prod
+from typing import TYPE_CHECKING
+
+from xdsl.dialects import arith, gpu, memref
+from xdsl.dialects.builtin import IntegerAttr, i64
+from xdsl.ir import Block, SSAValue
+
+from gradfuse.backend.lowered_ops import WORKGROUP
+from gradfuse.dialects import kernel as kd
+from gradfuse.passes import fast_ops as fast
+
+if TYPE_CHECKING:
+    from gradfuse.passes.rows_lowering import RowsBuilder
+
+BLOCK_REDUCE_ATTR = "gradfuse.block_reduce"
+THREADS = 256
+MIN_REDUCTION = 256
+"""A phase reduces cooperatively when its reduction is at least this long."""
+
+
+def cooperative(k: kd.KernelOp, rows: int) -> bool:
+    """Whether the phase of `k` in a run over `rows` row dims is one output per row with a
+    reduction long enough to share among a block."""
+    sizes, npar = k.domain_sizes, k.num_parallel
+    return npar == rows and npar < len(sizes) and prod(sizes[npar:]) >= MIN_REDUCTION
+
+
+def _combine(kind: str, a: SSAValue, b: SSAValue) -> arith.AddfOp | arith.MaximumfOp:
+    cls = arith.AddfOp if kind == "add" else arith.MaximumfOp
+    return cls.create(operands=[a, b], result_types=[a.type])
+
+
+def lower_cooperative(
+    b: RowsBuilder,
+    k: kd.KernelOp,
+    row: list[SSAValue],
+    tid: SSAValue,
+    args: dict[SSAValue, SSAValue],
+) -> None:
+    """Kernel `k` (one output per row) with the block's `THREADS` threads sharing its
+    reduction (see the module docstring)."""
+    loc = k.location
+    sizes, npar = k.domain_sizes, k.num_parallel
+    red, total = sizes[npar:], prod(sizes[npar:])
+    ops = list(k.body.block.ops)
+    first = next(i for i, op in enumerate(ops) if isinstance(op, kd.ReduceOp))
+    split = max(i for i, op in enumerate(ops) if isinstance(op, kd.ReduceOp)) + 1
+    reds = [op for op in ops[first:split] if isinstance(op, kd.ReduceOp)]
+    inits = [b._init(r) for r in reds]
+    body = Block(arg_types=[fast.INDEX, *[a.type for a in inits]])
+    loop = fast.scf_for(b.const(0), b.const(-(-total // THREADS)), b.const(1), inits, body)
+    b.add(loop, loc)
+    outer, b.block = b.block, body
+    base = b.add(fast.index_op(arith.MuliOp, body.args[0], b.const(THREADS), flags=True), loc)
+    kk = b.add(fast.index_op(arith.AddiOp, base, tid, flags=True), loc)
+    valid = b.add(fast.cmpi(kk, b.const(total), "ult"), loc)
+    clamped = b.add(fast.select(valid, kk, b.const(total - 1)), loc)
+    vm: dict[SSAValue, SSAValue] = {a: args[a] for a in k.buffer_args}
+    vm.update(zip(k.body.block.args[:npar], row))
+    point = [*row, *b.delinearize(clamped, red, loc)]
+    vm.update(zip(k.body.block.args[npar : len(sizes)], point[npar:]))
+    for op in ops[:first]:
+        if not isinstance(op, kd.StoreOp | kd.ScatterAddOp):
+            b.lower_op(op, k, vm, point)
+            continue
+        then = Block()  # past the end the point is clamped: only valid ones store
+        b.block = then
+        b.lower_op(op, k, vm, point)
+        b.add(fast.scf_yield())
+        b.block = body
+        b.add(fast.scf_if(valid, then, None), op.location)
+    steps = []
+    for r, acc in zip(reds, body.args[1:]):
+        step = b.add(_combine(r.kind.data, acc, vm[r.value]), r.location)
+        steps.append(b.add(fast.select(valid, step, acc), r.location))
+    b.add(fast.scf_yield(*steps))
+    b.block = outer
+    space = IntegerAttr(WORKGROUP, i64)
+    partials = []
+    for r, acc in zip(reds, loop.results):
+        alloca = memref.AllocaOp.get(acc.type, None, [THREADS], memory_space=space)
+        alloca.location = r.location
+        b.entry.insert_op_before(alloca, b._anchor)  # type: ignore[arg-type]
+        partials.append((r, alloca.memref))
+        b.add(fast.store(acc, alloca.memref, [tid]), loc)
+    half = THREADS // 2
+    while half:
+        b.add(gpu.BarrierOp(), loc)
+        then = Block()
+        b.block = then
+        other = b.add(fast.index_op(arith.AddiOp, tid, b.const(half), flags=True), loc)
+        for r, partial in partials:
+            mine = b.add(fast.load(partial, [tid]), loc)
+            theirs = b.add(fast.load(partial, [other]), loc)
+            b.add(fast.store(b.add(_combine(r.kind.data, mine, theirs), loc), partial, [tid]), loc)
+        b.add(fast.scf_yield())
+        b.block = outer
+        b.add(fast.scf_if(b.add(fast.cmpi(tid, b.const(half), "ult"), loc), then, None), loc)
+        half //= 2
+    b.add(gpu.BarrierOp(), loc)
+    then = Block()
+    b.block = then
+    epilogue: dict[SSAValue, SSAValue] = {a: args[a] for a in k.buffer_args}
+    epilogue.update(zip(k.body.block.args[:npar], row))
+    for r, partial in partials:
+        epilogue[r.result] = b.add(fast.load(partial, [b.const(0)]), loc)
+    for op in ops[split:]:
+        b.lower_op(op, k, epilogue, row)
+    b.add(fast.scf_yield())
+    b.block = outer
+    b.add(fast.scf_if(b.add(fast.cmpi(tid, b.const(0), "eq"), loc), then, None), loc)
