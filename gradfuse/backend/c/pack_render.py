@@ -26,6 +26,10 @@ convolution's lanes are its stride apart, so that a kernel column serves all or 
     long gf_rows = 0;                                // the rows that are not all zero
     for (long k = 0; k < 2048; k++) { v23k[gf_rows] = k; gf_rows += v23z[k]; }
 
+Where every lane reads and the lanes' addresses are evenly spaced (an image row: the
+usual case away from the borders), the innermost loop copies `gf_src[l * gf_step]` from
+the first lane's address instead (`_dense`), without index arithmetic or tests.
+
 Where a row holds several blocks (`subs`), each block runs the above for its part of the
 row, and the parts of the blocks that left a kernel column out are zeroed where another
 block of the row read it. A row whose packed factor is 0 in every lane adds
@@ -35,12 +39,15 @@ convolution), so the sums skip it; every sum still adds its terms in the order o
 
 from __future__ import annotations
 
+from math import prod
 from typing import TYPE_CHECKING
 
-from xdsl.dialects import arith
+from xdsl.dialects import arith, memref
+from xdsl.dialects.builtin import MemRefType
 from xdsl.ir import Operation, SSAValue
 
 from gradfuse.backend.c.lanes import LaneRenderer, lane_count
+from gradfuse.backend.c.nest import constant
 from gradfuse.backend.c.pack import Plan, guards, varies
 from gradfuse.backend.cstyle import Renderer, ctype
 
@@ -99,10 +106,25 @@ def render_pack(r: Renderer, p: Plan, varying: set[SSAValue]) -> None:
     if live:  # the lanes' tests, once per lane
         r.emit("gf_live = 0;", depth + 1)
         r.emit(f"for (long l = 0; l < n; l++) gf_live |= {live};", depth + 1)
+    dense = _dense(r, p, varying, outside, live, depth + 1)
     r.emit("if (gf_live) {", depth + 1)
     r.emit(f"for (long {k}_{inner} = 0; {k}_{inner} < {size}; {k}_{inner}++) {{", depth + 2)
     r.emit(line, depth + 3)
-    lane.block(inside, depth + 3, [(p.buffer(v) + slot, v) for v in p.packed])
+    assigns = [(p.buffer(v) + slot, v) for v in p.packed]
+    if dense:  # the lanes read memory evenly spaced: no index arithmetic, no tests
+        lane.block([op for op in inside if not varies(op, varying)], depth + 3, [])
+        r.emit("if (gf_dense) {", depth + 3)
+        r.emit(f"const float* gf_src = &{dense};", depth + 4)
+        buf = p.buffer(p.packed[0])
+        r.emit(
+            f"if (gf_step == 1) for (long l = 0; l < n; l++) {buf}{slot} = gf_src[l];", depth + 4
+        )
+        r.emit(f"else for (long l = 0; l < n; l++) {buf}{slot} = gf_src[l * gf_step];", depth + 4)
+        r.emit("} else {", depth + 3)
+        lane.block([op for op in inside if varies(op, varying)], depth + 4, assigns)
+        r.emit("}", depth + 3)
+    else:
+        lane.block(inside, depth + 3, assigns)
     if p.sparse:
         buf = p.buffer(p.packed[0])
         r.emit("int gf_any = 0;", depth + 3)
@@ -131,6 +153,57 @@ def render_pack(r: Renderer, p: Plan, varying: set[SSAValue]) -> None:
         r.emit(f"{base}k[gf_rows] = k;", 3)
         r.emit(f"gf_rows += {base}z[k];", 3)
         r.emit("}", 2)
+
+
+def _dense(
+    r: Renderer, p: Plan, varying: set[SSAValue], outside: list[Operation], live: str, depth: int
+) -> str:
+    """Where the packed value is one read, guarded by the lanes' test `live` or not, whose
+    indices that differ between lanes are known outside the innermost loop: emits the
+    test that every lane reads (`gf_dense`) and that the lanes' addresses are evenly
+    spaced (`gf_base + gf_step * l`), and returns the first lane's read for the innermost
+    loop (C), else ''."""
+    if not p.sparse:
+        return ""
+    v, test = p.packed[0], None
+    op = v.owner
+    if isinstance(op, arith.SelectOp):
+        if not live or r.names.get(op.cond) != live:
+            return ""
+        test, op = op.cond, op.lhs.owner
+    if not isinstance(op, memref.LoadOp) or op in outside:
+        return ""
+    ty = op.memref.type
+    assert isinstance(ty, MemRefType)
+    shape = ty.get_shape()
+    lanes, same = [], []  # terms of the flat index
+    for q, x in enumerate(op.indices):
+        times = f" * {prod(shape[q + 1 :])}" if prod(shape[q + 1 :]) != 1 else ""
+        name = r.names.get(x, "")
+        picked = x.owner
+        if x not in varying:
+            same.append(r.name(x) + times)
+        elif x is p.index or (name.endswith("[l]") and picked in outside):
+            lanes.append(name + times)
+        elif (
+            isinstance(picked, arith.SelectOp)
+            and picked.cond is test
+            and picked.lhs not in varying
+            and constant(picked.rhs) == 0
+        ):
+            same.append(r.name(picked.lhs) + times)  # what the lane reads where it reads
+        else:
+            return ""
+    each = f"{r.names[test]} & " if test is not None else ""
+    r.emit("long gf_base = 0, gf_step = 0;", depth)
+    r.emit("int gf_dense = 1;", depth)
+    r.emit("for (long l = 0; l < n; l++) {", depth)
+    r.emit(f"long gf_at = {' + '.join(lanes) or '0'};", depth + 1)
+    r.emit("if (l == 0) gf_base = gf_at;", depth + 1)
+    r.emit("if (l == 1) gf_step = gf_at - gf_base;", depth + 1)
+    r.emit(f"gf_dense &= {each}(gf_at == gf_base + gf_step * l);", depth + 1)
+    r.emit("}", depth)
+    return f"{r.name(op.memref)}[gf_base + {' + '.join(same) or '0'}]"
 
 
 def _live(r: Renderer, p: Plan, outside: list[Operation]) -> str:
