@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from gradfuse.backend import compile_module, cuda_available
-from gradfuse.frontend.parser import parse_tg
+from gradfuse.backend import cuda_available
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
 sys.path.insert(0, str(ROOT / "tests" / "unit" / "passes"))
+import compiled  # noqa: E402
 from fusion_programs import programs  # noqa: E402
 
 ON = os.environ.get("GRADFUSE_GPU_TESTS_ON", "cuda")
@@ -33,17 +33,9 @@ pytestmark = [
 ]
 
 
-def agree(src: str, **kwargs: object) -> None:
+def agree(src: str, **run: object) -> None:
     """The program on the GPU (pipeline `cuda`) and on the reference, to 1e-5."""
-    want = compile_module(parse_tg(src), "reference").run(**kwargs)
-    got = compile_module(parse_tg(src), ON, pipeline="cuda").run(**kwargs)
-    for a, b in zip(got.results, want.results, strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    for key in want.params:
-        np.testing.assert_allclose(got.params[key], want.params[key], rtol=1e-5, atol=1e-6)
-    for key, calls in want.received.items():
-        for a, b in zip(got.received[key], calls, strict=True):
-            np.testing.assert_allclose(a[0], b[0], rtol=1e-5, atol=1e-6)
+    compiled.agree(src, ON, pipeline="cuda", **run)
 
 
 RNG = np.random.default_rng(0)

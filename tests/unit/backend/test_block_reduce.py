@@ -4,11 +4,9 @@ lockstep, against NumPy; and their CUDA through nvcc."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 import numpy as np
 import pytest
+from compiled import needs_nvcc, nvcc_errors  # tests/unit
 from xdsl.dialects import gpu
 
 from gradfuse.backend import compile_module
@@ -75,16 +73,10 @@ def test_without_its_barriers_the_tree_races():
         run_lowered(module, args=[Y])
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-def test_the_block_reductions_compile_with_nvcc(tmp_path):
+@needs_nvcc
+def test_the_block_reductions_compile_with_nvcc():
     module = parse_tg(SOFTMAX)
     run_pipeline(module, "cuda")
     source = render_kernels(module, CUDATarget())
     assert source.count("__shared__ float") == 2  # the partial maxima, the partial sums
-    cu = tmp_path / "reduce.cu"
-    cu.write_text(source)
-    subprocess.run(
-        ["nvcc", "-cubin", "-arch=sm_90", "-w", "-o", str(tmp_path / "r.cubin"), str(cu)],
-        check=True,
-        capture_output=True,
-    )
+    assert nvcc_errors(source) is None

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from compiled import agree, needs_nvcc, nvcc_errors  # tests/unit
 from hypothesis import given, settings
 
 from gradfuse.backend import compile_module, cuda_available
@@ -64,21 +65,9 @@ def inputs(name: str):
     }
 
 
-def agree(src: str, kwargs: dict) -> None:
-    want = compile_module(parse_tg(src), "reference").run(**kwargs)
-    got = compile_module(parse_tg(src), "c").run(**kwargs)
-    for a, b in zip(got.results, want.results, strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    for key in want.params:
-        np.testing.assert_allclose(got.params[key], want.params[key], rtol=1e-5, atol=1e-6)
-    for key, calls in want.received.items():
-        for a, b in zip(got.received[key], calls, strict=True):
-            np.testing.assert_allclose(a[0], b[0], rtol=1e-5, atol=1e-6)
-
-
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_c_backend_matches_the_reference(name):
-    agree(PROGRAMS[name], inputs(name))
+    agree(PROGRAMS[name], "c", **inputs(name))
 
 
 @settings(max_examples=15, deadline=None)
@@ -87,7 +76,7 @@ def test_random_programs_match_the_reference(src: str):
     line = next(ln for ln in src.splitlines() if "tg.feeder" in ln)
     shape = tuple(int(d) for d in line.split("tensor<")[1].split("xf32")[0].split("x"))
     xs = np.random.default_rng(2).standard_normal((8, *shape)).astype(np.float32) * 0.5
-    agree(src, {"feeders": {"x": xs}})
+    agree(src, "c", feeders={"x": xs})
 
 
 def test_a_failing_feeder_stops_the_run_with_its_name():
@@ -105,19 +94,12 @@ def test_a_failing_feeder_stops_the_run_with_its_name():
         compile_module(parse_tg(PROGRAMS["mlp"]), "c").run(feeders={"x": feeder})
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@needs_nvcc
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
-def test_every_cuda_source_compiles_with_nvcc(name, tmp_path):
+def test_every_cuda_source_compiles_with_nvcc(name):
     module = parse_tg(PROGRAMS[name])
     run_pipeline(module, "cuda")  # what the CUDA backend compiles
-    src = tmp_path / "kernels.cu"
-    src.write_text(render_kernels(module, CUDATarget()))
-    done = subprocess.run(
-        ["nvcc", "-cubin", "-arch=sm_90", "-w", "-o", str(tmp_path / "k.cubin"), str(src)],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
+    assert nvcc_errors(render_kernels(module, CUDATarget())) is None
 
 
 def test_a_kernel_that_fails_to_compile_is_named_with_its_provenance(monkeypatch, tmp_path):
@@ -224,7 +206,7 @@ def test_register_blocked_and_split_reductions_match_the_reference():
         rng.standard_normal(s).astype(np.float32)
         for s in [(15, 20), (20, 37), (3, 4, 5, 6), (37, 24)]
     ]
-    agree(LANE_SHAPES, {"args": args})
+    agree(LANE_SHAPES, "c", args=args)
     module = parse_tg(LANE_SHAPES)
     run_pipeline(module, "default")
     from gradfuse.backend.c.host import render_c
@@ -234,23 +216,13 @@ def test_register_blocked_and_split_reductions_match_the_reference():
     assert "v17o < 4" in source or "o < 4;" in source  # the 4x6 split reduction dim
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@needs_nvcc
 @settings(max_examples=5, deadline=None)
 @given(programs())
 def test_the_cuda_source_of_random_programs_compiles(src: str):
-    import tempfile
-
     module = parse_tg(src)
     run_pipeline(module, "cuda")  # what the CUDA backend compiles
-    with tempfile.TemporaryDirectory() as tmp:
-        cu = Path(tmp) / "kernels.cu"
-        cu.write_text(render_kernels(module, CUDATarget()))
-        done = subprocess.run(
-            ["nvcc", "-cubin", "-arch=sm_90", "-w", "-o", str(Path(tmp) / "k.cubin"), str(cu)],
-            capture_output=True,
-            text=True,
-        )
-    assert done.returncode == 0, done.stderr
+    assert nvcc_errors(render_kernels(module, CUDATarget())) is None
 
 
 TWO_FUNCTIONS = """

@@ -8,13 +8,13 @@ import contextlib
 import io
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from compiled import needs_nvcc, nvcc_errors  # tests/unit
 from example_programs import load_example  # tests/unit (conftest puts it on the path)
 
 import gradfuse
@@ -129,22 +129,15 @@ def example_programs() -> dict[str, str]:
     return programs
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@needs_nvcc
 @pytest.mark.parametrize("name", ["linreg", "mlp", "transformer"])
 def test_the_cuda_source_of_every_example_compiles(name: str, tmp_path: Path) -> None:
     module = parse_tg(example_programs()[name])
     run_pipeline(module, "cuda")  # what the CUDA backend compiles
-    src = tmp_path / f"{name}.cu"
-    src.write_text(render_kernels(module, CUDATarget()))
-    done = subprocess.run(
-        ["nvcc", "-cubin", "-arch=sm_90", "-w", "-o", str(tmp_path / "k.cubin"), str(src)],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, f"{name}: {done.stderr}"
+    assert nvcc_errors(render_kernels(module, CUDATarget())) is None
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@needs_nvcc
 @pytest.mark.parametrize(
     ("name", "sizes"),
     [("dcgan", {"BATCH": 8}), ("resnet18", {"BATCH": 2, "IMAGE": 32, "NUM_CLASSES": 10})],
@@ -159,11 +152,4 @@ def test_the_cuda_source_of_the_convnets_compiles(name: str, sizes: dict, tmp_pa
     run_pipeline(module, "cuda")
     source = render_kernels(module, CUDATarget())
     assert "__shared__ float" in source
-    src = tmp_path / f"{name}.cu"
-    src.write_text(source)
-    done = subprocess.run(
-        ["nvcc", "-cubin", "-arch=sm_90", "-w", "-o", str(tmp_path / "k.cubin"), str(src)],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, f"{name}: {done.stderr}"
+    assert nvcc_errors(source) is None

@@ -4,11 +4,9 @@ tiled kernels are checked against NumPy here; nvcc compiles them."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 import numpy as np
 import pytest
+from compiled import needs_nvcc, nvcc_errors  # tests/unit
 from xdsl.dialects import gpu, memref
 
 from gradfuse.backend import compile_module
@@ -112,16 +110,10 @@ def test_the_lowered_backend_runs_the_cuda_pipeline_as_the_reference_does():
     np.testing.assert_allclose(got, x @ w, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-def test_the_tiled_cuda_source_uses_shared_memory_and_compiles(tmp_path):
+@needs_nvcc
+def test_the_tiled_cuda_source_uses_shared_memory_and_compiles():
     source = render_kernels(tiled(CONV, "cuda"), CUDATarget())
     assert "__shared__ float" not in source  # 5x5 outputs: too small for 16x16 tiles
     source = render_kernels(tiled(CONV), CUDATarget())
     assert source.count("__shared__ float") == 2 and source.count("__syncthreads();") == 2
-    cu = tmp_path / "tiled.cu"
-    cu.write_text(source)
-    subprocess.run(
-        ["nvcc", "-cubin", "-arch=sm_90", "-o", str(tmp_path / "tiled.cubin"), str(cu)],
-        check=True,
-        capture_output=True,
-    )
+    assert nvcc_errors(source) is None
