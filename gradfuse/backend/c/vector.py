@@ -23,13 +23,14 @@ own reads through a pointer at the block's first channel:
         }
         ...
       }
-      {
-        const long i1 = i1b + 1;
-        float gf_sum0[16];
-        *(gf_v*)&gf_sum0[0] = a0_1_0;
-        { for (long l = 0; l < n; l++) { ... the epilogue, gf_sum0[0 + l] ... } }
-      }
+      float gf_sum0[8][16];
+      *(gf_v*)&gf_sum0[0][0] = a0_0_0;
       ...
+      for (long gf_t = 0; gf_t < 8; gf_t++)
+      for (long gf_s = 0; gf_s < 1; gf_s++) {
+        const long i1 = i1b + gf_t;
+        for (long l = 0; l < n; l++) { ... the epilogue, gf_sum0[gf_t][gf_s * 16 + l] ... }
+      }
     }
 """
 
@@ -155,24 +156,22 @@ def render_sums(r: Renderer, seg: Segment, p: Plan, varying: set[SSAValue]) -> N
         r.emit("}", inner)
         r.names = dict(saved)
     r.emit("}", depth)
-    for t in range(block):
-        r.emit("{", depth)
-        if p.j is not None:
-            r.emit(f"const long i{p.j} = i{p.j}b + {t};", depth + 1)
-        for c in range(len(p.loop.results)):
-            r.emit(f"float gf_sum{c}[{p.row}];", depth + 1)
+    for c in range(len(p.loop.results)):  # the sums, then the epilogue as a loop (less code)
+        r.emit(f"float gf_sum{c}[{block}][{p.row}];", depth)
+        for t in range(block):
             for u in range(vectors):
-                r.emit(f"*(gf_v*)&gf_sum{c}[{u * width}] = a{c}_{t}_{u};", depth + 1)
-        for sub in range(p.subs):
-            r.emit("{", depth + 1)
-            if p.subs > 1:
-                r.emit(f"const long i{p.sub} = {p.sub_index(str(sub))};", depth + 2)
-            for c, res in enumerate(p.loop.results):
-                r.names[res] = f"gf_sum{c}[{sub * p.lanes} + l]"
-            LaneRenderer(r, varying).block(p.after, depth + 2, [])
-            r.emit("}", depth + 1)
-            r.names = dict(saved)
-        r.emit("}", depth)
+                r.emit(f"*(gf_v*)&gf_sum{c}[{t}][{u * width}] = a{c}_{t}_{u};", depth)
+    r.emit(f"for (long gf_t = 0; gf_t < {block}; gf_t++)", depth)
+    r.emit(f"for (long gf_s = 0; gf_s < {p.subs}; gf_s++) {{", depth)
+    if p.j is not None:
+        r.emit(f"const long i{p.j} = i{p.j}b + gf_t;", depth + 1)
+    if p.subs > 1:
+        r.emit(f"const long i{p.sub} = {p.sub_index('gf_s')};", depth + 1)
+    for c, res in enumerate(p.loop.results):
+        r.names[res] = f"gf_sum{c}[gf_t][gf_s * {p.lanes} + l]"
+    LaneRenderer(r, varying).block(p.after, depth + 1, [])
+    r.emit("}", depth)
+    r.names = dict(saved)
     if p.j is not None:
         r.emit("}", 2)
 
