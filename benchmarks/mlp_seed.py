@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 from threads import add_threads_option, use_threads  # benchmarks/threads.py
+from torch_compile import add_torch_compile_option, mode, torch_compile_wanted
 
 import gradfuse
 from gradfuse import Feeder, ir_for
@@ -99,8 +100,10 @@ def torch_run(steps: int, repeat: int, device: str, compiled: bool = False) -> f
     opt = torch.optim.SGD(nn.parameters(), lr=0.01)
     model, update = nn, opt.step
     if compiled:
-        mode = "reduce-overhead" if device == "cuda" else "default"
-        model, update = torch.compile(nn, mode=mode), torch.compile(opt.step, mode=mode)
+        model, update = (
+            torch.compile(nn, mode=mode(device)),
+            torch.compile(opt.step, mode=mode(device)),
+        )
     batch = np.full((BATCH, WIDTH), 0.2, dtype=np.float32)
     best = float("inf")
     for _ in range(repeat + compiled):  # a compiled run's first round compiles
@@ -121,12 +124,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--backend", default=None)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument(
-        "--torch-compile",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="also time torch.compile (default: on a GPU)",
-    )
+    add_torch_compile_option(parser)
     add_threads_option(parser)
     args = parser.parse_args()
     use_threads(args.threads)
@@ -144,11 +142,12 @@ def main() -> None:
         return
     print(f"PyTorch eager ({device}): {theirs * 1e6:.1f} us per step")
     print(f"speed ratio, gradfuse / PyTorch eager: {theirs / ours['step']:.2f}x")
-    if args.torch_compile if args.torch_compile is not None else device == "cuda":
-        mode = "reduce-overhead" if device == "cuda" else "default"
+    if torch_compile_wanted(args.torch_compile, device):
         best = torch_run(args.steps, args.repeat, device, compiled=True)
         assert best is not None
-        print(f"PyTorch torch.compile, mode {mode} ({device}): {best * 1e6:.1f} us per step")
+        print(
+            f"PyTorch torch.compile, mode {mode(device)} ({device}): {best * 1e6:.1f} us per step"
+        )
         print(f"speed ratio, gradfuse / torch.compile: {best / ours['step']:.2f}x")
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 from threads import add_threads_option, use_threads  # benchmarks/threads.py
+from torch_compile import add_torch_compile_option, mode, torch_compile_wanted
 
 import gradfuse
 from gradfuse import Feeder, ir_for
@@ -87,8 +88,10 @@ def torch_run(
     x = torch.tensor(np.random.default_rng(0).normal(size=SHAPE).astype(np.float32)).to(device)
     model, update = layer, opt.step
     if compiled:
-        mode = "reduce-overhead" if device == "cuda" else "default"
-        model, update = torch.compile(layer, mode=mode), torch.compile(opt.step, mode=mode)
+        model, update = (
+            torch.compile(layer, mode=mode(device)),
+            torch.compile(opt.step, mode=mode(device)),
+        )
 
     def step() -> None:
         opt.zero_grad()
@@ -147,12 +150,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--backend", default=None, help="gradfuse backend (default: its default)")
     parser.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
-    parser.add_argument(
-        "--torch-compile",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="also time torch.compile (default: on a GPU)",
-    )
+    add_torch_compile_option(parser)
     add_threads_option(parser)
     args = parser.parse_args()
     use_threads(args.threads)
@@ -182,13 +180,13 @@ def main() -> None:
         f" kernels per step: {g['kernels_per_step']} vs {t['ops_per_step']}"
         f" ({g['kernels_per_step'] / t['ops_per_step']:.2f} of PyTorch's)"
     )
-    if args.torch_compile if args.torch_compile is not None else device == "cuda":
+    if torch_compile_wanted(args.torch_compile, device):
         c = torch_run(args.steps, args.optimizer, device, compiled=True)
         assert c is not None
         c_step = c["run"] / args.steps
-        mode = "reduce-overhead" if device == "cuda" else "default"
-        print(f"PyTorch torch.compile, mode {mode} ({device}): {c_step * 1e3:.3f} ms/step")
+        print(f"PyTorch torch.compile, mode {mode(device)} ({device}): {c_step * 1e3:.3f} ms/step")
         print(f"speed ratio (torch.compile time / gradfuse time): {c_step / g_step:.2f}x")
+
 
 if __name__ == "__main__":
     main()
