@@ -37,6 +37,7 @@ from xdsl.utils.comparisons import to_unsigned
 
 from gradfuse.backend.reference_state import dtype_of
 from gradfuse.diagnostics import GradfuseError, position_of
+from gradfuse.passes.fast_ops import WORKGROUP
 
 
 @dataclass
@@ -95,11 +96,6 @@ class LoweredState:
 
 
 _DIMS = {gpu.DimensionEnum.X: 0, gpu.DimensionEnum.Y: 1, gpu.DimensionEnum.Z: 2}
-
-
-WORKGROUP = 3
-"""The memory space of GPU workgroup (shared) memory: `memref<16x16xf32, 3 : i64>`,
-NVVM's address space 3."""
 
 
 def is_workgroup(ty: Attribute) -> bool:

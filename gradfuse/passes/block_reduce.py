@@ -27,11 +27,9 @@ from __future__ import annotations
 from math import prod
 from typing import TYPE_CHECKING
 
-from xdsl.dialects import arith, gpu, memref
-from xdsl.dialects.builtin import IntegerAttr, i64
+from xdsl.dialects import arith, gpu
 from xdsl.ir import Block, SSAValue
 
-from gradfuse.backend.lowered_ops import WORKGROUP
 from gradfuse.dialects import kernel as kd
 from gradfuse.passes import fast_ops as fast
 
@@ -101,10 +99,9 @@ def lower_cooperative(
         steps.append(b.add(fast.select(valid, step, acc), r.location))
     b.add(fast.scf_yield(*steps))
     b.block = outer
-    space = IntegerAttr(WORKGROUP, i64)
     partials = []
     for r, acc in zip(reds, loop.results):
-        alloca = memref.AllocaOp.get(acc.type, None, [THREADS], memory_space=space)
+        alloca = fast.workgroup_alloca(acc.type, [THREADS])
         alloca.location = r.location
         b.entry.insert_op_before(alloca, b._anchor)  # type: ignore[arg-type]
         partials.append((r, alloca.memref))

@@ -164,3 +164,14 @@ def gpu_func(name: str, entry: Block) -> gpu.FuncOp:
         attributes={"sym_name": StringAttr(name)},
         regions=[Region(entry)],
     )
+
+
+WORKGROUP = 3
+"""The memory space of GPU workgroup (shared) memory: `memref<16x16xf32, 3 : i64>`,
+NVVM's address space 3."""
+
+
+def workgroup_alloca(element: Attribute, shape: Sequence[int]) -> memref.AllocaOp:
+    """`memref.alloca() : memref<shape x element, 3 : i64>`: a block's shared array."""
+    space = IntegerAttr(WORKGROUP, i64)
+    return memref.AllocaOp.get(element, None, list(shape), memory_space=space)

@@ -35,11 +35,10 @@ from __future__ import annotations
 
 from math import prod
 
-from xdsl.dialects import arith, gpu, memref
-from xdsl.dialects.builtin import IntegerAttr, StringAttr, UnitAttr, i64
+from xdsl.dialects import arith, gpu
+from xdsl.dialects.builtin import StringAttr, UnitAttr, i64
 from xdsl.ir import Block, SSAValue
 
-from gradfuse.backend.lowered_ops import WORKGROUP
 from gradfuse.dialects import kernel as kd
 from gradfuse.passes import fast_ops as fast
 from gradfuse.passes.kernel_lowering import KernelBuilder
@@ -151,8 +150,7 @@ class TileBuilder(KernelBuilder):
             dims = load_dims(op)
             side = "m" if self.mdim in dims else "n" if self.ndim in dims else "k"
             shape = {"m": [self.tm, self.tk], "n": [self.tk, self.tn], "k": [self.tk]}[side]
-            space = IntegerAttr(WORKGROUP, i64)
-            alloca = memref.AllocaOp.get(op.result.type, None, shape, memory_space=space)
+            alloca = fast.workgroup_alloca(op.result.type, shape)
             alloca.location = op.location
             self.entry.insert_op_before(alloca, self._anchor)  # type: ignore[arg-type]
             plan[op] = (side, alloca.memref)
