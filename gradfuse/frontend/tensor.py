@@ -22,22 +22,21 @@ from xdsl.dialects.builtin import (
     IntegerType,
     TensorType,
 )
-from xdsl.ir import Attribute, Block, OpResult, SSAValue
+from xdsl.ir import Attribute, SSAValue
 
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of
 from gradfuse.frontend import ops
+from gradfuse.frontend.reach import params_reached_by
 from gradfuse.frontend.recorder import (
     direction_scope,
     emit,
     error,
-    insertion_block,
     is_visible,
-    program,
 )
 
 if TYPE_CHECKING:
-    from gradfuse.frontend.parameter import Parameter
+    pass
 
 Scalar = float | int
 _ELEMENTS: dict[str, Attribute] = {
@@ -356,7 +355,7 @@ class Tensor:
 
         A non-scalar tensor gets a gradient of ones (d sum(self)). `loss.backward()`
         """
-        found = _params_reached_by(self.value)
+        found = params_reached_by(self.value)
         if not found:
             raise error(
                 "backward(): the tensor does not depend on any parameter, so there is nothing"
@@ -370,40 +369,6 @@ class Tensor:
                 if old is not None and is_visible(old.value):
                     new = old + new
                 param.grad = new
-
-
-def _enclosing_blocks(block: Block) -> list[Block]:
-    out: list[Block] = []
-    where: Block | None = block
-    while where is not None:
-        out.append(where)
-        parent = where.parent_op()
-        where = parent.parent_block() if parent is not None else None
-    return out
-
-
-def _params_reached_by(value: SSAValue) -> list[tuple[Parameter, SSAValue]]:
-    """The params (with their current values) that `value` is computed from."""
-    reached: set[SSAValue] = set()
-    todo = [value]
-    while todo:
-        v = todo.pop()
-        if v in reached:
-            continue
-        reached.add(v)
-        if isinstance(v, OpResult):
-            todo.extend(v.owner.operands)
-    prog = program()
-    blocks = _enclosing_blocks(insertion_block())
-    found: list[tuple[Parameter, SSAValue]] = []
-    for key, param in prog.params.items():
-        for block in blocks:
-            current = prog.current.get((id(block), key))
-            if current is not None:
-                if current in reached:
-                    found.append((param, current))
-                break
-    return found
 
 
 def where(cond: Tensor, a: Tensor | Scalar, b: Tensor | Scalar) -> Tensor:

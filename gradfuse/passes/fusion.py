@@ -11,17 +11,16 @@ or the parallel dims (epilogue) to the op's own indices. The rules:
 - `tg.assign` joins the group computing its value (an in-place update) unless a
   reader of the old value would then run too late; param reads and writes get
   read-after-write and write-after-read edges;
-- `plan_levels` then puts groups with no path between them on one level: one
+- `fusion_levels.plan_levels` then puts groups with no path between them on one level: one
   launch (horizontal fusion), as all the optimizer updates of a step.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable
 
 from xdsl.dialects import func
-from xdsl.ir import Block, BlockArgument, Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.ir.affine import AffineDimExpr, AffineMap
 
 from gradfuse import affine
@@ -400,38 +399,3 @@ class Planner:
             for result in m.op.results
             for use in view_uses(result)
         )
-
-
-def plan_levels(planner: Planner) -> list[list[Node]]:
-    """Nodes by level: each level's groups are one launch, after its host ops."""
-    nodes = planner.nodes()
-    deps = {id(n): planner.deps(n) for n in nodes}
-    level: dict[int, int] = {}
-
-    def asap(n: Node) -> int:
-        if id(n) not in level:
-            level[id(n)] = 1 + max((asap(d) for d in deps[id(n)]), default=-1)
-        return level[id(n)]
-
-    for n in nodes:
-        asap(n)
-    users: dict[int, list[Node]] = {id(n): [] for n in nodes}
-    for n in nodes:
-        for d in deps[id(n)]:
-            users[id(d)].append(n)
-    # Sink groups move later to share a launch with others (ALAP within their slack).
-    group_levels = sorted({level[id(g)] for g in planner.groups})
-    top = max(level.values(), default=0)
-    for g in sorted(planner.groups, key=lambda g: -level[id(g)]):
-        latest = min((level[id(u)] - 1 for u in users[id(g)]), default=top)
-        best = group_levels[bisect.bisect_right(group_levels, latest) - 1] if group_levels else -1
-        if best > level[id(g)]:
-            level[id(g)] = best
-    out: list[list[Node]] = [[] for _ in range(max(level.values(), default=-1) + 1)]
-    for n in nodes:
-        out[level[id(n)]].append(n)
-    return [lv for lv in out if lv]
-
-
-def is_block_arg(value: SSAValue) -> bool:
-    return isinstance(value, BlockArgument)

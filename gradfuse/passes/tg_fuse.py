@@ -31,8 +31,9 @@ from gradfuse import affine
 from gradfuse.dialects import kernel as K
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of
-from gradfuse.passes.fusion import Planner, plan_levels
+from gradfuse.passes.fusion import Planner
 from gradfuse.passes.fusion_graph import Group, Host, resolve, resolve_guard
+from gradfuse.passes.fusion_levels import plan_levels
 from gradfuse.passes.kernel_body import KernelBody
 
 MAX_GROUP = 64

@@ -1,0 +1,53 @@
+"""Which params a traced value depends on: what `Tensor.backward()` differentiates for.
+
+    y = model(x).sum()
+    params_reached_by(y.value)   # [(Parameter "0.weight", %w_current), ...]
+
+A param is found through its current value in the innermost enclosing block that
+has one (a loop body's carried value, else the function's).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from xdsl.ir import Block, OpResult, SSAValue
+
+from gradfuse.frontend.recorder import insertion_block, program
+
+if TYPE_CHECKING:
+    from gradfuse.frontend.parameter import Parameter
+
+
+def _enclosing_blocks(block: Block) -> list[Block]:
+    out: list[Block] = []
+    where: Block | None = block
+    while where is not None:
+        out.append(where)
+        parent = where.parent_op()
+        where = parent.parent_block() if parent is not None else None
+    return out
+
+
+def params_reached_by(value: SSAValue) -> list[tuple[Parameter, SSAValue]]:
+    """The params (with their current values) that `value` is computed from."""
+    reached: set[SSAValue] = set()
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        if v in reached:
+            continue
+        reached.add(v)
+        if isinstance(v, OpResult):
+            todo.extend(v.owner.operands)
+    prog = program()
+    blocks = _enclosing_blocks(insertion_block())
+    found: list[tuple[Parameter, SSAValue]] = []
+    for key, param in prog.params.items():
+        for block in blocks:
+            current = prog.current.get((id(block), key))
+            if current is not None:
+                if current in reached:
+                    found.append((param, current))
+                break
+    return found
