@@ -213,6 +213,7 @@ class CPURenderer(Renderer):
     def __init__(self) -> None:
         super().__init__(CTarget())
         self.pragmas: dict[Operation, str] = {}
+        self.sharing = True  # segments' loops are shared among the OpenMP team
 
     def kernel(self, fn: gpu.FuncOp) -> str:
         block = fn.body.block
@@ -245,6 +246,14 @@ class CPURenderer(Renderer):
         self.emit("}", 1)
         return head + "\n".join(self.lines) + "\n}\n"
 
+    def work_shared(self, clause: str, depth: int) -> None:
+        """`#pragma omp for <clause>` before a segment's loops; where `sharing` is off
+        (the phases of a row-by-row kernel, one thread a row) only its `simd`."""
+        if self.sharing:
+            self.emit(f"#pragma omp for {clause}", depth)
+        elif clause.startswith("simd"):
+            self.emit("#pragma omp simd", depth)
+
     def segment(self, seg: Segment) -> None:
         _delinearize(seg)
         self.names.update(seg.names)
@@ -260,9 +269,9 @@ class CPURenderer(Renderer):
         else:
             inner_simd = True
         if depth == 1:
-            self.emit("#pragma omp for simd nowait" if inner_simd else "#pragma omp for nowait", 1)
+            self.work_shared("simd nowait" if inner_simd else "nowait", 1)
         else:
-            self.emit(f"#pragma omp for collapse({depth - 1 if inner_simd else depth}) nowait", 1)
+            self.work_shared(f"collapse({depth - 1 if inner_simd else depth}) nowait", 1)
         for k, n in enumerate(seg.dims):
             if k == depth - 1 and inner_simd and depth > 1:
                 self.emit("#pragma omp simd", 1)
@@ -288,9 +297,9 @@ class CPURenderer(Renderer):
             return False
         depth, n = len(seg.dims), seg.dims[-1]
         if depth == 1:
-            self.emit("#pragma omp for nowait", 1)
+            self.work_shared("nowait", 1)
         else:
-            self.emit(f"#pragma omp for collapse({depth - 1}) nowait", 1)
+            self.work_shared(f"collapse({depth - 1}) nowait", 1)
         for k, size in enumerate(seg.dims[:-1]):
             self.emit(f"for (long i{k} = 0; i{k} < {size}; i{k}++)", 1)
         self.emit(f"for (long b = 0; b < {n}; b += {LANES}) {{", 1)

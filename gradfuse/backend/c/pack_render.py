@@ -253,7 +253,7 @@ def render(r: Renderer, seg: Segment, p: Plan, varying: set[SSAValue]) -> None:
     outer = [d for d in range(len(seg.dims)) if d not in (p.j, p.lane)]
     strided = p.subs > 1 and p.step > 1
     loops = len(outer) + 1 + strided + (p.lane_step > 1)
-    r.emit(f"#pragma omp for collapse({loops}) nowait", 1)
+    r.work_shared(f"collapse({loops}) nowait", 1)
     for d in outer:
         if d != p.sub or p.subs == 1:
             r.emit(f"for (long i{d} = 0; i{d} < {seg.dims[d]}; i{d}++)", 1)

@@ -55,19 +55,6 @@ def _phase(loop: scf.ForOp) -> Segment | None:
     return Segment(0, count, branch.true_region.block, cmp.lhs)
 
 
-def _unshared(lines: list[str]) -> list[str]:
-    """A segment's loop nest without its OpenMP work-sharing: inside a row, one thread
-    runs it (`omp for simd` keeps its `simd`)."""
-    out = []
-    for line in lines:
-        text = line.strip()
-        if text.startswith("#pragma omp for simd"):
-            out.append(line.replace("omp for simd nowait", "omp simd"))
-        elif not text.startswith("#pragma omp for"):
-            out.append(line)
-    return out
-
-
 class RowsRenderer(CPURenderer):
     """`CPURenderer` that also renders row-by-row kernels (see the module docstring)."""
 
@@ -93,12 +80,14 @@ class RowsRenderer(CPURenderer):
         self.emit("const long tid = 0;", 1)
         self.emit(f"#pragma omp parallel for if({work} >= {self.t.parallel_work})", 1)
         self.emit(f"for (long bid = 0; bid < {rows}; bid++) {{", 1)
-        for op in block.ops:
-            if op in phases:
-                start = len(self.lines)
-                self.segment(phases[op])
-                self.lines[start:] = _unshared(self.lines[start:])
-            elif not isinstance(op, gpu.BarrierOp):  # a thread runs a row's phases in order
-                self.op(op, 2)
+        self.sharing = False  # a thread runs a row's phases, in order
+        try:
+            for op in block.ops:
+                if op in phases:
+                    self.segment(phases[op])
+                elif not isinstance(op, gpu.BarrierOp):
+                    self.op(op, 2)
+        finally:
+            self.sharing = True
         self.emit("}", 1)
         return head + "\n".join(self.lines) + "\n}\n"
