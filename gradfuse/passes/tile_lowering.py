@@ -158,7 +158,6 @@ class TileBuilder(KernelBuilder):
 
     def stage(self, kc: SSAValue) -> None:
         """Every thread stores its share of each tile for chunk `kc` (0 outside)."""
-        zero = self.const(0)
         k0 = self.mul(kc, self.tk)
         threads = self.tm * self.tn
         for op, (side, tile) in self.tiles.items():
@@ -168,42 +167,52 @@ class TileBuilder(KernelBuilder):
                     fast.index_op(arith.AddiOp, self.tid, self.const(j * threads), flags=True),
                     self.loc,
                 )
-                outer_block = self.block
-                then = Block()
+                if (j + 1) * threads <= rows * cols:  # every thread has an element
+                    self.stage_element(op, side, tile, e, k0, (rows, cols))
+                    continue
+                outer_block, then = self.block, Block()
                 self.block = then
-                r, c = self.delinearize(e, [rows, cols], self.loc)
-                if side == "m":
-                    mm = self.add(fast.index_op(arith.AddiOp, self.m0, r, flags=True), self.loc)
-                    kk = self.add(fast.index_op(arith.AddiOp, k0, c, flags=True), self.loc)
-                    valid = self.add(
-                        arith.AndIOp(self.less(mm, self.big_m), self.less(kk, self.big_k)), self.loc
-                    )
-                    point, at = self.point(self.clamp(mm, self.big_m), zero, kk), [r, c]
-                elif side == "n":
-                    nn = self.add(fast.index_op(arith.AddiOp, self.n0, c, flags=True), self.loc)
-                    kk = self.add(fast.index_op(arith.AddiOp, k0, r, flags=True), self.loc)
-                    valid = self.add(
-                        arith.AndIOp(self.less(nn, self.big_n), self.less(kk, self.big_k)), self.loc
-                    )
-                    point, at = self.point(zero, self.clamp(nn, self.big_n), kk), [r, c]
-                else:
-                    kk = self.add(fast.index_op(arith.AddiOp, k0, c, flags=True), self.loc)
-                    valid = self.less(kk, self.big_k)
-                    point, at = self.point(zero, zero, kk), [c]
-                vm = self.values()
-                self.lower_op(op, self.k, vm, point)
-                value = self.add(
-                    fast.select(valid, vm[op.result], self.const(0.0, op.result.type)), self.loc
-                )
-                self.add(fast.store(value, tile, at), self.loc)
+                self.stage_element(op, side, tile, e, k0, (rows, cols))
                 self.add(fast.scf_yield())
                 self.block = outer_block
-                if (j + 1) * threads <= rows * cols:
-                    for inner in list(then.ops)[:-1]:
-                        inner.detach()
-                        self.block.add_op(inner)
-                else:
-                    self.add(fast.scf_if(self.less(e, rows * cols), then, None), self.loc)
+                self.add(fast.scf_if(self.less(e, rows * cols), then, None), self.loc)
+
+    def stage_element(
+        self,
+        op: kd.LoadOp,
+        side: str,
+        tile: SSAValue,
+        e: SSAValue,
+        k0: SSAValue,
+        shape: tuple[int, int],
+    ) -> None:
+        """Element `e` of `op`'s tile (of `shape`) for the chunk at reduction index `k0`."""
+        zero = self.const(0)
+        r, c = self.delinearize(e, list(shape), self.loc)
+        if side == "m":
+            mm = self.add(fast.index_op(arith.AddiOp, self.m0, r, flags=True), self.loc)
+            kk = self.add(fast.index_op(arith.AddiOp, k0, c, flags=True), self.loc)
+            valid = self.add(
+                arith.AndIOp(self.less(mm, self.big_m), self.less(kk, self.big_k)), self.loc
+            )
+            point, at = self.point(self.clamp(mm, self.big_m), zero, kk), [r, c]
+        elif side == "n":
+            nn = self.add(fast.index_op(arith.AddiOp, self.n0, c, flags=True), self.loc)
+            kk = self.add(fast.index_op(arith.AddiOp, k0, r, flags=True), self.loc)
+            valid = self.add(
+                arith.AndIOp(self.less(nn, self.big_n), self.less(kk, self.big_k)), self.loc
+            )
+            point, at = self.point(zero, self.clamp(nn, self.big_n), kk), [r, c]
+        else:
+            kk = self.add(fast.index_op(arith.AddiOp, k0, c, flags=True), self.loc)
+            valid = self.less(kk, self.big_k)
+            point, at = self.point(zero, zero, kk), [c]
+        vm = self.values()
+        self.lower_op(op, self.k, vm, point)
+        value = self.add(
+            fast.select(valid, vm[op.result], self.const(0.0, op.result.type)), self.loc
+        )
+        self.add(fast.store(value, tile, at), self.loc)
 
     def accumulate(
         self,
