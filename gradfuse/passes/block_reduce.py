@@ -32,6 +32,7 @@ from xdsl.ir import Block, SSAValue
 
 from gradfuse.dialects import kernel as kd
 from gradfuse.passes import fast_ops as fast
+from gradfuse.passes.kernel_lowering import combine
 
 if TYPE_CHECKING:
     from gradfuse.passes.rows_lowering import RowsBuilder
@@ -47,11 +48,6 @@ def cooperative(k: kd.KernelOp, rows: int) -> bool:
     reduction long enough to share among a block."""
     sizes, npar = k.domain_sizes, k.num_parallel
     return npar == rows and npar < len(sizes) and prod(sizes[npar:]) >= MIN_REDUCTION
-
-
-def _combine(kind: str, a: SSAValue, b: SSAValue) -> arith.AddfOp | arith.MaximumfOp:
-    cls = arith.AddfOp if kind == "add" else arith.MaximumfOp
-    return cls.create(operands=[a, b], result_types=[a.type])
 
 
 def lower_cooperative(
@@ -95,7 +91,7 @@ def lower_cooperative(
         b.add(fast.scf_if(valid, then, None), op.location)
     steps = []
     for r, acc in zip(reds, body.args[1:]):
-        step = b.add(_combine(r.kind.data, acc, vm[r.value]), r.location)
+        step = b.add(combine(r.kind.data, acc, vm[r.value]), r.location)
         steps.append(b.add(fast.select(valid, step, acc), r.location))
     b.add(fast.scf_yield(*steps))
     b.block = outer
@@ -115,7 +111,7 @@ def lower_cooperative(
         for r, partial in partials:
             mine = b.add(fast.load(partial, [tid]), loc)
             theirs = b.add(fast.load(partial, [other]), loc)
-            b.add(fast.store(b.add(_combine(r.kind.data, mine, theirs), loc), partial, [tid]), loc)
+            b.add(fast.store(b.add(combine(r.kind.data, mine, theirs), loc), partial, [tid]), loc)
         b.add(fast.scf_yield())
         b.block = outer
         b.add(fast.scf_if(b.add(fast.cmpi(tid, b.const(half), "ult"), loc), then, None), loc)

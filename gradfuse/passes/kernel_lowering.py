@@ -312,9 +312,7 @@ class KernelBuilder:
             new = []
             for r, acc in zip(reds, carried):
                 value = vm[r.value]
-                combine = arith.AddfOp if r.kind.data == "add" else arith.MaximumfOp
-                step = combine.create(operands=[acc, value], result_types=[acc.type])
-                new.append(self.add(step, r.location))
+                new.append(self.add(combine(r.kind.data, acc, value), r.location))
         self.add(fast.scf_yield(*new))
         self.block = outer
         return list(loop.results)
@@ -381,6 +379,12 @@ class KernelBuilder:
         copy.location = op.location
         vm.update(zip(op.results, copy.results))
         self.block.add_op(copy)
+
+
+def combine(kind: str, acc: SSAValue, value: SSAValue) -> Operation:
+    """One step of a `kernel.reduce` of `kind`: `arith.addf` or `arith.maximumf`."""
+    cls = arith.AddfOp if kind == "add" else arith.MaximumfOp
+    return cls.create(operands=[acc, value], result_types=[acc.type])
 
 
 def _inside(value: SSAValue, k: kd.KernelOp) -> bool:

@@ -41,7 +41,7 @@ from xdsl.ir import Block, SSAValue
 
 from gradfuse.dialects import kernel as kd
 from gradfuse.passes import fast_ops as fast
-from gradfuse.passes.kernel_lowering import KernelBuilder
+from gradfuse.passes.kernel_lowering import KernelBuilder, combine
 from gradfuse.passes.kernel_tile import TILE_ATTR, load_dims
 
 
@@ -243,10 +243,7 @@ class TileBuilder(KernelBuilder):
         valid = self.less(kg, self.big_k)
         new = []
         for r, acc in zip(reds, body.args[1:]):
-            combine = arith.AddfOp if r.kind.data == "add" else arith.MaximumfOp
-            step = self.add(
-                combine.create(operands=[acc, vm[r.value]], result_types=[acc.type]), r.location
-            )
+            step = self.add(combine(r.kind.data, acc, vm[r.value]), r.location)
             new.append(self.add(fast.select(valid, step, acc), r.location))
         self.add(fast.scf_yield(*new))
         self.block = outer_block
