@@ -50,7 +50,7 @@ from gradfuse.dialects import kernel as kd
 from gradfuse.dialects.tg_program import ForOp, YieldOp
 from gradfuse.passes import fast_ops as fast
 from gradfuse.passes.buffer_planning import ALIGNMENT, plan_buffers
-from gradfuse.passes.kernel_lowering import build_gpu_func
+from gradfuse.passes.gpu_func import build_gpu_func
 from gradfuse.passes.rows_lowering import build_rows_func
 from gradfuse.passes.tile_lowering import build_tiled_func, tile_sizes
 

@@ -1,4 +1,5 @@
-"""Lowering of one `kernel.kernel` (or `kernel.group`) to a `gpu.func`.
+"""Lowering of one `kernel.kernel` (or `kernel.group`) to the body of a `gpu.func`
+(`KernelBuilder`; `gpu_func.build_gpu_func` makes the function around it).
 
 One thread per point of the parallel dims: the thread's linear id is
 delinearised into the parallel indices, the reduction dims become `scf.for`
@@ -32,11 +33,7 @@ from collections.abc import Sequence
 from xdsl.dialects import arith, gpu, memref
 from xdsl.dialects.builtin import (
     AnyFloat,
-    FusedLoc,
     IntegerAttr,
-    StringAttr,
-    UnitAttr,
-    UnknownLoc,
     i64,
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
@@ -68,17 +65,6 @@ def nonnegative(expr: AffineExpr) -> bool:
     if isinstance(expr, AffineBinaryOpExpr):
         return nonnegative(expr.lhs) and nonnegative(expr.rhs)
     return False
-
-
-def kernel_location(op: Operation) -> Attribute:
-    """The provenance of a launch: the op's location, else those of a group's kernels."""
-    if not isinstance(op.location, UnknownLoc) or not isinstance(op, kd.GroupOp):
-        return op.location
-    locs = [k.location for k in op.body.block.ops if not isinstance(k.location, UnknownLoc)]
-    unique = list(dict.fromkeys(locs))
-    if not unique:
-        return op.location
-    return unique[0] if len(unique) == 1 else FusedLoc(unique)
 
 
 class KernelBuilder:
@@ -392,30 +378,3 @@ def _inside(value: SSAValue, k: kd.KernelOp) -> bool:
     owner = value.owner
     block = owner if isinstance(owner, Block) else owner.parent_block()
     return block is k.body.block
-
-
-def build_gpu_func(
-    name: str, launch: kd.KernelOp | kd.GroupOp
-) -> tuple[gpu.FuncOp, list[SSAValue], int]:
-    """The `gpu.func` of a kernel or group, its host buffer operands and its thread count.
-
-    `build_gpu_func("k0", kernel)` -> (`gpu.func @k0(...) kernel`, [%x, %w, %h], 8)
-    """
-    kernels = (
-        [k for k in launch.body.block.ops if isinstance(k, kd.KernelOp)]
-        if isinstance(launch, kd.GroupOp)
-        else [launch]
-    )
-    host: list[SSAValue] = list(dict.fromkeys(b for k in kernels for b in k.buffers))
-    entry = Block(arg_types=[b.type for b in host])
-    position = dict(zip(host, entry.args))
-    args = {a: position[b] for k in kernels for a, b in zip(k.buffer_args, k.buffers)}
-    total = KernelBuilder(entry).lower(kernels, args)
-    fn = fast.gpu_func(name, entry)
-    fn.attributes["gpu.kernel"] = UnitAttr()  # what MLIR reads; xDSL reads the property
-    fn.attributes["workgroup_attributions"] = fast.scalar_attr(0, i64)
-    kind = "group" if isinstance(launch, kd.GroupOp) else launch.kind.data
-    fn.attributes["gradfuse.kind"] = StringAttr(kind)
-    fn.attributes["gradfuse.threads"] = fast.scalar_attr(total, i64)
-    fn.location = kernel_location(launch)
-    return fn, host, total

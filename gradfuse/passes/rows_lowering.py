@@ -37,7 +37,7 @@ from __future__ import annotations
 from math import prod
 
 from xdsl.dialects import arith, gpu
-from xdsl.dialects.builtin import StringAttr, UnitAttr, i64
+from xdsl.dialects.builtin import i64
 from xdsl.ir import Block, SSAValue
 
 from gradfuse.dialects import kernel as kd
@@ -48,6 +48,7 @@ from gradfuse.passes.block_reduce import (
     cooperative,
     lower_cooperative,
 )
+from gradfuse.passes.gpu_func import func_frame, kernel_func
 from gradfuse.passes.kernel_lowering import KernelBuilder
 
 MAX_BLOCK = 256
@@ -125,17 +126,9 @@ def build_rows_func(
     """The `gpu.func` of a `kernel.rows`, its host buffer operands and its launch shape
     (blocks: one per row, threads per block)."""
     kernels = [k for k in rows.body.block.ops if isinstance(k, kd.KernelOp)]
-    host: list[SSAValue] = list(dict.fromkeys(b for k in kernels for b in k.buffers))
-    entry = Block(arg_types=[b.type for b in host])
-    position = dict(zip(host, entry.args))
-    args = {a: position[b] for k in kernels for a, b in zip(k.buffer_args, k.buffers)}
+    host, entry, args = func_frame(kernels)
     RowsBuilder(entry).lower_rows(rows, args)
-    fn = fast.gpu_func(name, entry)
-    fn.attributes["gpu.kernel"] = UnitAttr()
-    fn.attributes["workgroup_attributions"] = fast.scalar_attr(0, i64)
-    fn.attributes["gradfuse.kind"] = StringAttr("rows")
     blocks, threads = prod(rows.row_sizes), block_threads(rows)
-    fn.attributes["gradfuse.threads"] = fast.scalar_attr(blocks * threads, i64)
+    fn = kernel_func(name, entry, "rows", blocks * threads, rows.location)
     fn.attributes["gradfuse.rows"] = fast.scalar_attr(blocks, i64)
-    fn.location = rows.location
     return fn, host, (blocks, threads)

@@ -36,11 +36,11 @@ from __future__ import annotations
 from math import prod
 
 from xdsl.dialects import arith, gpu
-from xdsl.dialects.builtin import StringAttr, UnitAttr, i64
 from xdsl.ir import Block, SSAValue
 
 from gradfuse.dialects import kernel as kd
 from gradfuse.passes import fast_ops as fast
+from gradfuse.passes.gpu_func import func_frame, kernel_func
 from gradfuse.passes.kernel_lowering import KernelBuilder, combine
 from gradfuse.passes.kernel_tile import TILE_ATTR, load_dims
 
@@ -254,15 +254,6 @@ def build_tiled_func(
     name: str, k: kd.KernelOp
 ) -> tuple[gpu.FuncOp, list[SSAValue], tuple[int, int]]:
     """The tiled `gpu.func` of a marked contraction, its host buffers and launch shape."""
-    host: list[SSAValue] = list(dict.fromkeys(k.buffers))
-    entry = Block(arg_types=[b.type for b in host])
-    position = dict(zip(host, entry.args))
-    args = {a: position[b] for a, b in zip(k.buffer_args, k.buffers)}
+    host, entry, args = func_frame([k])
     blocks, threads = TileBuilder(entry).lower_tiled(k, args)
-    fn = fast.gpu_func(name, entry)
-    fn.attributes["gpu.kernel"] = UnitAttr()
-    fn.attributes["workgroup_attributions"] = fast.scalar_attr(0, i64)
-    fn.attributes["gradfuse.kind"] = StringAttr("tiled")
-    fn.attributes["gradfuse.threads"] = fast.scalar_attr(blocks * threads, i64)
-    fn.location = k.location
-    return fn, host, (blocks, threads)
+    return kernel_func(name, entry, "tiled", blocks * threads, k.location), host, (blocks, threads)
