@@ -99,7 +99,7 @@ def lower_cooperative(
     for r, acc in zip(reds, loop.results):
         alloca = fast.workgroup_alloca(acc.type, [THREADS])
         alloca.location = r.location
-        b.entry.insert_op_before(alloca, b._anchor)  # type: ignore[arg-type]
+        b.hoist(alloca)
         partials.append((r, alloca.memref))
         b.add(fast.store(acc, alloca.memref, [tid]), loc)
     half = THREADS // 2

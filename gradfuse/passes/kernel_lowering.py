@@ -94,12 +94,22 @@ class KernelBuilder:
         key = (value, ty)
         if key not in self._consts:
             op = fast.constant(value, ty)
-            if self._anchor is None:
-                self.entry.add_op(op)
-            else:
-                self.entry.insert_op_before(op, self._anchor)
+            self.hoist(op)
             self._consts[key] = op.result
         return self._consts[key]
+
+    def hoist(self, op: Operation) -> None:
+        """Puts `op` at the top of the function, before the thread ids (`thread_id`)."""
+        if self._anchor is None:
+            self.entry.add_op(op)
+        else:
+            self.entry.insert_op_before(op, self._anchor)
+
+    def thread_id(self) -> SSAValue:
+        """`gpu.thread_id x`, the first op after the hoisted ones (see `hoist`)."""
+        tid = self.add(fast.gpu_index(gpu.ThreadIdOp))
+        self._anchor = tid.owner  # type: ignore[assignment]
+        return tid
 
     def expand(
         self,
@@ -144,8 +154,7 @@ class KernelBuilder:
 
         `args` maps each kernel's buffer block arguments to the function's arguments.
         """
-        tid = self.add(fast.gpu_index(gpu.ThreadIdOp))
-        self._anchor = tid.owner  # type: ignore[assignment]
+        tid = self.thread_id()
         block_id = self.add(fast.gpu_index(gpu.BlockIdOp))
         block_dim = self.add(fast.gpu_index(gpu.BlockDimOp))
         scaled = self.add(fast.index_op(arith.MuliOp, block_id, block_dim, flags=True))

@@ -73,8 +73,7 @@ class RowsBuilder(KernelBuilder):
     """Builds the body of the `gpu.func` of one `kernel.rows` (see the module docstring)."""
 
     def lower_rows(self, rows: kd.RowsOp, args: dict[SSAValue, SSAValue]) -> None:
-        tid = self.add(fast.gpu_index(gpu.ThreadIdOp))
-        self._anchor = tid.owner  # type: ignore[assignment]
+        tid = self.thread_id()
         bid = self.add(fast.gpu_index(gpu.BlockIdOp))
         bdim = self.add(fast.gpu_index(gpu.BlockDimOp))
         sizes = rows.row_sizes

@@ -67,8 +67,7 @@ class TileBuilder(KernelBuilder):
         self.outer_dims = [d for d in range(npar) if d not in (self.mdim, self.ndim)]
         outer = [sizes[d] for d in self.outer_dims]
         grid = [*outer, -(-self.big_m // tm), -(-self.big_n // tn)]
-        tid = self.add(fast.gpu_index(gpu.ThreadIdOp))
-        self._anchor = tid.owner  # type: ignore[assignment]
+        tid = self.thread_id()
         bid = self.add(fast.gpu_index(gpu.BlockIdOp))
         self.tid = tid
         *self.outer, bm, bn = self.delinearize(bid, grid, self.loc)
@@ -152,7 +151,7 @@ class TileBuilder(KernelBuilder):
             shape = {"m": [self.tm, self.tk], "n": [self.tk, self.tn], "k": [self.tk]}[side]
             alloca = fast.workgroup_alloca(op.result.type, shape)
             alloca.location = op.location
-            self.entry.insert_op_before(alloca, self._anchor)  # type: ignore[arg-type]
+            self.hoist(alloca)
             plan[op] = (side, alloca.memref)
         return plan
 
