@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from xdsl.dialects.builtin import AnyFloat, TensorType
 from xdsl.ir import Block, OpResult, SSAValue
 
+from gradfuse.dialects import tg
 from gradfuse.frontend.recorder import insertion_block, program
 
 if TYPE_CHECKING:
@@ -29,16 +31,26 @@ def _enclosing_blocks(block: Block) -> list[Block]:
     return out
 
 
+def _carries_gradient(value: SSAValue) -> bool:
+    """Whether a gradient can flow through `value`: float tensors only (not masks)."""
+    ty = value.type
+    return not isinstance(ty, TensorType) or isinstance(ty.element_type, AnyFloat)
+
+
 def params_reached_by(value: SSAValue) -> list[tuple[Parameter, SSAValue]]:
-    """The params (with their current values) that `value` is computed from."""
+    """The params (with their current values) that a gradient of `value` can reach.
+
+    As in PyTorch, a param that `value` depends on only through `detach()` or a mask
+    (a comparison, an integer) gets no gradient: its `.grad` stays None, and an
+    optimizer skips it."""
     reached: set[SSAValue] = set()
     todo = [value]
     while todo:
         v = todo.pop()
-        if v in reached:
+        if v in reached or not _carries_gradient(v):
             continue
         reached.add(v)
-        if isinstance(v, OpResult):
+        if isinstance(v, OpResult) and not isinstance(v.owner, tg.StopGradientOp):
             todo.extend(v.owner.operands)
     prog = program()
     blocks = _enclosing_blocks(insertion_block())
