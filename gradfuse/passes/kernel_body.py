@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from xdsl.dialects import arith, math
+from xdsl.dialects import arith, func, math
 from xdsl.dialects.builtin import (
     AffineMapAttr,
     FloatAttr,
@@ -58,6 +58,9 @@ UNARY = {
 """How each elementwise tg op becomes a scalar op in a kernel body."""
 
 
+HOST_READS = (tg.ReceiverOp, func.ReturnOp)  # host ops that read a value's laid-out copy
+
+
 class KernelBody:
     """Builds one kernel body: scalar ops, loads and stores through access maps."""
 
@@ -72,6 +75,8 @@ class KernelBody:
     def add(self, op: Operation, like: Operation | None = None) -> SSAValue:
         if like is not None:
             op.location = like.location
+        if isinstance(op, K.ReduceOp):  # the epilogue may not use the prologue's constants
+            self.constants.clear()
         self.block.add_op(op)
         return op.results[0] if op.results else None  # type: ignore[return-value]
 
@@ -170,16 +175,20 @@ class KernelBody:
         for view in m.views:  # a host op's view of this value, laid out plainly
             self.store(result, self.fuser.alloc(view, self.host))
 
-    def stored(self, value: SSAValue, views: Sequence[SSAValue] = ()) -> bool:
-        """Whether some op outside the group reads `value` (other than through one of
-        `views`, which the group stores laid out on their own)."""
+    def stored(
+        self, value: SSAValue, views: Sequence[SSAValue] = (), plain_copy: bool = False
+    ) -> bool:
+        """Whether some op outside the group reads `value` (other than a host op reading
+        one of `views`, which the group stores laid out on their own: `plain_copy` says
+        that `value` is such a view). Kernels read through views to the base value, so
+        a view that is both received and read by a kernel needs the base stored too."""
         members = {m.op for m in self.g.members}
         for use in value.uses:
             user = use.operation
             if isinstance(user, tg.ViewAccessOp):
-                if user.result not in views and self.stored(user.result, views):
+                if self.stored(user.result, views, user.result in views):
                     return True
-            elif user not in members:
+            elif user not in members and not (plain_copy and isinstance(user, HOST_READS)):
                 return True
         return False
 
