@@ -162,7 +162,8 @@ class _FunctionFuser:
             return self.buffers[value]
         base, vmap = resolve(value)
         shape = shape_of(value)
-        if base in self.buffers and vmap == affine.identity_map(len(shape)):
+        plain = vmap == affine.identity_map(len(shape)) and shape_of(base) == shape
+        if base in self.buffers and plain and resolve_guard(value) is None:
             return self.buffers[base]
         g = Group(-1, "elementwise", shape, len(shape))
         out = K.AllocOp(memref_of(value.type))
