@@ -112,8 +112,8 @@ def nest(loop: scf.ForOp) -> Nest | None:
         forms[op.result] = (d * c, m // c) if isinstance(op, arith.DivUIOp) else (d, c)
         ops.add(op)
     bounds = sorted({b for d, m in forms.values() for b in (d, d * m)})
-    if any(b % a for a, b in zip(bounds, bounds[1:])):
-        return Nest(iv, hi, [hi])
+    if len(bounds) < 2 or any(b % a for a, b in zip(bounds, bounds[1:])):
+        return Nest(iv, hi, [hi])  # one loop (also for a loop of one iteration)
     del forms[iv]
     sizes = [b // a for a, b in zip(bounds, bounds[1:])][::-1]
     return Nest(iv, hi, sizes, forms, ops)

@@ -322,8 +322,8 @@ def plan(seg: Segment, ops: list[Operation], varying: set[SSAValue], lane: int) 
     if any(not op.results for op in ops[:pos]):
         return None
     k = nest(loop)
-    if k is None:
-        return None
+    if k is None or k.count < 2:
+        return None  # (a reduction of one step has nothing to pack)
     best: Plan | None = None
     for j in range(len(seg.dims)):
         if (
