@@ -89,7 +89,7 @@ def _chain(block: Block, gid: SSAValue, lo: int) -> list[Segment] | None:
 def _delinearize(seg: Segment) -> None:
     """Loop counts and loop-variable names for the `remui`/`divui` chain of `seg.lid`."""
     ops = list(seg.block.ops)
-    x, inner = seg.lid, []
+    x, inner, left = seg.lid, [], seg.hi - seg.lo
     while True:
         rem = next((o for o in ops if isinstance(o, arith.RemUIOp) and o.lhs == x), None)
         size = _constant(rem.rhs) if rem is not None else None
@@ -101,8 +101,9 @@ def _delinearize(seg: Segment) -> None:
             ),
             None,
         )
-        if rem is None or div is None or size is None:
-            break
+        if rem is None or div is None or not size or left % size:
+            break  # (a radix that does not divide the count is no loop of the nest)
+        left //= size
         inner.append((rem, size, div))
         seg.skip |= {rem, div}
         x = div.result
