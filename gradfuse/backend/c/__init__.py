@@ -150,7 +150,7 @@ class CProgram:
 
         feed_cb, receive_cb = FEED(feed), RECEIVE(receive)
         n_results = len(self.main.function_type.outputs.data)
-        saved = {k: np.empty_like(values[k]) for k in self.saved}
+        saved = {k: np.empty_like(values[k]) for ks in self.saved.values() for k in ks}
         ctx = Context(
             (ctypes.c_void_p * max(len(values), 1))(*[v.ctypes.data for v in values]),
             (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays]),
@@ -173,8 +173,8 @@ class CProgram:
             if not isinstance(err, GradfuseError):
                 err = GradfuseError(f"{type(err).__name__}: {err}")
             if ctx.iteration >= 0:  # params as the last finished iteration left them
-                for k, copy in saved.items():
-                    values[k][...] = copy
+                for k in self.saved[ctx.loop]:
+                    values[k][...] = saved[k]
                 pos = position_of(self.loops[ctx.loop].location)
                 here = f" at {pos}" if pos else ""
                 where = f"(in iteration {ctx.iteration} (i = {ctx.index}) of the tg.for{here})"

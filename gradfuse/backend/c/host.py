@@ -48,7 +48,7 @@ class HostRenderer(Renderer):
             for op in module.walk()
             if isinstance(op, gpu.FuncOp)
         }
-        self.saved: list[int] = []
+        self.saved: dict[int, list[int]] = {}  # top-level loop -> the params it saves
         self.aliases = aliases  # kernels left out for an equal one: name -> that one
         self.calls: list[func.CallOp] = []
         self.loops: list[scf.ForOp] = []  # outer loops with host calls, by gf_loop
@@ -126,15 +126,17 @@ class HostRenderer(Renderer):
                 if depth == 1 and any(isinstance(o, func.CallOp) for o in op.body.walk()):
                     self.emit(f"gf_iter = ({i} - {lo}) / {st}; gf_index = {i};", depth + 1)
                     self.emit(f"gf_loop = {len(self.loops)};", depth + 1)
-                    self.loops.append(op)
-                    self.saved = self.params_written_before_a_call(op)
-                    for k in self.saved:
+                    self.saved[len(self.loops)] = self.params_written_before_a_call(op)
+                    for k in self.saved[len(self.loops)]:
                         self.emit(
                             f"memcpy(ctx->saved[{k}], ctx->params[{k}], ctx->sizes[{k}]);",
                             depth + 1,
                         )
+                    self.loops.append(op)
                 self.host_block(op.body.block, depth + 1)
                 self.emit("}", depth)
+                if depth == 1 and self.loops and self.loops[-1] is op:
+                    self.emit("gf_iter = -1;", depth)  # a failure after it is in no loop
             elif isinstance(op, func.ReturnOp):
                 for k, v in enumerate(op.arguments):
                     self.emit(f"ctx->results[{k}] = (void*){self.name(v)};", depth)
@@ -167,7 +169,7 @@ def host_symbols(module: ModuleOp) -> list[str]:
 def render_program(module: ModuleOp) -> HostRenderer:
     """Renders the whole C translation unit (kernels, then the host program) into the
     renderer's `source`; its `calls` are the host call sites by callback index and its
-    `saved` the params that the outer loop saves at the start of each iteration."""
+    `saved` the params that each top-level loop saves at the start of its iterations."""
     renderer = RowsRenderer()
     kernels = renderer.kernels(module)
     host = HostRenderer(module, host_symbols(module), renderer.aliases)
