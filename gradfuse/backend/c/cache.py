@@ -23,7 +23,15 @@ from gradfuse.backend.compile_errors import compile_error
 from gradfuse.backend.disk_cache import cache_dir, tool_version
 from gradfuse.diagnostics import GradfuseError
 
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-w")
+TUNING = "-march=native"  # replaced by $GRADFUSE_CFLAGS (say "-march=x86-64 -mno-fma")
+
+
+def flags() -> tuple[str, ...]:
+    """gcc's flags: -O3, OpenMP, a shared library, and the machine tuning, which is
+    `-march=native` unless $GRADFUSE_CFLAGS names other flags (the tests run once more
+    with a portable set, so that no tolerance holds only on this CPU)."""
+    tuning = os.environ.get("GRADFUSE_CFLAGS", TUNING).split()
+    return ("-O3", *tuning, "-fopenmp", "-shared", "-fPIC", "-w")
 
 
 def compiler() -> str:
@@ -45,7 +53,8 @@ def build_library(
     several translation units, compiled at once, one per core); a failure names the
     kernel (of `module`) that gcc stopped in."""
     cc = compiler()
-    key = hashlib.sha256("\0".join([source, *FLAGS, tool_version(cc)]).encode()).hexdigest()
+    cflags = flags()
+    key = hashlib.sha256("\0".join([source, *cflags, tool_version(cc)]).encode()).hexdigest()
     target = cache_dir("c") / f"{key[:32]}.so"
     if target.exists():
         with target.open("rb") as f:
@@ -56,9 +65,9 @@ def build_library(
     with tempfile.TemporaryDirectory(dir=cache_dir("c")) as tmp:
         out = Path(tmp) / "program.so"
         if len(units) == 1:
-            jobs = [(source, Path(tmp) / "program.c", [cc, *FLAGS, "-o", str(out)])]
+            jobs = [(source, Path(tmp) / "program.c", [cc, *cflags, "-o", str(out)])]
         else:
-            compile_only = [f for f in FLAGS if f != "-shared"]
+            compile_only = [f for f in cflags if f != "-shared"]
             jobs = [
                 (
                     unit,
@@ -82,7 +91,7 @@ def build_library(
         if len(units) > 1:
             objects = [f"{tmp}/unit{k}.o" for k in range(len(units))]
             done = subprocess.run(
-                [cc, *FLAGS, "-o", str(out), *objects, "-lm"], capture_output=True, text=True
+                [cc, *cflags, "-o", str(out), *objects, "-lm"], capture_output=True, text=True
             )
             if done.returncode != 0:
                 raise GradfuseError(
