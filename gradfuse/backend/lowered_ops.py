@@ -104,6 +104,24 @@ def is_workgroup(ty: Attribute) -> bool:
     return isinstance(space, IntegerAttr) and space.value.data == WORKGROUP
 
 
+def _discarded(interp: Interpreter, op: memref.LoadOp) -> bool:
+    """Whether `op` is a guarded load (`kernel_lowering.guarded_load`) whose guard fails
+    here: indices `select(inside, i, 0)` and a value used only as `select(inside, v, 0.0)`.
+    It reads element 0 for a value that is thrown away, so it races with nothing."""
+    owners = [i.owner for i in op.indices]
+    if not owners or not all(isinstance(o, arith.SelectOp) for o in owners):
+        return False
+    conds = {o.cond for o in owners}  # type: ignore[union-attr]
+    if len(conds) != 1:
+        return False
+    (cond,) = conds
+    for use in op.res.uses:
+        user = use.operation
+        if not (isinstance(user, arith.SelectOp) and user.cond is cond and use.index == 1):
+            return False
+    return not interp.get_values((cond,))[0]
+
+
 def _check_bounds(op: Operation, array: np.ndarray, indices: tuple[int, ...]) -> None:
     if len(indices) != array.ndim or any(not 0 <= i < n for i, n in zip(indices, array.shape)):
         raise GradfuseError(
@@ -225,7 +243,8 @@ class GpuMemrefFunctions(InterpreterFunctions):
     def run_load(self, interp: Interpreter, op: memref.LoadOp, args: PythonValues):
         array, *indices = args
         _check_bounds(op, array, tuple(indices))
-        self.state.access(op, array, tuple(indices), write=False)
+        if not _discarded(interp, op):
+            self.state.access(op, array, tuple(indices), write=False)
         return (array[tuple(indices)],)
 
     @impl(memref.StoreOp)
