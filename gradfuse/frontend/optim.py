@@ -16,7 +16,7 @@ import numpy as np
 
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import direction_scope, error, module_scope, program
-from gradfuse.frontend.tensor import Tensor
+from gradfuse.frontend.tensor import Tensor, where
 
 
 class Optimizer:
@@ -160,10 +160,19 @@ class Adam(Optimizer):
 
     @staticmethod
     def _correction(t: Tensor, beta: float) -> Tensor:
-        """`1 - beta ** t` with `beta ** t = exp2(t * log2(beta))` (1 when beta is 0)."""
+        """`1 - beta ** t` (1 when beta is 0), to a few float32 roundings.
+
+        With `y = t log2(beta)` and `u = exp2(y)`, `1 - u` alone cancels: at beta2 =
+        0.999 and t = 1 it is 0.001 with 6e-5 relative error, which scales every
+        step. Kahan's `expm1` form `(1 - u) * y / log2(u)` cancels u's rounding
+        (W. Kahan, via Higham, Accuracy and Stability, 1.14.1); where u rounds to 1,
+        `1 - beta ** t = -y ln 2` to float32 precision.
+        """
         if beta == 0.0:
             return t * 0.0 + 1.0
-        return 1.0 - (t * math.log2(beta)).exp2()
+        y = t * math.log2(beta)
+        u = y.exp2()
+        return where(u == 1.0, y * -math.log(2.0), (1.0 - u) * y / u.log2())
 
     def update(self, p: Parameter, grad: Tensor) -> None:
         assert self._corrections is not None, "begin_step() records the step count first"
