@@ -133,3 +133,18 @@ def unquote(body: str) -> str:
         out.append(chr(code))
         i += 2 + n
     return "".join(out)
+
+
+def decode_source(data: bytes, filename: str, line_offset: int = 0) -> str:
+    """The text of a source file's bytes (UTF-8); a byte that is not UTF-8 is located."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        before = data[: err.start]
+        line = before.count(b"\n") + 1
+        col = err.start - (before.rfind(b"\n") + 1) + 1
+        src = data.splitlines()[line - 1].decode("utf-8", errors="replace")
+        raise GradfuseError(
+            f"the file is not UTF-8 text: byte 0x{data[err.start]:02x} cannot start or continue a character",
+            Position(filename, line + line_offset, col, src),
+        ) from None

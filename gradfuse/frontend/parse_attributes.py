@@ -8,6 +8,7 @@ affine maps and sets, dense literals. The printer writes them the same way.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 from lark import Token, Tree
@@ -61,7 +62,17 @@ class AttributeReader:
         raise NotImplementedError
 
     def integer(self, tok: Token) -> int:
-        raise NotImplementedError
+        text = str(tok)
+        if re.fullmatch(r"-?[0-9]+", text):
+            value = int(text)
+        else:
+            number = _number(tok)
+            if not math.isfinite(number) or number != int(number):
+                raise self.error(tok, f"expected an integer, got {text}")
+            value = int(number)
+        if not -(2**63) <= value < 2**63:
+            raise self.error(tok, f"integer {text} is out of range: integers must fit in 64 bits")
+        return value
 
     def attribute(
         self, name: str, node: Tree | Token, result_types: list[Attribute], op: str

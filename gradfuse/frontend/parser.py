@@ -10,8 +10,6 @@ once, where it is:
 from __future__ import annotations
 
 import difflib
-import math
-import re
 from collections.abc import Sequence
 from functools import cache
 from importlib.resources import files
@@ -34,11 +32,7 @@ from xdsl.utils.exceptions import VerifyException
 from gradfuse.diagnostics import EscapeError, GradfuseError, Position, unquote
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import parse_type, tensor_type_problem
-from gradfuse.frontend.parse_attributes import (
-    ATTR_KINDS,
-    AttributeReader,
-    _number,
-)
+from gradfuse.frontend.parse_attributes import ATTR_KINDS, AttributeReader
 from gradfuse.gcpause import paused_gc
 
 MAX_DEPTH = 64
@@ -61,21 +55,6 @@ def parse_tg(text: str, filename: str = "<string>", line_offset: int = 0) -> Mod
     """
     with paused_gc():
         return _parse(text, filename, line_offset)
-
-
-def decode_source(data: bytes, filename: str, line_offset: int = 0) -> str:
-    """The text of a source file's bytes (UTF-8); a byte that is not UTF-8 is located."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        before = data[: err.start]
-        line = before.count(b"\n") + 1
-        col = err.start - (before.rfind(b"\n") + 1) + 1
-        src = data.splitlines()[line - 1].decode("utf-8", errors="replace")
-        raise GradfuseError(
-            f"the file is not UTF-8 text: byte 0x{data[err.start]:02x} cannot start or continue a character",
-            Position(filename, line + line_offset, col, src),
-        ) from None
 
 
 def _parse(text: str, filename: str, line_offset: int) -> ModuleOp:
@@ -153,19 +132,6 @@ class _Builder(AttributeReader):
         return FileLineColLoc(
             StringAttr(self.unquote(file)), IntAttr(self.integer(line)), IntAttr(self.integer(col))
         )
-
-    def integer(self, tok: Token) -> int:
-        text = str(tok)
-        if re.fullmatch(r"-?[0-9]+", text):
-            value = int(text)
-        else:
-            number = _number(tok)
-            if not math.isfinite(number) or number != int(number):
-                raise self.error(tok, f"expected an integer, got {text}")
-            value = int(number)
-        if not -(2**63) <= value < 2**63:
-            raise self.error(tok, f"integer {text} is out of range: integers must fit in 64 bits")
-        return value
 
     def unquote(self, tok: Token) -> str:
         """The text of a STRING token, escapes decoded; a bad escape is located."""
@@ -419,3 +385,4 @@ def _optional(prop_def: object) -> bool:
 
 def _types(types: Sequence[Attribute]) -> str:
     return "(" + ", ".join(str(t) for t in types) + ")"
+

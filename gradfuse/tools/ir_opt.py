@@ -23,7 +23,7 @@ from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseE
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from gradfuse import passes
-from gradfuse.diagnostics import GradfuseError
+from gradfuse.diagnostics import GradfuseError, decode_source
 from gradfuse.gcpause import paused_gc
 
 
@@ -79,7 +79,7 @@ class IrOptMain(xDSLOptMain):
         return super().parse_chunk(chunk, file_extension, start_offset)
 
     def parse_tg_input(self, chunk: IO[bytes], line_offset: int = 0) -> ModuleOp:
-        from gradfuse.frontend.parser import decode_source, parse_tg
+        from gradfuse.frontend.parser import parse_tg
 
         text = decode_source(chunk.read(), self.get_input_name(), line_offset)
         return parse_tg(text, self.get_input_name(), line_offset)

@@ -39,7 +39,7 @@ from xdsl.dialects.func import Func, FuncOp
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import ParseError, VerifyException
 
-from gradfuse.diagnostics import GradfuseError, Position, position_of, quote
+from gradfuse.diagnostics import GradfuseError, Position, decode_source, position_of, quote
 from gradfuse.dialects.tg import TG
 
 SUMMARY_LINES = 24
@@ -87,8 +87,6 @@ def _read_text(path: Path) -> str:
         data = path.read_bytes()
     except OSError as err:
         raise GradfuseError(f"cannot read {path}: {err.strerror or err}") from None
-    from gradfuse.frontend.parser import decode_source
-
     return decode_source(data, str(path))
 
 

@@ -267,7 +267,9 @@ def fuzz(count: int, seed: int, sample_every: int = 25, log=None) -> Summary:
             if worst.kind == "failure":
                 summary.failures.append((name, edits, mutant, worst))
                 if log:
-                    log(f"FAIL #{n} {name} {edits}: {worst.tool}: {worst.why}: {worst.stderr[:300]!r}")
+                    log(
+                        f"FAIL #{n} {name} {edits}: {worst.tool}: {worst.why}: {worst.stderr[:300]!r}"
+                    )
     return summary
 
 

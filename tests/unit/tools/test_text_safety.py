@@ -79,7 +79,7 @@ def test_a_loc_naming_another_file_never_prints_its_lines(tmp_path: Path, capsys
     src.write_text(FOREIGN)
     assert ir_opt.main([str(src), "-p", "kernels"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("/etc/passwd:1:1: error: tg-fuse: param \"w\" is read before a loop")
+    assert err.startswith('/etc/passwd:1:1: error: tg-fuse: param "w" is read before a loop')
     assert err.count("\n") == 1  # the diagnostic alone: no source line, no caret
     np.savez(tmp_path / "in.npz", arg0=np.ones(2, np.float32))
     argv = [str(src), "--backend", "reference", "--inputs", str(tmp_path / "in.npz")]
@@ -92,7 +92,7 @@ def test_a_loc_naming_another_file_never_prints_its_lines(tmp_path: Path, capsys
 def test_output_member_names_stay_inside_the_archive(tmp_path: Path, capsys) -> None:
     src = tmp_path / "keys.tg"
     keys = ["../../up", "/abs", "nul\x00x", "a\\b", "50%", "c:d", "caf\u00e9 ok"]
-    body = "".join(f'  tg.receiver {quote(k)}, %x\n' for k in keys)
+    body = "".join(f"  tg.receiver {quote(k)}, %x\n" for k in keys)
     src.write_text(f"func @main(%x: tensor<2xf32>) {{\n{body}  return\n}}\n")
     np.savez(tmp_path / "in.npz", arg0=np.ones(2, np.float32))
     out = tmp_path / "out.npz"
