@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-filecheck test-slow test-gpu lint install clean
+.PHONY: demo test test-unit test-filecheck test-slow test-gpu fuzz lint install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ test-slow: $(STAMP)
 test-gpu: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[cuda]'
 	$(BIN)/python -m pytest -q -m gpu tests/gpu
+
+# The mutation fuzzer (tests/fuzz): GRADFUSE_FUZZ_COUNT inputs (10000) from
+# GRADFUSE_FUZZ_SEED (0); `make test` runs 300 of them (tests/unit/tools/test_fuzz_tg.py).
+fuzz: $(STAMP)
+	$(BIN)/python tests/fuzz/harness.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check gradfuse tests

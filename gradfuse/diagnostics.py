@@ -64,3 +64,87 @@ def position_of(loc: Attribute, sources: dict[str, list[str]] | None = None) -> 
             if found is not None:
                 return found
     return None
+
+
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+_UNESCAPES = {"\\": "\\", '"': '"', "n": "\n", "t": "\t", "r": "\r"}
+_HEX_DIGITS = {"x": 2, "u": 4, "U": 8}
+
+
+def quote(text: str) -> str:
+    """A string as `.tg` text and diagnostics write it: in double quotes, printable
+    ASCII as is, everything else escaped (`\\n`, `\\"`, `\\xHH`, `\\uHHHH`,
+    `\\UHHHHHHHH`), so that a key never breaks a line and reads back exactly:
+
+        quote('a"b\\né') == '"a\\\\"b\\\\n\\\\xe9"'
+    """
+    out = []
+    for c in text:
+        code = ord(c)
+        if c in _ESCAPES:
+            out.append(_ESCAPES[c])
+        elif 0x20 <= code < 0x7F:
+            out.append(c)
+        elif code < 0x100:
+            out.append(f"\\x{code:02x}")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    return '"' + "".join(out) + '"'
+
+
+class EscapeError(ValueError):
+    """A bad escape in a quoted string: `offset` is where its backslash is."""
+
+    def __init__(self, offset: int, message: str):
+        super().__init__(message)
+        self.offset = offset
+
+
+def unquote(body: str) -> str:
+    """The text of a quoted string's body (between the quotes), escapes decoded as
+    `quote` writes them; raises `EscapeError` for an unknown or incomplete escape."""
+    out, i = [], 0
+    while i < len(body):
+        c = body[i]
+        if c != "\\":
+            out.append(c)
+            i += 1
+            continue
+        kind = body[i + 1 : i + 2]
+        if kind in _UNESCAPES:
+            out.append(_UNESCAPES[kind])
+            i += 2
+            continue
+        if kind not in _HEX_DIGITS:
+            raise EscapeError(
+                i,
+                f"unknown escape '\\{kind}' in a string: use \\\\, \\\", \\n, \\t,"
+                " \\r, \\xHH, \\uHHHH or \\UHHHHHHHH",
+            )
+        n = _HEX_DIGITS[kind]
+        digits = body[i + 2 : i + 2 + n]
+        if len(digits) != n or any(d not in "0123456789abcdefABCDEF" for d in digits):
+            raise EscapeError(i, f"escape '\\{kind}' needs exactly {n} hex digits")
+        code = int(digits, 16)
+        if 0xD800 <= code < 0xE000 or code > 0x10FFFF:
+            raise EscapeError(i, f"escape '\\{kind}{digits}' is not a Unicode character")
+        out.append(chr(code))
+        i += 2 + n
+    return "".join(out)
+
+
+def decode_source(data: bytes, filename: str, line_offset: int = 0) -> str:
+    """The text of a source file's bytes (UTF-8); a byte that is not UTF-8 is located."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        before = data[: err.start]
+        line = before.count(b"\n") + 1
+        col = err.start - (before.rfind(b"\n") + 1) + 1
+        src = data.splitlines()[line - 1].decode("utf-8", errors="replace")
+        raise GradfuseError(
+            f"the file is not UTF-8 text: byte 0x{data[err.start]:02x} cannot start or continue a character",
+            Position(filename, line + line_offset, col, src),
+        ) from None

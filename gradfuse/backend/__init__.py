@@ -21,9 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from xdsl.dialects.builtin import ModuleOp
+import numpy as np
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.ir import Attribute
 
-from gradfuse.diagnostics import GradfuseError
+from gradfuse.diagnostics import GradfuseError, Position, position_of
 
 PIPELINE_OF = {
     "reference": "tg",
@@ -34,6 +37,53 @@ PIPELINE_OF = {
 }
 
 
+@dataclass(frozen=True)
+class Signature:
+    """A source function's argument types and position, kept from before the pipeline."""
+
+    name: str
+    inputs: tuple[Attribute, ...]
+    position: Position | None
+
+
+def signatures(module: ModuleOp) -> dict[str, Signature]:
+    """The signature of every function of `module`, by name."""
+    return {
+        f.sym_name.data: Signature(
+            f.sym_name.data, tuple(f.function_type.inputs.data), position_of(f.location)
+        )
+        for f in module.ops
+        if isinstance(f, func.FuncOp)
+    }
+
+
+def check_args(sig: Signature, args: Any) -> None:
+    """Arguments as the entry function takes them, on every backend: one array of
+    numbers per argument, of the argument's shape (the backends cast the element type,
+    as the reference does). Raises one located sentence otherwise:
+
+        main.tg:1:1: error: @main takes 2 argument(s) (tensor<2x3xf32>, tensor<3xf32>), 1 given
+    """
+    args = list(args)
+    if len(args) != len(sig.inputs):
+        types = ", ".join(str(t) for t in sig.inputs)
+        raise GradfuseError(
+            f"@{sig.name} takes {len(sig.inputs)} argument(s) ({types}), {len(args)} given",
+            sig.position,
+        )
+    for i, (arg, ty) in enumerate(zip(args, sig.inputs)):
+        arr = np.asarray(arg)
+        if not isinstance(ty, TensorType):
+            continue
+        want = tuple(ty.get_shape())
+        if arr.shape != want or arr.dtype.kind not in "biuf":
+            raise GradfuseError(
+                f"argument {i} of @{sig.name} must be an array of numbers of shape {want}"
+                f" ({ty}), got {arr.dtype} data of shape {arr.shape}",
+                sig.position,
+            )
+
+
 @dataclass
 class Program:
     """A module compiled for one backend; `run` may be called many times."""
@@ -42,12 +92,20 @@ class Program:
     module: ModuleOp
     runner: Callable[..., Any]
     param_keys: frozenset[str] | None = None  # the source's params (not the pipeline's)
+    entries: dict[str, Signature] | None = None  # the source's functions
 
     def run(self, **kwargs: Any) -> Any:
         """Runs the program: `args`, `feeders`, `receivers`, `params` as `reference.run`.
 
+        The arguments are checked first, the same way on every backend (`check_args`).
         The result's params are those of the source program, as the reference gives
         them: state that the pipeline made (loop-carried tensors) is left out."""
+        if self.entries:
+            entry = kwargs.get("entry", "main")
+            only = list(self.entries.values())
+            sig = self.entries.get(entry, only[0] if len(only) == 1 else None)
+            if sig is not None:
+                check_args(sig, kwargs.get("args", ()))
         result = self.runner(self.module, **kwargs)
         if self.param_keys is not None:
             result.params = {k: v for k, v in result.params.items() if k in self.param_keys}
@@ -121,6 +179,7 @@ def compile_module(
     spec = PIPELINE_OF[name] if pipeline is None else pipeline
     has_tg = any(op.dialect_name() == "tg" for op in module.walk())
     keys = frozenset(op.key.data for op in module.walk() if isinstance(op, tg.ParamOp))
+    entries = signatures(module)
     if spec:
         run_pipeline(module, spec)
     elif name in ("lowered", "c", "cuda") and has_tg:
@@ -128,4 +187,4 @@ def compile_module(
             f"the {name} backend runs lowered IR and this program has tg ops: run the default"
             " pipeline first (no --pipeline none), or choose --backend reference"
         )
-    return Program(name, module, _runner(name)(module), keys if has_tg else None)
+    return Program(name, module, _runner(name)(module), keys if has_tg else None, entries)

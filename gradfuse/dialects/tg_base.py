@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from math import prod
+from typing import ClassVar
 
 from xdsl.dialects.builtin import (
     BFloat16Type,
@@ -53,8 +55,53 @@ def ints(attr: DenseArrayBase) -> tuple[int, ...]:
     return tuple(int(v) for v in attr.iter_values())
 
 
+MAX_ELEMENTS = 2**60
+"""The most elements a tensor may have: its byte size and every index fit in 64 bits."""
+
+
+def tensor_type_problem(ty: Attribute) -> str | None:
+    """Why a tensor type cannot be a tg value (a sentence), or None.
+
+    tg tensors have static dims of size at least 1, at most `MAX_ELEMENTS` elements,
+    and a floating-point element type or `i1` (masks)."""
+    if not isinstance(ty, TensorType):
+        return None
+    shape = tuple(ty.get_shape())
+    if any(d < 1 for d in shape):
+        return f"every dimension of a tensor must be a fixed size of at least 1, got {ty}"
+    if prod(shape) > MAX_ELEMENTS:
+        return f"{ty} has {prod(shape)} elements, more than the {MAX_ELEMENTS} a tensor may have"
+    if not isinstance(ty.element_type, FLOAT_TYPES) and ty.element_type != IntegerType(1):
+        return (
+            f"element type {ty.element_type} is not supported: tg tensors hold floats"
+            " (f16, bf16, f32, f64) or i1 masks"
+        )
+    return None
+
+
 class TgOp(IRDLOperation):
-    """Base of all tg ops: helpers that make verifier messages name the op."""
+    """Base of all tg ops: helpers that make verifier messages name the op.
+
+    Before the op's own checks, `verify` checks every tensor type it uses
+    (`tensor_type_problem`) and, for ops with `FLOAT_OPERANDS`, that the operands
+    hold floats: `%y = tg.add %m, %m : tensor<4xi1>` is an error."""
+
+    FLOAT_OPERANDS: ClassVar[bool] = False
+    """Whether the op computes on its operands (floats only), not just moves them."""
+
+    def verify(self, verify_nested_ops: bool = True) -> None:
+        for value in (*self.operands, *self.results):
+            problem = tensor_type_problem(value.type)
+            if problem is not None:
+                raise self.fail(problem)
+        if self.FLOAT_OPERANDS:
+            for value in self.operands:
+                ty = value.type
+                if isinstance(ty, TensorType) and not isinstance(ty.element_type, FLOAT_TYPES):
+                    raise self.fail(
+                        f"operands must be tensors of floats (f16, bf16, f32, f64), got {ty}"
+                    )
+        super().verify(verify_nested_ops)
 
     def fail(self, message: str) -> VerifyException:
         return VerifyException(f"{self.name}: {message}")

@@ -55,6 +55,7 @@ class BinaryOp(TgOp):
     result = result_def(TensorType)
     traits = traits_def(Pure(), TgCanonicalize())
     RESULT_IS_MASK: ClassVar[bool] = False
+    FLOAT_OPERANDS: ClassVar[bool] = True
 
     def __init__(self, lhs: SSAValue, rhs: SSAValue):
         ty = lhs.type
@@ -127,6 +128,7 @@ class UnaryOp(TgOp):
     input = operand_def(TensorType)
     result = result_def(TensorType)
     traits = traits_def(Pure(), TgCanonicalize())
+    FLOAT_OPERANDS: ClassVar[bool] = True
 
     def __init__(self, input: SSAValue):
         super().__init__(operands=[input], result_types=[input.type])
@@ -274,6 +276,7 @@ class DotOp(TgOp):
     rhs = operand_def(TensorType)
     result = result_def(TensorType)
     traits = traits_def(Pure(), TgCanonicalize())
+    FLOAT_OPERANDS: ClassVar[bool] = True
 
     def __init__(self, lhs: SSAValue, rhs: SSAValue):
         a, b = shape_of(lhs), shape_of(rhs)
@@ -305,6 +308,7 @@ class ReduceOp(TgOp):
     result = result_def(TensorType)
     dims = prop_def(DenseArrayBase)
     traits = traits_def(Pure(), TgCanonicalize())
+    FLOAT_OPERANDS: ClassVar[bool] = True
 
     def __init__(self, input: SSAValue, dims: Sequence[int]):
         shape = shape_of(input)
@@ -360,6 +364,7 @@ class SoftmaxOp(TgOp):
     result = result_def(TensorType)
     dim = prop_def(IntegerAttr)
     traits = traits_def(Pure(), TgCanonicalize())
+    FLOAT_OPERANDS: ClassVar[bool] = True
 
     def __init__(self, input: SSAValue, dim: int):
         super().__init__(

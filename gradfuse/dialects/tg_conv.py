@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from xdsl.dialects.builtin import DenseArrayBase, IntegerAttr, TensorType, i64
 from xdsl.ir import SSAValue
@@ -67,6 +68,7 @@ class ConvOp(TgOp):
     dilation = prop_def(DenseArrayBase)
     groups = prop_def(IntegerAttr)
     traits = traits_def(Pure())
+    FLOAT_OPERANDS: ClassVar[bool] = True
 
     def pair(self, name: str) -> tuple[int, int]:
         values = ints(getattr(self, name))
@@ -224,6 +226,7 @@ class WindowsOp(TgOp):
     padding = prop_def(DenseArrayBase)
     dilation = prop_def(DenseArrayBase)
     traits = traits_def(Pure())
+    FLOAT_OPERANDS: ClassVar[bool] = True
 
     def __init__(
         self,

@@ -13,9 +13,10 @@ from xdsl.dialects.builtin import (
     StringAttr,
     TensorType,
     f64,
+    i1,
     i64,
 )
-from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.irdl import (
     irdl_op_definition,
     lazy_traits_def,
@@ -39,6 +40,7 @@ from xdsl.traits import (
     RecursiveMemoryEffect,
 )
 
+from gradfuse.diagnostics import quote
 from gradfuse.dialects.tg_base import TgOp, shape_of
 
 
@@ -85,6 +87,20 @@ class ParamOp(TgOp):
     def verify_(self) -> None:
         if isinstance(self.init, DenseIntOrFPElementsAttr):
             self.expect_shape("init shape", tuple(self.init.get_shape()), shape_of(self.result))
+        if isinstance(self.init, FloatAttr):
+            check_splat(self, "init", self.init.value.data, self.result.type)
+        first = find_param(self, self.key.data)
+        if first is not None and first.result.type != self.result.type:
+            raise self.fail(
+                f"param {quote(self.key.data)} is read with two types:"
+                f" {first.result.type} and {self.result.type}"
+            )
+
+
+def check_splat(op: TgOp, what: str, value: float, ty: Attribute) -> None:
+    """A splat value of an `i1` tensor must be 0 or 1."""
+    if isinstance(ty, TensorType) and ty.element_type == i1 and value not in (0.0, 1.0):
+        raise op.fail(f"{what} of an i1 tensor must be 0 or 1, got {value}")
 
 
 @irdl_op_definition
@@ -98,6 +114,36 @@ class AssignOp(TgOp):
 
     def __init__(self, key: str, value: SSAValue):
         super().__init__(operands=[value], properties={"key": StringAttr(key)})
+
+    def verify_(self) -> None:
+        param = find_param(self, self.key.data)
+        if param is None:
+            raise self.fail(
+                f"there is no tg.param {quote(self.key.data)} to assign to"
+                " (a param is declared by reading it with tg.param)"
+            )
+        if param.result.type != self.value.type:
+            raise self.fail(
+                f"value type {self.value.type} differs from the type of param"
+                f" {quote(self.key.data)}: {param.result.type}"
+            )
+
+
+def find_param(op: Operation, key: str) -> ParamOp | None:
+    """The first `tg.param` of `key` in the program around `op` (its outermost op, or
+    all ops of the outermost block when that block is not in an op yet, as while the
+    parser builds a function body)."""
+    root = op
+    while (parent := root.parent_op()) is not None:
+        root = parent
+    tops = list(root.parent.ops) if root.parent is not None else [root]
+    for top in tops:
+        for inner in top.walk():
+            if isinstance(inner, ParamOp) and inner.key.data == key:
+                return inner
+    return None
+
+
 
 
 @irdl_op_definition

@@ -13,6 +13,7 @@ keyed by `seed`, so every backend produces the same numbers:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from xdsl.dialects.builtin import IntegerAttr, TensorType, f32, i64
 from xdsl.ir import SSAValue
@@ -24,6 +25,8 @@ from gradfuse.dialects.tg_base import TgOp, fmt_shape, shape_of, tensor
 
 class IndexedOp(TgOp):
     """Shared checks of gather and scatter_add: `dim` in range, indices of floats."""
+
+    FLOAT_OPERANDS: ClassVar[bool] = True
 
     def check_dim(self, rank: int) -> int:
         dim = self.dim.value.data  # type: ignore[attr-defined]

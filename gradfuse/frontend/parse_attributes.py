@@ -7,11 +7,18 @@ affine maps and sets, dense literals. The printer writes them the same way.
 
 from __future__ import annotations
 
+import math
+import re
+
+import numpy as np
 from lark import Token, Tree
 from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
+    Float16Type,
+    Float64Type,
     FloatAttr,
     IntegerAttr,
+    IntegerType,
     TensorType,
     f64,
     i64,
@@ -36,6 +43,11 @@ def _number(tok: Token) -> float:
     return float(str(tok))
 
 
+def _rounded(values: list[float], dtype: type) -> list[float]:
+    with np.errstate(over="ignore"):
+        return [float(v) for v in np.asarray(values, dtype=np.float64).astype(dtype)]
+
+
 def _first_token(node: Tree | Token) -> Tree | Token:
     return node
 
@@ -43,11 +55,24 @@ def _first_token(node: Tree | Token) -> Tree | Token:
 class AttributeReader:
     """The attribute half of the `.tg` parser (`parser._Builder` mixes it in)."""
 
+    max_depth: int = 64
+    """How deep a dense literal may nest (its rank)."""
+
     def error(self, node: Tree | Token, message: str) -> GradfuseError:
         raise NotImplementedError
 
     def integer(self, tok: Token) -> int:
-        raise NotImplementedError
+        text = str(tok)
+        if re.fullmatch(r"-?[0-9]+", text):
+            value = int(text)
+        else:
+            number = _number(tok)
+            if not math.isfinite(number) or number != int(number):
+                raise self.error(tok, f"expected an integer, got {text}")
+            value = int(number)
+        if not -(2**63) <= value < 2**63:
+            raise self.error(tok, f"integer {text} is out of range: integers must fit in 64 bits")
+        return value
 
     def attribute(
         self, name: str, node: Tree | Token, result_types: list[Attribute], op: str
@@ -93,13 +118,30 @@ class AttributeReader:
             raise self.error(node, f"{op}: a dense value needs a tensor result type after ':'")
         flat, shape = self.nested(node.children[1])
         elt = ty.element_type
-        data = [int(v) for v in flat] if not isinstance(elt, tg.FLOAT_TYPES) else flat
+        if isinstance(elt, tg.FLOAT_TYPES):  # rounded to the element type (1e40: inf in f32)
+            narrow = np.float16 if isinstance(elt, Float16Type) else np.float32
+            data = flat if isinstance(elt, Float64Type) else _rounded(flat, narrow)
+        else:
+            data = self.integers(node, flat, elt)
         return DenseIntOrFPElementsAttr.from_list(TensorType(elt, shape), data)  # type: ignore[arg-type]
 
-    def nested(self, node: Tree) -> tuple[list[float], list[int]]:
+    def integers(self, node: Tree, values: list[float], elt: Attribute) -> list[int]:
+        """The values of a dense literal of integers, each integral and in range."""
+        width = elt.width.data if isinstance(elt, IntegerType) else 64
+        lo, hi = (0, 1) if width == 1 else (-(2 ** (width - 1)), 2 ** (width - 1) - 1)
+        for v in values:
+            if not (math.isfinite(v) and v == int(v) and lo <= v <= hi):
+                raise self.error(node, f"dense value {v} is not an {elt} (from {lo} to {hi})")
+        return [int(v) for v in values]
+
+    def nested(self, node: Tree, depth: int = 0) -> tuple[list[float], list[int]]:
         if node.data == "number":
             return [_number(node.children[0])], []
-        parts = [self.nested(c) for c in node.children if c is not None]
+        if depth >= self.max_depth:
+            raise self.error(
+                node, f"dense literal is nested too deep: at most {self.max_depth} levels"
+            )
+        parts = [self.nested(c, depth + 1) for c in node.children if c is not None]
         if not parts:
             raise self.error(node, "empty dense literal")
         shapes = {tuple(s) for _, s in parts}

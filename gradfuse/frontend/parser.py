@@ -29,15 +29,15 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.irdl import IRDLOperation, VarOperandDef, VarResultDef
 from xdsl.utils.exceptions import VerifyException
 
-from gradfuse.diagnostics import GradfuseError, Position
+from gradfuse.diagnostics import EscapeError, GradfuseError, Position, unquote
 from gradfuse.dialects import tg
-from gradfuse.dialects.tg_base import parse_type
-from gradfuse.frontend.parse_attributes import (
-    ATTR_KINDS,
-    AttributeReader,
-    _number,
-)
+from gradfuse.dialects.tg_base import parse_type, tensor_type_problem
+from gradfuse.frontend.parse_attributes import ATTR_KINDS, AttributeReader
 from gradfuse.gcpause import paused_gc
+
+MAX_DEPTH = 64
+"""How deep `tg.for` loops and dense literals may nest (deeper is an error, not a
+crash of the recursive passes)."""
 
 OPS: dict[str, type[IRDLOperation]] = {op.name: op for op in tg.TG.operations}  # type: ignore[misc]
 SPECIAL_OPS = ("tg.for", "tg.grad", "tg.yield")
@@ -102,6 +102,8 @@ class _Builder(AttributeReader):
         self.filename, self.lines, self.offset = filename, lines, line_offset
         self.scopes: list[dict[str, SSAValue]] = []
         self.defined: set[str] = set()
+        self.max_depth = MAX_DEPTH
+        self.assigns: list[tuple[Operation, Tree]] = []
 
     # --- positions and errors -----------------------------------------------------
 
@@ -122,20 +124,25 @@ class _Builder(AttributeReader):
         inner = loc.children[1]
         if inner.data == "name_loc":
             name, file_loc = inner.children
-            return NameLoc(StringAttr(_unquote(name)), self._file_loc(file_loc))
+            return NameLoc(StringAttr(self.unquote(name)), self._file_loc(file_loc))
         return self._file_loc(inner)
 
     def _file_loc(self, node: Tree) -> FileLineColLoc:
         file, line, col = node.children
         return FileLineColLoc(
-            StringAttr(_unquote(file)), IntAttr(self.integer(line)), IntAttr(self.integer(col))
+            StringAttr(self.unquote(file)), IntAttr(self.integer(line)), IntAttr(self.integer(col))
         )
 
-    def integer(self, tok: Token) -> int:
-        value = _number(tok)
-        if value != int(value):
-            raise self.error(tok, f"expected an integer, got {tok}")
-        return int(value)
+    def unquote(self, tok: Token) -> str:
+        """The text of a STRING token, escapes decoded; a bad escape is located."""
+        try:
+            return unquote(str(tok)[1:-1])
+        except EscapeError as err:
+            line, col = tok.line or 1, (tok.column or 1) + 1 + err.offset
+            src = self.lines[line - 1] if 0 < line <= len(self.lines) else None
+            raise GradfuseError(
+                str(err), Position(self.filename, line + self.offset, col, src)
+            ) from None
 
     # --- SSA names ----------------------------------------------------------------
 
@@ -178,15 +185,18 @@ class _Builder(AttributeReader):
                 raise self.error(node, f"redefinition of function @{f.sym_name.data}")
             names.add(f.sym_name.data)
             funcs.append(f)
-        return ModuleOp(funcs)
+        module = ModuleOp(funcs)
+        for op, stmt in self.assigns:
+            self.verify(op, stmt)
+        return module
 
     def func(self, node: Tree) -> func.FuncOp:
         symbol, *rest = node.children
         body_node = rest[-1]
         args = [c for c in rest[:-1] if isinstance(c, Tree) and c.data == "arg"]
+        arg_types = [self.type(a.children[1]) for a in args]
         result_types = [self.type(c) for c in rest[:-1] if isinstance(c, Tree) and c.data == "type"]
         self.scopes, self.defined = [{}], set()
-        arg_types = [self.type(a.children[1]) for a in args]
         block = Block(arg_types=arg_types)
         for a, barg in zip(args, block.args):
             self.define(a.children[0], barg)
@@ -216,7 +226,9 @@ class _Builder(AttributeReader):
                 raise self.error(stmt, "no op may follow the block's terminator")
             built.append((getattr(self, stmt.data)(stmt, block, in_func), stmt))
         for op, stmt in built:
-            if not isinstance(op, tg.ForOp | func.ReturnOp):  # checked where built
+            if isinstance(op, tg.AssignOp):  # its param may come later: checked at the end
+                self.assigns.append((op, stmt))
+            elif not isinstance(op, tg.ForOp | func.ReturnOp):  # checked where built
                 self.verify(op, stmt)
 
     def verify(self, op: Operation, node: Tree) -> None:
@@ -227,7 +239,13 @@ class _Builder(AttributeReader):
 
     def type(self, node: Tree) -> Attribute:
         tok = node.children[0]
-        return IndexType() if tok.type == "INDEX" else parse_type(str(tok))
+        if tok.type == "INDEX":
+            return IndexType()
+        ty = parse_type(str(tok))
+        problem = tensor_type_problem(ty)
+        if problem is not None:
+            raise self.error(tok, problem)
+        return ty
 
     def types(self, node: Tree | None) -> list[Attribute]:
         return [] if node is None else [self.type(t) for t in node.children]
@@ -254,6 +272,8 @@ class _Builder(AttributeReader):
 
     def for_op(self, node: Tree, block: Block, in_func: bool) -> Operation:
         results, _, ivar, lo, hi, step, iter_node, types, body, loc = node.children
+        if len(self.scopes) > MAX_DEPTH:
+            raise self.error(node, f"tg.for loops are nested too deep: at most {MAX_DEPTH} levels")
         carried = [] if iter_node is None else [c.children for c in iter_node.children]
         inits = [self.lookup(init) for _, init in carried]
         written = self.types(types)
@@ -317,7 +337,7 @@ class _Builder(AttributeReader):
         if key is not None:
             if "key" not in op_def.properties:
                 raise self.error(key, f"{name} takes no name")
-            props["key"] = StringAttr(_unquote(key))
+            props["key"] = StringAttr(self.unquote(key))
         elif "key" in op_def.properties:
             raise self.error(opname, f'{name} needs a name: {name} "name" ...')
         if literal is not None:
@@ -363,9 +383,6 @@ def _optional(prop_def: object) -> bool:
     return isinstance(prop_def, OptPropertyDef)
 
 
-def _unquote(tok: Token) -> str:
-    return bytes(str(tok)[1:-1], "utf-8").decode("unicode_escape")
-
-
 def _types(types: Sequence[Attribute]) -> str:
     return "(" + ", ".join(str(t) for t in types) + ")"
+

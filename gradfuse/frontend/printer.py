@@ -31,7 +31,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 
-from gradfuse.diagnostics import GradfuseError, position_of
+from gradfuse.diagnostics import GradfuseError, position_of, quote
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import ELEMENT_TYPES, ints
 from gradfuse.frontend.parse_attributes import ATTR_KINDS
@@ -106,7 +106,7 @@ class _Printer:
             return ""
         loc = op.location
         if isinstance(loc, NameLoc) and isinstance(loc.location, FileLineColLoc):
-            return f' loc("{loc.desc.data}"({_file_loc(loc.location)}))'
+            return f" loc({quote(loc.desc.data)}({_file_loc(loc.location)}))"
         if isinstance(loc, FileLineColLoc):
             return f" loc({_file_loc(loc)})"
         return ""
@@ -148,7 +148,7 @@ class _Printer:
         key = op.properties.get("key")
         operands = self.names_of(op.operands)
         if isinstance(key, StringAttr):
-            parts.append(_quote(key.data) + ("," if operands else ""))
+            parts.append(quote(key.data) + ("," if operands else ""))
         if operands:
             parts.append(operands)
         if isinstance(op, tg.ConstantOp):
@@ -204,8 +204,5 @@ def _nested(values: np.ndarray, element: Attribute) -> str:
 
 
 def _file_loc(loc: FileLineColLoc) -> str:
-    return f"{_quote(loc.filename.data)}:{loc.line.data}:{loc.column.data}"
+    return f"{quote(loc.filename.data)}:{loc.line.data}:{loc.column.data}"
 
-
-def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

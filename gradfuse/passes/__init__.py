@@ -61,6 +61,12 @@ def _kernel_tile() -> type[ModulePass]:
     return KernelTilePass
 
 
+def _kernel_plan_buffers() -> type[ModulePass]:
+    from gradfuse.passes.buffer_planning import KernelPlanBuffersPass
+
+    return KernelPlanBuffersPass
+
+
 def _convert_kernel_to_gpu() -> type[ModulePass]:
     from gradfuse.passes.convert_kernel_to_gpu import ConvertKernelToGpuPass
 
@@ -89,6 +95,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "kernel-squeeze": _kernel_squeeze,
     "kernel-fuse-rows": _kernel_fuse_rows,
     "kernel-tile": _kernel_tile,
+    "kernel-plan-buffers": _kernel_plan_buffers,
     "convert-kernel-to-gpu": _convert_kernel_to_gpu,
     "canonicalize": _cleanup("canonicalize"),
     "cse": _cleanup("cse"),

@@ -41,6 +41,9 @@ from gradfuse.passes.fusion_graph import (
     view_uses,
 )
 
+UNLOWERED = (tg.ReshapeOp, tg.PermuteOp, tg.BroadcastOp, tg.SliceOp)
+"""Views that `tg-lower-access` turns into `tg.view` before tg-fuse."""
+
 
 class Planner:
     """Forms the groups and host nodes of one block, with every ordering edge."""
@@ -127,7 +130,15 @@ class Planner:
         param = base.owner
         if not isinstance(param, tg.ParamOp):
             return
-        key, epoch = param.key.data, self.epoch[param]
+        key, epoch = param.key.data, self.epoch.get(param)
+        if epoch is None:  # read before the loop whose body this block is
+            if any(isinstance(o, tg.AssignOp) and o.key.data == key for o in self.block.walk()):
+                raise GradfuseError(
+                    f'tg-fuse: param "{key}" is read before a loop that overwrites it:'
+                    " read it with tg.param inside the loop",
+                    position_of(param.location),
+                )
+            epoch = 0
         writers = self.writers.get(key, [])
         if epoch > 0:
             self.link(node, writers[epoch - 1], ordering=True)
@@ -147,6 +158,12 @@ class Planner:
         for op in self.block.ops:
             if isinstance(op, tg.ParamOp):
                 self.epoch[op] = len(self.writers.get(op.key.data, []))
+            elif isinstance(op, (*tg.COMPOSITES, tg.GradOp, *UNLOWERED)):
+                raise GradfuseError(
+                    f"tg-fuse: {op.name} must be expanded or lowered first"
+                    " (tg-autodiff, tg-decompose, tg-lower-access)",
+                    position_of(op.location),
+                )
             elif isinstance(op, ELEMENTWISE):
                 self.elementwise(op)
             elif isinstance(op, tg.ScatterAddOp):
@@ -163,11 +180,6 @@ class Planner:
                 self.assign(op)
             elif isinstance(op, HOST):
                 self.host(op)
-            elif isinstance(op, (*tg.COMPOSITES, tg.GradOp)):
-                raise GradfuseError(
-                    f"tg-fuse: {op.name} must be expanded first (tg-autodiff, tg-decompose)",
-                    position_of(op.location),
-                )
         return self
 
     def host(self, op: Operation) -> None:

@@ -23,7 +23,7 @@ from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseE
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from gradfuse import passes
-from gradfuse.diagnostics import GradfuseError
+from gradfuse.diagnostics import GradfuseError, decode_source
 from gradfuse.gcpause import paused_gc
 
 
@@ -51,8 +51,8 @@ class IrOptMain(xDSLOptMain):
         super().register_all_targets()
         self.available_targets["tg"] = self.print_tg_output
         self.available_targets["kernels"] = self.print_kernel_listing
-        self.available_targets["c"] = _code_target("print_c")
-        self.available_targets["cuda"] = _code_target("print_cuda")
+        self.available_targets["c"] = _code_target("print_c", self)
+        self.available_targets["cuda"] = _code_target("print_cuda", self)
 
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
         super().register_all_arguments(arg_parser)
@@ -81,7 +81,7 @@ class IrOptMain(xDSLOptMain):
     def parse_tg_input(self, chunk: IO[bytes], line_offset: int = 0) -> ModuleOp:
         from gradfuse.frontend.parser import parse_tg
 
-        text = chunk.read().decode("utf-8", errors="replace")
+        text = decode_source(chunk.read(), self.get_input_name(), line_offset)
         return parse_tg(text, self.get_input_name(), line_offset)
 
     def print_tg_output(self, module: ModuleOp, out: IO[str]) -> None:
@@ -143,6 +143,7 @@ def _default_target(argv: list[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `ir-opt` console script."""
     args = _default_target(list(sys.argv[1:] if argv is None else argv))
+    tool = None
     try:
         IrOptMain.extra_args = args  # type: ignore[attr-defined]
         tool = IrOptMain(args=args)
@@ -151,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # argparse usage errors and --version
         return int(e.code or 0)
     except GradfuseError as e:
-        return _fail(with_source_line(e).render())
+        return _fail(with_source_line(e, tool.get_input_name() if tool else None).render())
     except (ParseError, ArgSpecParseError, DiagnosticException, LarkError) as e:
         return _fail(_with_prefix(str(e)))
     except OSError as e:
@@ -176,21 +177,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _code_target(name: str):
+def _code_target(name: str, tool: xDSLOptMain):
     """`-t c` / `-t cuda`: the renderer's printer, imported when used."""
 
     def emit(module: ModuleOp, out: IO[str]) -> None:
         from gradfuse.tools import targets
 
-        getattr(targets, name)(module, out)
+        getattr(targets, name)(module, out, tool.get_input_name())
 
     return emit
 
 
-def with_source_line(err: GradfuseError) -> GradfuseError:
-    """Adds the offending source line to a diagnostic raised after parsing (by a pass)."""
+def with_source_line(err: GradfuseError, input_name: str | None) -> GradfuseError:
+    """Adds the offending source line to a diagnostic raised after parsing (by a pass),
+    read from the input file only: never from another file a `loc(...)` names."""
     pos = err.position
-    if pos is None or pos.source_line is not None or not os.path.isfile(pos.file):
+    if pos is None or pos.source_line is not None or pos.file != input_name:
+        return err
+    if not os.path.isfile(pos.file):
         return err
     with open(pos.file, errors="replace") as f:
         lines = f.read().splitlines()

@@ -15,6 +15,8 @@ Outputs (`--outputs`, one .npz, written only when the whole run succeeded):
   - `param.<key>`: the final value of every param;
   - `<key>.<call>.<index>`: operand `index` of receiver `key` at its call `call`
     (both counted from 0), e.g. `saving params.3.0`.
+  A key's `/`, `\\`, `%`, `:` and control characters are written `%XX` (`a/b` gives
+  member `a%2Fb`), so that no member name climbs out of the archive or hides a NUL.
 A short summary (names, shapes, first values) goes to stdout. Any bad input gives
 one line `file:line:col: error: ...` (or `error: ...`) on stderr and exit status 1.
 """
@@ -33,11 +35,11 @@ from typing import NoReturn
 import numpy as np
 from xdsl.context import Context
 from xdsl.dialects.builtin import Builtin, ModuleOp
-from xdsl.dialects.func import Func
+from xdsl.dialects.func import Func, FuncOp
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import ParseError, VerifyException
 
-from gradfuse.diagnostics import GradfuseError, Position, position_of
+from gradfuse.diagnostics import GradfuseError, Position, decode_source, position_of, quote
 from gradfuse.dialects.tg import TG
 
 SUMMARY_LINES = 24
@@ -82,10 +84,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def _read_text(path: Path) -> str:
     try:
-        return path.read_text()
-    except (OSError, UnicodeDecodeError) as err:
-        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-        raise GradfuseError(f"cannot read {path}: {reason}") from err
+        data = path.read_bytes()
+    except OSError as err:
+        raise GradfuseError(f"cannot read {path}: {err.strerror or err}") from None
+    return decode_source(data, str(path))
 
 
 def _verify(module: ModuleOp) -> None:
@@ -121,6 +123,32 @@ def load_module(path: Path) -> ModuleOp:
             raise GradfuseError(err.msg, Position(loc.file, loc.line, loc.col)) from None
     _verify(module)
     return module
+
+
+def _check_entry(module: ModuleOp, entry: str, path: Path, text: str) -> None:
+    """The program must have the entry function (or exactly one function), on every
+    backend; else one sentence, at the start of the file."""
+    names = [op.sym_name.data for op in module.ops if isinstance(op, FuncOp)]
+    if entry in names or len(names) == 1:
+        return
+    listed = ", ".join(f"@{n}" for n in names) or "none"
+    first = text.splitlines()[0] if text.strip() else None
+    raise GradfuseError(
+        f"there is no function @{entry} to run (functions: {listed}); choose one with --entry",
+        Position(str(path), 1, 1, first),
+    )
+
+
+_UNSAFE = set('/\\%:') | {chr(c) for c in range(0x20)} | {"\x7f"}
+
+
+def member_name(name: str) -> str:
+    """An output name as an .npz member name: `/`, `\\`, `%`, `:` and control
+    characters as `%XX` (UTF-8), so that no member climbs out of the archive
+    (`../x` gives `..%2Fx`) and the name reads back with `urllib.parse.unquote`."""
+    return "".join(
+        "".join(f"%{b:02X}" for b in c.encode("utf-8")) if c in _UNSAFE else c for c in name
+    )
 
 
 def load_npz(path: str, what: str) -> dict[str, np.ndarray]:
@@ -189,6 +217,7 @@ def _summary(arrays: dict[str, np.ndarray]) -> str:
 def run_file(opts: argparse.Namespace) -> dict[str, np.ndarray]:
     """Runs the program of `opts` and returns the named output arrays."""
     module = load_module(Path(opts.file))
+    _check_entry(module, opts.entry, Path(opts.file), _read_text(Path(opts.file)))
     inputs = load_npz(opts.inputs, "inputs") if opts.inputs else {}
     given = load_npz(opts.params, "params") if opts.params else {}
     if any(k.startswith("param.") for k in given):  # an ir-run outputs file: its params
@@ -204,41 +233,50 @@ def run_file(opts: argparse.Namespace) -> dict[str, np.ndarray]:
         raise GradfuseError("--dtype float64 needs --backend reference")
     program = compile_module(module, backend, pipeline)
     result = program.run(args=args, feeders=feeders, params=params, entry=opts.entry, **extra)
-    out: dict[str, np.ndarray] = {}
-    for i, value in enumerate(result.results):
-        out[f"result{i}"] = value
-    for key, value in result.params.items():
-        out[f"param.{key}"] = value
+    named: list[tuple[str, np.ndarray]] = [
+        (f"result{i}", value) for i, value in enumerate(result.results)
+    ]
+    named += [(f"param.{key}", value) for key, value in result.params.items()]
     for key, calls in result.received.items():
         for call, arrays in enumerate(calls):
-            for index, value in enumerate(arrays):
-                out[f"{key}.{call}.{index}"] = value
+            named += [(f"{key}.{call}.{index}", value) for index, value in enumerate(arrays)]
+    out: dict[str, np.ndarray] = {}
+    for name, value in named:
+        member = member_name(name)
+        if member in out:
+            raise GradfuseError(
+                f"two outputs are named {quote(member)}: rename a param or a receiver"
+            )
+        out[member] = value
     return out
 
 
-def _diagnostic(err: GradfuseError) -> str:
-    """`file:line:col: error: message` on one line, then the offending line (read from the
-    file when the error did not carry it) and a caret: `GradfuseError.render`."""
+def _diagnostic(err: GradfuseError, program: str | None) -> str:
+    """`file:line:col: error: message` on one line, then the offending line and a caret
+    (`GradfuseError.render`). A line that the error does not carry is read from the
+    program file only: never from another file that a `loc(...)` names."""
     pos = err.position
-    if pos is not None and pos.source_line is None:
-        try:
-            lines = Path(pos.file).read_text().splitlines()
-            if 0 < pos.line <= len(lines):
-                pos = replace(pos, source_line=lines[pos.line - 1])
-        except (OSError, UnicodeDecodeError):
-            pass
+    if pos is not None and pos.source_line is None and program is not None:
+        if pos.file == program:
+            try:
+                lines = Path(program).read_text(errors="replace").splitlines()
+                if 0 < pos.line <= len(lines):
+                    pos = replace(pos, source_line=lines[pos.line - 1])
+            except OSError:
+                pass
     return GradfuseError(" ".join(err.message.split()), pos).render()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `ir-run`; returns the exit status."""
+    opts = None
     try:
         opts = _parser().parse_args(argv)
         outputs = run_file(opts)
         if opts.outputs:
             _write_npz(opts.outputs, outputs)
     except GradfuseError as err:
-        print(_diagnostic(err), file=sys.stderr)
+        print(_diagnostic(err, opts.file if opts else None), file=sys.stderr)
         return 1
     except Exception as err:  # never a traceback for the user
         print(f"error: internal error: {type(err).__name__}: {err}", file=sys.stderr)

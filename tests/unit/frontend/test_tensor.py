@@ -160,12 +160,18 @@ def test_matmul_shapes() -> None:
         ((0, slice(1, 3)), (2, 4)),
         ((Ellipsis, slice(None, None, 2)), (2, 3, 2)),
         ((slice(None), None, -1), (2, 1, 4)),
-        (slice(5, 9), (0, 3, 4)),
     ],
 )
 def test_slicing_matches_numpy_shapes(key: object, shape: tuple) -> None:
     x = feeder(2, 3, 4)
     assert x[key].shape == shape == np.zeros((2, 3, 4))[key].shape
+
+
+def test_an_empty_slice_is_an_error_at_the_users_line() -> None:
+    x = feeder(2, 3, 4)
+    with pytest.raises(GradfuseError, match="at least 1, got tensor<0x3x4xf32>") as info:
+        _ = x[5:9]
+    assert "test_tensor.py:" in str(info.value)
 
 
 def test_slicing_records_slice_and_reshape() -> None:

@@ -15,7 +15,8 @@ import pytest
 
 CORPUS = Path(__file__).resolve().parents[2] / "bad_inputs"
 BIN = Path(sys.executable).parent
-TG_CASES = sorted(p for p in CORPUS.glob("*.tg") if p.name != "feed.tg")
+PROGRAMS = ("feed.tg", "args.tg")  # valid programs for the ir-run cases
+TG_CASES = sorted(p for p in CORPUS.glob("*.tg") if p.name not in PROGRAMS)
 RUN_CASES = json.loads((CORPUS / "ir_run_cases.json").read_text())
 
 
@@ -49,7 +50,8 @@ def ir_opt_results(tmp_path_factory):
 
 def test_ir_opt_gives_one_located_diagnostic(ir_opt_results):
     for path, target, done in ir_opt_results:
-        expect = path.read_text().splitlines()[0].removeprefix("// EXPECT: ")
+        expect = path.read_bytes().decode("utf-8", "replace").splitlines()[0]
+        expect = expect.removeprefix("// EXPECT: ")
         check_one_diagnostic(done, f"{path.name}:{expect}")
         assert "^" in done.stderr  # the offending line and a caret
         assert not target.exists(), f"{path.name} left a partial output file"
@@ -58,8 +60,8 @@ def test_ir_opt_gives_one_located_diagnostic(ir_opt_results):
 @pytest.fixture(scope="module")
 def ir_run_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("ir-run")
-    for p in [CORPUS / "feed.tg", *TG_CASES]:
-        (d / p.name).write_text(p.read_text())
+    for p in [*(CORPUS / name for name in PROGRAMS), *TG_CASES]:
+        (d / p.name).write_bytes(p.read_bytes())
     x = np.ones((2, 3), np.float32)
     np.savez(d / "good.npz", x=x)
     np.savez(d / "wrong_shape.npz", x=np.ones((3, 2), np.float32))
@@ -67,6 +69,9 @@ def ir_run_dir(tmp_path_factory):
     np.savez(d / "int32.npz", x=np.ones((2, 3), np.int32))
     np.savez(d / "strings.npz", x=np.array([["a", "b", "c"], ["d", "e", "f"]]))
     np.savez(d / "other.npz", y=x)
+    np.savez(d / "arg_good.npz", arg0=x)
+    np.savez(d / "arg_wrong_shape.npz", arg0=np.ones((3, 2), np.float32))
+    np.savez(d / "arg_strings.npz", arg0=np.array([["a", "b", "c"], ["d", "e", "f"]]))
     np.savez(d / "params.npz", w=x)
     np.savez(d / "wrong_params.npz", w=np.ones(3, np.float32))
     (d / "garbage.npz").write_bytes(b"PK\x03\x04 this is not a zip archive at all")
