@@ -1,25 +1,63 @@
 """Where compiled code is cached on disk, and the compiler versions its keys include.
 
 `~/.cache/gradfuse/<kind>` (or `$GRADFUSE_CACHE_DIR/<kind>`); entries are named by a
-hash of what went into them, so a new compiler or flag never reuses an old entry:
+hash of what went into them, so a new compiler or flag never reuses an old entry.
+Each entry has its SHA-256 beside it (`<entry>.sha256`, written after the entry): an
+entry whose bytes do not match (torn by a crash or a full disk, truncated, zeroed)
+is not loaded but rebuilt:
 
-    cache_dir("c") / f"{sha256(source + flags + tool_version(gcc))}.so"
+    path = cache_dir("c") / f"{sha256(source + flags + tool_version(gcc))}.so"
+    if not verified(path): build(path); seal(path)
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from functools import cache
 from pathlib import Path
 
+from gradfuse.diagnostics import GradfuseError
+
 
 def cache_dir(kind: str) -> Path:
-    """The cache folder for `kind` ("c", "cuda"), created if missing."""
+    """The cache folder for `kind` ("c", "cuda"), created if missing; a path that cannot
+    be one (a file, no permission) is a `GradfuseError`."""
     root = Path(os.environ.get("GRADFUSE_CACHE_DIR") or Path.home() / ".cache" / "gradfuse")
     path = root / kind
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise GradfuseError(
+            f"the cache directory {path} cannot be created ({reason}): set GRADFUSE_CACHE_DIR"
+            " to a directory you can write"
+        ) from None
     return path
+
+
+def _checksum_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def verified(path: Path) -> bool:
+    """Whether the entry `path` exists and its bytes match the checksum written with it."""
+    try:
+        data = path.read_bytes()
+        want = _checksum_path(path).read_text().strip()
+    except OSError:
+        return False
+    return hashlib.sha256(data).hexdigest() == want
+
+
+def seal(path: Path) -> None:
+    """Writes the checksum of the entry `path` beside it (atomically, as the entry)."""
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    target = _checksum_path(path)
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(digest + "\n")
+    os.replace(tmp, target)
 
 
 @cache

@@ -24,6 +24,7 @@ from gradfuse.affine import eval_grid
 from gradfuse.backend.reference import RunResult
 from gradfuse.backend.reference_sparse import erf
 from gradfuse.backend.reference_state import RunState, attr_array, dtype_of
+from gradfuse.backend.run_control import check_params_finite, interrupted
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import kernel as K
 from gradfuse.dialects import tg
@@ -58,6 +59,7 @@ def run_kernels(
     receivers: Mapping[str, Callable[..., None]] | None = None,
     params: dict[str, np.ndarray] | None = None,
     entry: str = "main",
+    check_finite: bool = False,
 ) -> RunResult:
     """Runs `entry` of a fused module; the API and the errors are `reference.run`'s."""
     fns = [op for op in module.ops if isinstance(op, func.FuncOp)]
@@ -68,15 +70,21 @@ def run_kernels(
         op.key.data: tensor_of(op.result.type) for op in fn.walk() if isinstance(op, K.ParamOp)
     }
     state = RunState(np.float32, types, {}, dict(feeders or {}), dict(receivers or {}))
+    state.check_finite = check_finite
     for key, value in (params or {}).items():
         state.params[key] = state.check_param_value(key, value)
     machine = _Machine(state)
+    machine.snapshot = {k: np.array(v) for k, v in state.params.items()}
     block = fn.body.block
     for arg, value in zip(block.args, args):
         machine.env[arg] = np.array(value, dtype=dtype_of(tensor_of(arg.type)))  # type: ignore[arg-type]
     try:
         with np.errstate(all="ignore"):
             results = machine.block(block, outer=True)
+            if check_finite and not any(isinstance(op, tg.ForOp) for op in block.ops):
+                check_params_finite(state.params, "at the end of the run")
+    except KeyboardInterrupt as stop:  # the params of the last finished iteration
+        raise interrupted(machine.snapshot, stop) from None
     except GradfuseError as err:
         err.params = {k: np.array(v) for k, v in machine.snapshot.items()}  # type: ignore[attr-defined]
         err.received = state.received  # type: ignore[attr-defined]
@@ -145,13 +153,15 @@ class _Machine:
     def loop(self, op: tg.ForOp, outer: bool) -> None:
         lo, hi, st = op.lower.value.data, op.upper.value.data, op.step.value.data
         for i in range(lo, hi, st):
-            if outer:
-                self.snapshot = {k: np.array(v) for k, v in self.state.params.items()}
             try:
                 self.block(op.body.block)
+                if outer:
+                    self.state.after_iteration(self.state.params)
             except GradfuseError as err:
                 err.message += f" (in iteration {(i - lo) // st} of the loop)"
                 raise GradfuseError(err.message, err.position) from None
+            if outer:  # what an error or Ctrl-C from now on keeps
+                self.snapshot = {k: np.array(v) for k, v in self.state.params.items()}
 
     def kernel(self, k: K.KernelOp) -> None:
         domain, par = k.domain_sizes, k.num_parallel

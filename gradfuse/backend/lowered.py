@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
-from xdsl.dialects import func, gpu, memref
+from xdsl.dialects import func, gpu, memref, scf
 from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
     MemRefType,
@@ -29,7 +29,14 @@ from xdsl.dialects.builtin import (
     StringAttr,
     TensorType,
 )
-from xdsl.interpreter import Interpreter, OpImplResult, PythonValues
+from xdsl.interpreter import (
+    Interpreter,
+    InterpreterFunctions,
+    OpImplResult,
+    PythonValues,
+    impl,
+    register_impls,
+)
 from xdsl.interpreters.arith import ArithFunctions
 from xdsl.interpreters.func import FuncFunctions
 from xdsl.interpreters.scf import ScfFunctions
@@ -38,6 +45,7 @@ from xdsl.ir import Operation
 from gradfuse.backend.lowered_ops import GpuMemrefFunctions, LoweredState, ScalarFunctions
 from gradfuse.backend.reference import Feeder, RunResult
 from gradfuse.backend.reference_state import RunState, attr_array, dtype_of
+from gradfuse.backend.run_control import check_params_finite, interrupted
 from gradfuse.diagnostics import GradfuseError, position_of
 
 
@@ -75,6 +83,49 @@ class _LoweredInterpreter(Interpreter):
         else:
             raise GradfuseError(f"no host callback for the external function @{sym_name}")
         return ()
+
+
+@register_impls
+class HostLoops(InterpreterFunctions):
+    """The outermost loops of the host function: each iteration's params are kept, so an
+    error, a non-finite param (`check_finite`) or Ctrl-C leaves the params of the last
+    finished iteration; an error names the iteration. Other loops run as xDSL's."""
+
+    def __init__(self, host: RunState, globals_: dict[str, np.ndarray], keys: dict[str, str]):
+        self.host, self.globals, self.keys = host, globals_, keys
+        self.finished = self.params()
+
+    def params(self) -> dict[str, np.ndarray]:
+        """Copies of the params now, by key."""
+        return {k: np.array(self.globals[name]) for k, name in self.keys.items()}
+
+    def restore(self) -> None:
+        for key, name in self.keys.items():
+            self.globals[name][...] = self.finished[key]
+
+    @impl(scf.ForOp)
+    def run_for(self, interp: Interpreter, op: scf.ForOp, args: PythonValues) -> PythonValues:
+        lb, ub, step, *carried = args
+        values = tuple(carried)
+        outer = isinstance(op.parent_op(), func.FuncOp)
+        for i in range(lb, ub, step):
+            if not outer:
+                values = interp.run_ssacfg_region(op.body, (i, *values), "for_loop")
+                continue
+            try:
+                values = interp.run_ssacfg_region(op.body, (i, *values), "for_loop")
+                self.host.after_iteration(self.params())
+            except KeyboardInterrupt:
+                self.restore()
+                raise
+            except GradfuseError as err:
+                self.restore()
+                pos = position_of(op.location)
+                here = f" at {pos}" if pos else ""
+                where = f"in iteration {(i - lb) // step} (i = {i}) of the tg.for{here}"
+                raise GradfuseError(f"{err.message} ({where})", err.position) from None
+            self.finished = self.params()
+        return values
 
 
 def entry_function(module: ModuleOp, entry: str = "main") -> func.FuncOp:
@@ -127,12 +178,17 @@ def run_lowered(
     receivers: Mapping[str, Callable[..., None]] | None = None,
     params: Mapping[str, np.ndarray] | None = None,
     entry: str = "main",
+    check_finite: bool = False,
 ) -> RunResult:
     """Runs the entry function of a lowered module and returns what it produced.
 
     `feeders`, `receivers` and `params` work as in `reference.run`; `args` are the
     entry function's memref arguments (copied). `results` are copies of the
     returned memrefs, `params` the final value of every param by key.
+
+    An error, a non-finite value (`check_finite`) or Ctrl-C inside an outermost loop
+    leaves the params of the last finished iteration (the error's or the
+    `KeyboardInterrupt`'s `params`), as `reference.run`.
 
     `run_lowered(module, feeders={"x": x}).received["out"][0][0]`
     """
@@ -143,6 +199,7 @@ def run_lowered(
         param_inits={},
         feeders=dict(feeders or {}),
         receivers=dict(receivers or {}),
+        check_finite=check_finite,
     )
     state = LoweredState()
     state.globals, keys = _globals(module, host, params or {})
@@ -158,12 +215,20 @@ def run_lowered(
     interp.register_implementations(ArithFunctions())
     interp.register_implementations(ScalarFunctions(), override=True)
     interp.register_implementations(GpuMemrefFunctions(state))
+    loops = HostLoops(host, state.globals, keys)
+    interp.register_implementations(loops, override=True)
     call_args = tuple(np.array(a) for a in args)
     try:
         with np.errstate(all="ignore"):
             results = interp.call_op(fn, call_args)
+            if check_finite and not any(isinstance(op, scf.ForOp) for op in fn.body.ops):
+                check_params_finite(loops.params(), "at the end of the run")
+    except KeyboardInterrupt as stop:
+        raise interrupted(loops.finished, stop) from None
     except GradfuseError as err:
         err.__notes__ = []  # xDSL attaches the whole printed module to it
+        err.params = loops.finished  # type: ignore[attr-defined]
+        err.received = host.received  # type: ignore[attr-defined]
         raise
     return RunResult(
         results=[np.array(r) for r in results],

@@ -29,6 +29,7 @@ from xdsl.ir import Attribute, Operation
 from gradfuse.backend.reference_conv import ConvFunctions
 from gradfuse.backend.reference_ops import RunState, TgFunctions, dtype_of
 from gradfuse.backend.reference_sparse import SparseFunctions
+from gradfuse.backend.run_control import check_params_finite, interrupted
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import fmt_shape
@@ -125,6 +126,7 @@ def run(
     params: dict[str, np.ndarray] | None = None,
     entry: str = "main",
     dtype: type = np.float32,
+    check_finite: bool = False,
 ) -> RunResult:
     """Runs the entry function of `module` on NumPy and returns what it produced.
 
@@ -142,7 +144,10 @@ def run(
     Raises `GradfuseError` for anything wrong, with the op's position. An error
     inside a `tg.for` names the iteration; the error's `params` attribute holds the
     params as they were at the end of the last finished iteration of the outermost
-    loop, its `received` attribute what the receivers got until then.
+    loop, its `received` attribute what the receivers got until then. `check_finite`
+    stops at the first NaN or infinity a feeder returns or a param holds after an
+    iteration of the outermost loop (or after the run). Ctrl-C raises `KeyboardInterrupt`
+    with the same `params` attribute.
     """
     fn = _find_entry(module, entry)
     types, inits = _collect_params(module)
@@ -152,9 +157,11 @@ def run(
         param_inits=inits,
         feeders=dict(feeders or {}),
         receivers=dict(receivers or {}),
+        check_finite=check_finite,
     )
     for key, value in (params or {}).items():
         state.params[key] = state.check_param_value(key, value)
+    initial = dict(state.params)
     call_args = _check_args(fn, args, dtype)
     interpreter = _TgInterpreter(module)
     interpreter.register_implementations(FuncFunctions())
@@ -164,6 +171,14 @@ def run(
     try:
         with np.errstate(all="ignore"):
             results = interpreter.call_op(fn, tuple(call_args))
+        if check_finite and not any(isinstance(op, tg.ForOp) for op in fn.body.ops):
+            try:
+                check_params_finite(state.params, "at the end of the run")
+            except GradfuseError:
+                state.params = dict(initial)  # the run finished no iteration: nothing kept
+                raise
+    except KeyboardInterrupt as stop:
+        raise interrupted(state.params, stop) from None
     except GradfuseError as err:
         err.__notes__ = []  # xDSL attaches the whole printed module to it
         err.params = {k: np.array(v) for k, v in state.params.items()}  # type: ignore[attr-defined]

@@ -296,6 +296,13 @@ class TgFunctions(InterpreterFunctions):
                 snapshot = dict(st.params) if outermost else None
                 try:
                     carried = interp.run_ssacfg_region(op.body, (i, *carried), "tg.for")
+                    if snapshot is not None:
+                        st.after_iteration(st.params)
+                except KeyboardInterrupt:
+                    if snapshot is not None:  # Ctrl-C: the params of the last full iteration
+                        st.params.clear()
+                        st.params.update(snapshot)
+                    raise
                 except GradfuseError as err:
                     if snapshot is not None:  # params as at the end of the last full iteration
                         st.params.clear()

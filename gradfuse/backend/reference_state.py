@@ -25,6 +25,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute
 
+from gradfuse.backend.run_control import check_fed_finite, check_params_finite
 from gradfuse.diagnostics import GradfuseError, Position
 from gradfuse.dialects.tg_base import fmt_shape
 
@@ -92,6 +93,9 @@ class RunState:
     received: dict[str, list[list[np.ndarray]]] = field(default_factory=dict)
     feeder_calls: dict[str, int] = field(default_factory=dict)
     loop_depth: int = 0
+    check_finite: bool = False
+    """Stop at the first NaN or infinity a feeder returns or a param holds after an
+    iteration of the outermost loop (`execute(check_finite=True)`)."""
 
     def check_param_value(self, key: str, value: Any) -> np.ndarray:
         """A copy of a given param value, checked against and cast to the param's type."""
@@ -170,7 +174,14 @@ class RunState:
                 f" convert it with .astype(np.{declared})",
                 position,
             )
+        if self.check_finite:
+            check_fed_finite(where, arr, position)
         return arr.astype(dtype_of(ty, self.dtype))
+
+    def after_iteration(self, params: dict[str, np.ndarray]) -> None:
+        """Called after each iteration of the outermost loop with the params it left."""
+        if self.check_finite:
+            check_params_finite(params, "after this iteration")
 
     def receive(self, key: str, arrays: tuple[np.ndarray, ...], position: Position | None) -> None:
         """Records one call of receiver `key` and hands copies to its callback."""

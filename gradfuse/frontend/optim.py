@@ -75,6 +75,13 @@ class Optimizer:
         return out
 
 
+def _harmless(what: str, differentiable: bool) -> None:
+    """`foreach`, `fused` and `capturable` pick PyTorch's implementation (gradfuse fuses
+    every update anyway); `differentiable=True` would differentiate through the step."""
+    if differentiable:
+        raise error(f"{what}: differentiable=True is not supported by gradfuse")
+
+
 def _check(what: str, **values: float) -> None:
     for name, v in values.items():
         if not v >= 0:
@@ -84,8 +91,9 @@ def _check(what: str, **values: float) -> None:
 class SGD(Optimizer):
     """Stochastic gradient descent with PyTorch's semantics (momentum, weight decay).
 
-    `g = grad + weight_decay * p`; with momentum `b = momentum * b + g` (b starts at
-    0, so the first step has b = g, as in PyTorch) and `g = b`; then `p = p - lr * g`.
+    `g = grad + weight_decay * p` (`-grad` with `maximize`); with momentum
+    `b = momentum * b + g` (b starts at 0, so the first step has b = g, as in PyTorch)
+    and `g = b` (`g = g + momentum * b` with `nesterov`); then `p = p - lr * g`.
     `SGD(model.parameters(), lr=0.01)`
     """
 
@@ -94,10 +102,25 @@ class SGD(Optimizer):
         params: Iterable[Parameter],
         lr: float = 1e-3,
         momentum: float = 0.0,
+        dampening: float = 0.0,
         weight_decay: float = 0.0,
+        nesterov: bool = False,
+        *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        differentiable: bool = False,
+        fused: bool | None = None,
     ):
         super().__init__(params)
         _check("SGD", lr=lr, momentum=momentum, weight_decay=weight_decay)
+        _harmless("SGD", differentiable)
+        if dampening != 0.0:
+            raise error(f"SGD: dampening={dampening} is not supported by gradfuse (only 0)")
+        if nesterov and momentum <= 0.0:
+            raise error("SGD: nesterov momentum needs a momentum > 0 and zero dampening")
+        self.dampening = dampening
+        self.nesterov = nesterov
+        self.maximize = maximize
         self.lr = lr
         self.momentum = momentum
         self.weight_decay = weight_decay
@@ -108,14 +131,14 @@ class SGD(Optimizer):
         return {k: s["momentum_buffer"] for k, s in self.state.items() if "momentum_buffer" in s}
 
     def update(self, p: Parameter, grad: Tensor) -> None:
-        g = grad
+        g = -grad if self.maximize else grad
         if self.weight_decay:
             g = g + p * self.weight_decay
         if self.momentum:
             buf = self._state(p, "momentum_buffer")
             b = buf * self.momentum + g
             buf.assign(b)
-            g = b
+            g = g + b * self.momentum if self.nesterov else b
         p.assign(p + g * (-self.lr))
 
 
@@ -137,10 +160,18 @@ class Adam(Optimizer):
         eps: float = 1e-8,
         weight_decay: float = 0.0,
         amsgrad: bool = False,
+        *,
+        foreach: bool | None = None,
         maximize: bool = False,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
+        decoupled_weight_decay: bool = False,
     ):
         super().__init__(params)
         what = type(self).__name__
+        _harmless(what, differentiable)
+        self.decoupled = self.decoupled or decoupled_weight_decay  # True: AdamW's decay
         _check(what, lr=lr, eps=eps, weight_decay=weight_decay)
         if not all(0.0 <= b < 1.0 for b in betas) or len(betas) != 2:
             raise error(f"{what}: betas must be two numbers in [0, 1), got {betas}")
@@ -220,6 +251,14 @@ class AdamW(Adam):
         eps: float = 1e-8,
         weight_decay: float = 1e-2,
         amsgrad: bool = False,
+        *,
         maximize: bool = False,
+        foreach: bool | None = None,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
     ):
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize)
+        super().__init__(
+            params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize,
+            differentiable=differentiable, decoupled_weight_decay=True,
+        )  # fmt: skip

@@ -63,3 +63,25 @@ def params_reached_by(value: SSAValue) -> list[tuple[Parameter, SSAValue]]:
                     found.append((param, current))
                 break
     return found
+
+
+def backward_graph(value: SSAValue, leaves: set[SSAValue]) -> set[SSAValue]:
+    """The values that a gradient of `value` flows through back to the param values
+    `leaves` (leaves and detached values left out): what PyTorch calls the graph that
+    a `backward()` frees."""
+    depends: dict[SSAValue, bool] = {}
+    stack: list[tuple[SSAValue, bool]] = [(value, False)]
+    while stack:
+        v, expanded = stack.pop()
+        if v in depends:
+            continue
+        if v in leaves:
+            depends[v] = True
+        elif not isinstance(v, OpResult) or isinstance(v.owner, tg.StopGradientOp):
+            depends[v] = False
+        elif expanded:
+            depends[v] = any(depends.get(o, False) for o in v.owner.operands)
+        else:
+            stack.append((v, True))
+            stack.extend((o, False) for o in v.owner.operands if o not in depends)
+    return {v for v, dep in depends.items() if dep and v not in leaves}

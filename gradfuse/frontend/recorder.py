@@ -60,6 +60,12 @@ class Program:
     insertion: list[Block] = field(default_factory=list)
     module_paths: list[str] = field(default_factory=list)
     directions: list[str] = field(default_factory=list)
+    version: int = 0
+    """Counts the changes to `module`: a compiled program is reused while it is unchanged."""
+    compiled: dict[tuple[str, str, int], Any] = field(default_factory=dict)
+    """(backend, dtype, version) -> the `Compiled` of this program at that version."""
+    freed: set[SSAValue] = field(default_factory=set)
+    """Values of graphs that a `backward()` went through (without `retain_graph=True`)."""
 
     def __post_init__(self) -> None:
         body = Block()
@@ -67,6 +73,10 @@ class Program:
         self.module = ModuleOp([func.FuncOp("main", ((), ()), Region(body))])
         self.block = body
         self.insertion = [body]
+
+    def is_empty(self) -> bool:
+        """Whether nothing is recorded (`@main` holds only its `return`)."""
+        return all(op.has_trait(IsTerminator) for op in self.block.ops)
 
     def unique_key(self, wanted: str, taken: Callable[[str], bool]) -> str:
         """`wanted`, or `wanted_1`, `wanted_2`, ... whichever is not `taken` yet."""
@@ -216,6 +226,11 @@ def _defining_block(value: SSAValue) -> Block | None:
     return owner.parent_block()
 
 
+def changed() -> None:
+    """Notes that the recorded program changed (an op was removed outside `emit`)."""
+    _program.version += 1
+
+
 def is_visible(value: SSAValue, block: Block | None = None) -> bool:
     """Whether `value` may be used in `block` (defined there or in an enclosing block)."""
     where: Block | None = block or insertion_block()
@@ -246,6 +261,7 @@ def emit(op: OpT) -> OpT:
                 " (or from a program discarded by execute()/reset())"
             ) from None
     op.location = provenance().to_location()
+    _program.version += 1
     last = block.last_op
     if last is not None and last.has_trait(IsTerminator):
         block.insert_op_before(op, last)

@@ -27,12 +27,13 @@ from xdsl.ir import Attribute, SSAValue
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of
 from gradfuse.frontend import ops
-from gradfuse.frontend.reach import params_reached_by
+from gradfuse.frontend.reach import backward_graph, params_reached_by
 from gradfuse.frontend.recorder import (
     direction_scope,
     emit,
     error,
     is_visible,
+    program,
 )
 
 if TYPE_CHECKING:
@@ -350,17 +351,41 @@ class Tensor:
 
     # --- autodiff -------------------------------------------------------------------------
 
-    def backward(self) -> None:
+    def backward(
+        self,
+        gradient: object = None,
+        retain_graph: bool | None = None,
+        create_graph: bool = False,
+        inputs: object = None,
+    ) -> None:
         """Records `tg.grad` of `self` wrt every parameter it depends on; sets their `.grad`.
 
-        A non-scalar tensor gets a gradient of ones (d sum(self)). `loss.backward()`
+        A non-scalar tensor gets a gradient of ones (d sum(self)). As in PyTorch, a
+        second `backward()` through (part of) a graph that an earlier one went through
+        is an error unless that one had `retain_graph=True`; gradients of separate
+        graphs (two forward passes) add up in `.grad`. `loss.backward()`
         """
+        if gradient is not None or create_graph or inputs is not None:
+            raise error(
+                "backward(): gradient=, create_graph= and inputs= are not supported"
+                " (gradfuse differentiates a tensor wrt every parameter it depends on)"
+            )
         found = params_reached_by(self.value)
         if not found:
             raise error(
                 "backward(): the tensor does not depend on any parameter, so there is nothing"
                 " to differentiate"
             )
+        prog = program()
+        graph = backward_graph(self.value, {v for _, v in found})
+        if not prog.freed.isdisjoint(graph):
+            raise error(
+                "backward(): trying to backward through the graph a second time (an earlier"
+                " backward() went through it): pass retain_graph=True to that earlier"
+                " backward() to keep the graph for another one"
+            )
+        if not retain_graph:
+            prog.freed |= graph
         with direction_scope("backward"):
             grad = emit(tg.GradOp(self.value, [v for _, v in found]))
             for (param, _), g in zip(found, grad.grads, strict=True):

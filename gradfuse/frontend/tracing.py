@@ -8,6 +8,7 @@ execute()                                          # compile, run, write params 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -19,6 +20,8 @@ from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import tensor
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import (
+    Program,
+    changed,
     emit,
     error,
     insert_into,
@@ -82,6 +85,7 @@ def ir_for(loop: range, fn: Callable[[], Any]) -> None:
         _forget_block(body)
         op.detach()
         op.erase(safe_erase=False)
+        changed()
         raise
     _forget_block(body)
     _forget_block(outer)
@@ -154,22 +158,22 @@ class Compiled:
     """The recorded program compiled for one backend (`gradfuse.compile()`).
 
     `.kernels`, `.kernels_per_iteration` and `.peak_bytes` count launches and
-    temporary memory of the fused program; `.run()` runs it once and writes the
-    final param values back into the model. `execute()` is `compile().run()`.
+    temporary memory of the fused program; `.run()` runs it and writes the final
+    param values back into the model. `execute()` is `compile().run()`: both reuse
+    the compiled program of an unchanged recording.
     """
 
-    def __init__(self, backend: str | None, dtype: Any = None):
+    def __init__(self, backend: str, dtype: Any = None):
         from gradfuse.backend import compile_module
 
         prog = program()
+        self.origin: Program | None = prog
+        self.version = prog.version
         self.source = prog.module.clone()
         self.feeders, self.receivers, self.params = prog.feeders, prog.receivers, prog.params
         self.dtype = dtype
-        if dtype is not None and backend is None:
-            backend = "reference"  # only the reference interpreter computes in float64
         self.program = compile_module(prog.module.clone(), backend)
         self.backend = self.program.backend
-        new_program()
         self._stats: Any = None
 
     @property
@@ -207,12 +211,27 @@ class Compiled:
         run_pipeline(module, "kernels")
         return dump_kernels(module)
 
-    def run(self) -> Any:
-        """Runs the program once; params are read from and written back to the model."""
+    def run(self, *, check_finite: bool | None = None) -> Any:
+        """Runs the program; params are read from and written back to the model.
+
+        The recording it was compiled from, if still unchanged, is consumed: recording
+        starts anew. `check_finite` (default `$GRADFUSE_CHECK_FINITE=1`) stops at the
+        first non-finite value a feeder returns or a param takes, see `execute`.
+        A Ctrl-C stops the run at the end of an iteration of the outermost loop: the
+        params keep what the finished iterations made, and `KeyboardInterrupt` is raised.
+        """
+        if self.origin is not None and program() is self.origin:
+            if self.origin.version == self.version:
+                new_program()
+            self.origin = None
         initial = {key: p.data for key, p in self.params.items()}
-        extra = {"dtype": self.dtype} if self.dtype is not None else {}
+        extra: dict[str, Any] = {"dtype": self.dtype} if self.dtype is not None else {}
         if extra and self.backend != "reference":
             raise GradfuseError("execute(dtype=...) needs backend='reference'")
+        if check_finite is None:
+            check_finite = os.environ.get("GRADFUSE_CHECK_FINITE", "") not in ("", "0")
+        if check_finite:
+            extra["check_finite"] = True
         try:
             result = self.program.run(
                 feeders=self.feeders, receivers=self.receivers, params=initial, **extra
@@ -222,29 +241,55 @@ class Compiled:
             clean = GradfuseError(err.message, err.position)
             clean.params = getattr(err, "params", {})  # type: ignore[attr-defined]
             raise clean from None
+        except KeyboardInterrupt as interrupt:  # params as the last finished iteration left them
+            _write_back(self.params, getattr(interrupt, "params", {}))
+            raise
         _write_back(self.params, result.params)
         return result
 
 
 def compile(backend: str | None = None, *, dtype: Any = None) -> Compiled:  # noqa: A001
-    """Compiles the recorded program without running it; recording starts anew.
+    """Compiles the recorded program without running it (or gives the program compiled
+    before, while the recording is unchanged); `.run()` or `execute()` runs it.
 
     `backend`, else `$GRADFUSE_BACKEND`, else cuda when PyCUDA sees a GPU, else c.
     `gradfuse.compile().kernels_per_iteration`
     """
-    return Compiled(backend, dtype)
+    from gradfuse.backend import choose_backend
+
+    if dtype is not None and backend is None:
+        backend = "reference"  # only the reference interpreter computes in float64
+    name = choose_backend(backend)
+    prog = program()
+    if prog.is_empty():
+        raise error(
+            "nothing is recorded to compile or execute (a program runs once, and recording"
+            " starts anew after it ran): record a model's step, an ir_for or a Receiver first"
+        )
+    key = (name, "" if dtype is None else np.dtype(dtype).str, prog.version)
+    found = prog.compiled.get(key)
+    if found is None:
+        found = prog.compiled[key] = Compiled(name, dtype)
+    return found
 
 
-def execute(backend: str | None = None, *, dtype: Any = None) -> Any:
-    """Compiles the recorded program, runs it and writes the final params back.
+def execute(
+    backend: str | None = None, *, dtype: Any = None, check_finite: bool | None = None
+) -> Any:
+    """Compiles the recorded program (or reuses what `compile()` made of it), runs it and
+    writes the final params back.
 
     The backend is `backend`, else `$GRADFUSE_BACKEND`, else cuda when PyCUDA sees
     a GPU, else c (see `gradfuse.backend`). Recording then starts anew, so a second
-    `execute()` runs only what was recorded after the first. Returns the run's
-    `RunResult`. `dtype=np.float64` (reference backend only) computes every float
-    value in float64, for checks against float64 NumPy. `execute()`
+    `execute()` runs only what was recorded after the first (nothing recorded is an
+    error). Returns the run's `RunResult`. `dtype=np.float64` (reference backend only)
+    computes every float value in float64, for checks against float64 NumPy.
+    `check_finite=True` (or `$GRADFUSE_CHECK_FINITE=1`) stops at the first NaN or
+    infinity that a feeder returns or that a param takes after an iteration of the
+    outermost loop, naming it and the iteration; the params keep the values of the
+    last finished iteration. `execute()`
     """
-    return compile(backend, dtype=dtype).run()
+    return compile(backend, dtype=dtype).run(check_finite=check_finite)
 
 
 __all__ = [

@@ -2,7 +2,10 @@
 
 Loops run inside C; feeders and receivers are callbacks into Python. Params are
 NumPy arrays owned by Python and passed by pointer, so their final values need
-no copy. Compiled libraries are cached on disk (see `cache`).
+no copy. Compiled libraries are cached on disk (see `cache`). Ctrl-C during a run
+stops it at the next iteration of the outermost loop (a C SIGINT handler sets a flag
+the loop checks) and raises `KeyboardInterrupt` with the params of the finished
+iterations; `check_finite` checks the params after each such iteration (a callback).
 
     program = compile_c(lowered_module)
     result = program.run(feeders={"x": x}, params={"0.weight": w})
@@ -24,12 +27,14 @@ from gradfuse.backend.kernel_numpy import tensor_of
 from gradfuse.backend.lowered import entry_function
 from gradfuse.backend.reference import RunResult
 from gradfuse.backend.reference_state import RunState, attr_array, dtype_of
+from gradfuse.backend.run_control import interrupted, sigint_flag
 from gradfuse.diagnostics import GradfuseError, position_of
 
 FEED = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
 RECEIVE = ctypes.CFUNCTYPE(
     ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int
 )
+CHECK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_long)
 
 
 class Context(ctypes.Structure):
@@ -45,6 +50,7 @@ class Context(ctypes.Structure):
         ("iteration", ctypes.c_long),
         ("index", ctypes.c_long),
         ("loop", ctypes.c_long),
+        ("check", CHECK),
     ]
 
 
@@ -85,6 +91,8 @@ class CProgram:
         self.lib = ctypes.CDLL(str(build_library(self.source, module, split)))
         self.lib.gradfuse_main.argtypes = [ctypes.POINTER(Context)]
         self.lib.gradfuse_main.restype = ctypes.c_int
+        self.lib.gradfuse_sigint.argtypes = [ctypes.c_int]
+        self.lib.gradfuse_sigint.restype = ctypes.c_int
         by_name = {op.sym_name.data: op for op in module.ops if isinstance(op, memref.GlobalOp)}
         self.globals = [by_name[n] for n in host_symbols(module)]
         self.main = main_function(module)
@@ -99,6 +107,7 @@ class CProgram:
         receivers: Mapping[str, Callable[..., None]] | None = None,
         params: dict[str, np.ndarray] | None = None,
         entry: str = "main",
+        check_finite: bool = False,
     ) -> RunResult:
         """Runs the program; the API and the errors are `reference.run`'s."""
         if entry_function(self.module, entry) is not self.main:
@@ -109,6 +118,7 @@ class CProgram:
         keys = [_key(g) or g.sym_name.data for g in self.globals]
         types = {k: tensor_of(g.type) for k, g in zip(keys, self.globals)}  # type: ignore[arg-type]
         state = RunState(np.float32, types, {}, dict(feeders or {}), dict(receivers or {}))
+        state.check_finite = check_finite
         given = params or {}
         values: list[np.ndarray] = []
         for key, g in zip(keys, self.globals):
@@ -148,7 +158,20 @@ class CProgram:
                 failure.append(err)
                 return 1
 
+        last = [v.copy() for v in values] if check_finite else []  # the last finite params
+
+        def check(iteration: int) -> int:
+            try:
+                state.after_iteration(dict(zip(keys, values)))
+                for kept, v in zip(last, values):
+                    kept[...] = v
+                return 0
+            except BaseException as err:  # noqa: BLE001
+                failure.append(err)
+                return 1
+
         feed_cb, receive_cb = FEED(feed), RECEIVE(receive)
+        check_cb = CHECK(check) if check_finite else CHECK()
         n_results = len(self.main.function_type.outputs.data)
         saved = {k: np.empty_like(values[k]) for ks in self.saved.values() for k in ks}
         ctx = Context(
@@ -165,16 +188,34 @@ class CProgram:
             -1,
             0,
             -1,
+            check_cb,
         )
-        code = self.lib.gradfuse_main(ctypes.byref(ctx))
+        lib = self.lib
+        with sigint_flag(lambda: lib.gradfuse_sigint(1), lambda: lib.gradfuse_sigint(0)) as came:
+            code = lib.gradfuse_main(ctypes.byref(ctx))
         final = dict(zip(keys, values))
+        if code == 0 and check_finite and not self.loops:
+            try:
+                state.after_iteration(final)
+            except GradfuseError as err:
+                failure.append(err)
+                code, ctx.iteration = 1, -1
+                for v, kept in zip(values, last):
+                    v[...] = kept
+        if code == 2 or (code == 0 and came and came[0]):
+            raise interrupted(final)  # stopped at an iteration boundary: nothing to undo
         if code != 0:
             err = failure[0] if failure else GradfuseError("the compiled program stopped")
+            if ctx.iteration >= 0:  # params as the last finished iteration left them
+                for k in self.saved.get(ctx.loop, ()):
+                    values[k][...] = saved[k]
+                for v, kept in zip(values, last):
+                    v[...] = kept
+            if isinstance(err, KeyboardInterrupt):  # Ctrl-C inside a callback
+                raise interrupted(final, err) from None
             if not isinstance(err, GradfuseError):
                 err = GradfuseError(f"{type(err).__name__}: {err}")
-            if ctx.iteration >= 0:  # params as the last finished iteration left them
-                for k in self.saved[ctx.loop]:
-                    values[k][...] = saved[k]
+            if ctx.iteration >= 0:
                 pos = position_of(self.loops[ctx.loop].location)
                 here = f" at {pos}" if pos else ""
                 where = f"(in iteration {ctx.iteration} (i = {ctx.index}) of the tg.for{here})"

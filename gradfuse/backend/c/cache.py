@@ -2,7 +2,8 @@
 
 The cache key hashes the source, the flags and gcc's version; a library is built
 in a temporary directory and renamed into place, so concurrent builds and crashes
-never leave a half-written entry, and an entry that is not an ELF file is rebuilt:
+never leave a half-written entry, and its checksum is written beside it: an entry
+whose bytes do not match (truncated, zeroed, foreign) is rebuilt, never loaded:
 
     path = build_library(source, module, split)  # split(cores): the units to build at once
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 from xdsl.dialects.builtin import ModuleOp
 
 from gradfuse.backend.compile_errors import compile_error
-from gradfuse.backend.disk_cache import cache_dir, tool_version
+from gradfuse.backend.disk_cache import cache_dir, seal, tool_version, verified
 from gradfuse.diagnostics import GradfuseError
 
 TUNING = "-march=native"  # replaced by $GRADFUSE_CFLAGS (say "-march=x86-64 -mno-fma")
@@ -56,10 +57,8 @@ def build_library(
     cflags = flags()
     key = hashlib.sha256("\0".join([source, *cflags, tool_version(cc)]).encode()).hexdigest()
     target = cache_dir("c") / f"{key[:32]}.so"
-    if target.exists():
-        with target.open("rb") as f:
-            if f.read(4) == b"\x7fELF":  # anything else (a torn or foreign file) is rebuilt
-                return target
+    if verified(target):
+        return target
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     units = split(cores or 1) if split is not None else [source]
     with tempfile.TemporaryDirectory(dir=cache_dir("c")) as tmp:
@@ -98,4 +97,5 @@ def build_library(
                     f"gcc could not link the generated program: {done.stderr.strip()}"
                 )
         os.replace(out, target)  # atomic: a reader sees no library or the whole one
+    seal(target)
     return target

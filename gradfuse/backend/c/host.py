@@ -1,14 +1,20 @@
 """The host program of a lowered module as C: loops, launches, host callbacks.
 
 Params, arguments and the arena come in through a context struct; feeders and
-receivers are C function pointers that call back into Python:
+receivers are C function pointers that call back into Python. Each iteration of an
+outermost loop starts by looking at `gf_stop` (set by the SIGINT handler that
+`gradfuse_sigint(1)` installs around a run: Ctrl-C stops at an iteration boundary,
+status 2) and ends with the optional `ctx->check` (`check_finite`):
 
     int gradfuse_main(gf_ctx* ctx) {
       char* v0 = ctx->arena;
       float* v1 = (float*)ctx->params[0];
       for (long v3 = 0; v3 < 1000; v3 += 1) {
-        if (ctx->feed(0, v5)) return 1;
+        GF_STOP((v3 - 0) / 1, v3, 0)
+        gf_iter = (v3 - 0) / 1; gf_index = v3; gf_loop = 0;
+        if (ctx->feed(0, v5)) GF_FAIL
         k0(v5, v1, ..., 1, 32);
+        if (ctx->check && ctx->check(gf_iter)) GF_FAIL
       }
       return 0;
     }
@@ -26,14 +32,33 @@ from gradfuse.backend.lowered import entry_function
 from gradfuse.diagnostics import GradfuseError, position_of
 
 CONTEXT = """
+#include <signal.h>
 typedef int (*gf_feed_fn)(int, void*);
 typedef int (*gf_receive_fn)(int, void**, int);
+typedef int (*gf_check_fn)(long);
 typedef struct {
   void** params; void** args; void** results; char* arena;
   gf_feed_fn feed; gf_receive_fn receive;
   void** saved; long* sizes; long iteration; long index; long loop;
+  gf_check_fn check;
 } gf_ctx;
 #define GF_FAIL { ctx->iteration = gf_iter; ctx->index = gf_index; ctx->loop = gf_loop; return 1; }
+#define GF_STOP(it, i, l) if (gf_stop) { ctx->iteration = it; ctx->index = i; ctx->loop = l; return 2; }
+static volatile sig_atomic_t gf_stop = 0;
+static struct sigaction gf_previous;
+static void gf_on_sigint(int sig) { (void)sig; gf_stop = 1; }
+int gradfuse_sigint(int on) {
+  if (on) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = gf_on_sigint;
+    sigemptyset(&sa.sa_mask);
+    gf_stop = 0;
+    return sigaction(SIGINT, &sa, &gf_previous);
+  }
+  sigaction(SIGINT, &gf_previous, 0);
+  return gf_stop;
+}
 """
 
 
@@ -51,7 +76,7 @@ class HostRenderer(Renderer):
         self.saved: dict[int, list[int]] = {}  # top-level loop -> the params it saves
         self.aliases = aliases  # kernels left out for an equal one: name -> that one
         self.calls: list[func.CallOp] = []
-        self.loops: list[scf.ForOp] = []  # outer loops with host calls, by gf_loop
+        self.loops: list[scf.ForOp] = []  # outermost loops, by gf_loop
         self.source = ""
         self.kernel_texts: list[str] = []  # filled by `render_program`
         self.host_text = ""
@@ -123,19 +148,24 @@ class HostRenderer(Renderer):
                     self.name(v) for v in (op.body.block.args[0], op.lb, op.ub, op.step)
                 )
                 self.emit(f"for (long {i} = {lo}; {i} < {hi}; {i} += {st}) {{", depth)
-                if depth == 1 and any(isinstance(o, func.CallOp) for o in op.body.walk()):
+                if depth == 1:  # an outermost loop: Ctrl-C and check_finite at its iterations
+                    n = len(self.loops)
+                    self.emit(f"GF_STOP(({i} - {lo}) / {st}, {i}, {n})", depth + 1)
                     self.emit(f"gf_iter = ({i} - {lo}) / {st}; gf_index = {i};", depth + 1)
-                    self.emit(f"gf_loop = {len(self.loops)};", depth + 1)
-                    self.saved[len(self.loops)] = self.params_written_before_a_call(op)
-                    for k in self.saved[len(self.loops)]:
+                    self.emit(f"gf_loop = {n};", depth + 1)
+                    self.loops.append(op)
+                if depth == 1 and any(isinstance(o, func.CallOp) for o in op.body.walk()):
+                    self.saved[n] = self.params_written_before_a_call(op)
+                    for k in self.saved[n]:
                         self.emit(
                             f"memcpy(ctx->saved[{k}], ctx->params[{k}], ctx->sizes[{k}]);",
                             depth + 1,
                         )
-                    self.loops.append(op)
                 self.host_block(op.body.block, depth + 1)
+                if depth == 1:
+                    self.emit("if (ctx->check && ctx->check(gf_iter)) GF_FAIL", depth + 1)
                 self.emit("}", depth)
-                if depth == 1 and self.loops and self.loops[-1] is op:
+                if depth == 1:
                     self.emit("gf_iter = -1;", depth)  # a failure after it is in no loop
             elif isinstance(op, func.ReturnOp):
                 for k, v in enumerate(op.arguments):

@@ -15,6 +15,7 @@ their callbacks run, in order, once the copies have landed.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,7 @@ from gradfuse.backend.cuda.memory import device_alloc
 from gradfuse.backend.kernel_numpy import tensor_of
 from gradfuse.backend.reference import RunResult
 from gradfuse.backend.reference_state import RunState, attr_array, dtype_of
+from gradfuse.backend.run_control import interrupted, sigint_flag
 from gradfuse.diagnostics import GradfuseError, position_of
 
 Action = Callable[[], None]
@@ -88,11 +90,28 @@ class CudaProgram:
         receivers: Mapping[str, Callable[..., None]] | None = None,
         params: dict[str, np.ndarray] | None = None,
         entry: str = "main",
+        check_finite: bool = False,
     ) -> RunResult:
-        """Runs the program; the API and the errors are `reference.run`'s."""
+        """Runs the program; the API and the errors are `reference.run`'s. Ctrl-C stops
+        it at the next iteration of the outermost loop (as the c backend: a flag, set by
+        a SIGINT handler installed around the run, checked once per iteration) with the
+        params of the finished iterations in the `KeyboardInterrupt`."""
         run = _Run(self, feeders or {}, receivers or {}, params or {})
+        run.state.check_finite = check_finite
+        previous = signal.getsignal(signal.SIGINT)
+
+        def install() -> None:
+            signal.signal(signal.SIGINT, lambda sig, frame: run.stop.append(True))
+
+        def remove() -> bool:
+            signal.signal(signal.SIGINT, previous)
+            return bool(run.stop)
+
         try:
-            results = run.execute(list(args))
+            with sigint_flag(install, remove) as came:
+                results = run.execute(list(args))
+            if came and came[0]:
+                raise interrupted(run.final_params())
         except GradfuseError as err:
             err.params = run.finished_params()  # type: ignore[attr-defined]
             err.received = run.state.received  # type: ignore[attr-defined]
@@ -125,6 +144,7 @@ class _Run:
         self.keys = keys
         self.pending: list[tuple[Any, str, list[np.ndarray], Any]] = []
         self.staging: dict[int, list[tuple[np.ndarray, Any]]] = {}
+        self.stop: list[bool] = []  # a SIGINT came (see `CudaProgram.run`)
         for name, op in prog.globals.items():
             ty = op.type
             assert isinstance(ty, MemRefType)
@@ -261,14 +281,19 @@ class _Run:
         body = self.actions(op.body.block)
 
         calls = outer and any(isinstance(o, func.CallOp) for o in op.body.walk())
+        check = outer and self.state.check_finite
 
         def run() -> None:
             for i in range(lo, hi, st):
-                if calls:  # a host callback may fail: keep the params of the last iteration
+                if outer and self.stop:  # Ctrl-C: the queued iterations finish, no more
+                    raise interrupted(self.final_params())
+                if calls or check:  # a callback or a check may fail: keep the params
                     self.save_params()
                 try:
                     for action in body:
                         action()
+                    if check:
+                        self.state.after_iteration(self.final_params())
                 except GradfuseError as err:
                     raise GradfuseError(
                         f"{err.message} (in iteration {(i - lo) // st} of the loop)", err.position

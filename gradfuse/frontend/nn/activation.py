@@ -8,6 +8,7 @@ from __future__ import annotations
 from gradfuse.frontend import functional as F
 from gradfuse.frontend.functional_conv import leaky_relu
 from gradfuse.frontend.nn.module import Module
+from gradfuse.frontend.nn.options import legacy_softmax_dim
 from gradfuse.frontend.recorder import error
 from gradfuse.frontend.tensor import Tensor
 
@@ -32,11 +33,16 @@ class GELU(Module):
 
 
 class LeakyReLU(Module):
-    """`x` where positive, else `negative_slope * x`, as PyTorch. `LeakyReLU(0.2)(x)`"""
+    """`x` where positive, else `negative_slope * x`, as PyTorch. `LeakyReLU(0.2, True)(x)`
+
+    `inplace=True` gives the same result (gradfuse's tensors are values: the input
+    keeps its own).
+    """
 
     def __init__(self, negative_slope: float = 0.01, inplace: bool = False):
         super().__init__()
         self.negative_slope = negative_slope
+        self.inplace = inplace
 
     def forward(self, x: Tensor) -> Tensor:
         return leaky_relu(x, self.negative_slope)
@@ -48,23 +54,25 @@ class LeakyReLU(Module):
 class LogSoftmax(Module):
     """Log-softmax along `dim`, with max-subtraction. `LogSoftmax(dim=1)(logits)`"""
 
-    def __init__(self, dim: int = -1):
+    def __init__(self, dim: int | None = None):
         super().__init__()
         self.dim = dim
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.log_softmax(x, self.dim)
+        return F.log_softmax(x, legacy_softmax_dim(self.dim, x.ndim))
 
 
 class Dropout(Module):
     """While training, zeroes elements with probability `p` and scales the rest by 1/(1-p).
 
     Records nothing in eval mode (`model.eval()`) or when `p == 0`; each run of the
-    traced step draws a new mask (`tg.random` on a counter param). `Dropout(0.1)(h)`
+    traced step draws a new mask (`tg.random` on a counter param). `Dropout(0.1)(h)`;
+    `inplace=True` gives the same result (the input keeps its own value).
     """
 
-    def __init__(self, p: float = 0.5):
+    def __init__(self, p: float = 0.5, inplace: bool = False):
         super().__init__()
+        self.inplace = inplace
         if not 0.0 <= p <= 1.0:
             raise error(f"Dropout: probability must be in [0, 1], got {p}")
         self.p = p

@@ -11,12 +11,15 @@ normalise. Gradients flow through the batch statistics:
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from gradfuse.dialects.tg_base import fmt_shape
 from gradfuse.frontend import functional_conv as F
 from gradfuse.frontend.nn.buffer import Buffer
 from gradfuse.frontend.nn.module import Module
+from gradfuse.frontend.nn.options import device_and_dtype
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import error
 from gradfuse.frontend.tensor import Tensor
@@ -35,8 +38,13 @@ class _BatchNorm(Module):
         momentum: float | None = 0.1,
         affine: bool = True,
         track_running_stats: bool = True,
+        device: Any = None,
+        dtype: Any = None,
+        *,
+        bias: bool = True,
     ):
         super().__init__()
+        device_and_dtype(type(self).__name__, device, dtype)
         if num_features < 1:
             raise error(f"{type(self).__name__}: num_features must be positive, got {num_features}")
         self.num_features = num_features
@@ -45,7 +53,7 @@ class _BatchNorm(Module):
         self.affine = affine
         self.track_running_stats = track_running_stats
         self.weight = Parameter(np.ones(num_features, np.float32)) if affine else None
-        self.bias = Parameter(np.zeros(num_features, np.float32)) if affine else None
+        self.bias = Parameter(np.zeros(num_features, np.float32)) if affine and bias else None
         self.running_mean: Buffer | None = None
         self.running_var: Buffer | None = None
         self.num_batches_tracked: Buffer | None = None

@@ -11,11 +11,13 @@ the bias, drawn from `gradfuse.manual_seed`'s generator:
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from gradfuse.frontend import functional_conv as F
 from gradfuse.frontend.nn.module import Module
+from gradfuse.frontend.nn.options import device_and_dtype, only
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import error, rng
 from gradfuse.frontend.tensor import Tensor
@@ -90,7 +92,12 @@ class Conv2d(_ConvNd):
         dilation: F.IntPair = 1,
         groups: int = 1,
         bias: bool = True,
+        padding_mode: str = "zeros",
+        device: Any = None,
+        dtype: Any = None,
     ):
+        only("Conv2d", "padding_mode", padding_mode, "zeros")
+        device_and_dtype("Conv2d", device, dtype)
         super().__init__(
             in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
             transposed=False,
@@ -119,7 +126,12 @@ class ConvTranspose2d(_ConvNd):
         groups: int = 1,
         bias: bool = True,
         dilation: F.IntPair = 1,
+        padding_mode: str = "zeros",
+        device: Any = None,
+        dtype: Any = None,
     ):
+        only("ConvTranspose2d", "padding_mode", padding_mode, "zeros")
+        device_and_dtype("ConvTranspose2d", device, dtype)
         if isinstance(padding, str):
             raise error(f"ConvTranspose2d: padding must be an int or a pair, got {padding!r}")
         super().__init__(

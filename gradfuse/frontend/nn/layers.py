@@ -14,6 +14,7 @@ import numpy as np
 
 from gradfuse.frontend.functional_conv import flatten
 from gradfuse.frontend.nn.module import Module
+from gradfuse.frontend.nn.options import device_and_dtype, legacy_softmax_dim
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import rng
 from gradfuse.frontend.tensor import Tensor
@@ -29,8 +30,16 @@ class Linear(Module):
     `Linear(255, 10)(x)` maps [N, 255] to [N, 10].
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        device: Any = None,
+        dtype: Any = None,
+    ):
         super().__init__()
+        device_and_dtype("Linear", device, dtype)
         self.in_features = in_features
         self.out_features = out_features
         bound = 1.0 / math.sqrt(in_features) if in_features else 0.0
@@ -94,7 +103,12 @@ class Sigmoid(Module):
 
 
 class ReLU(Module):
-    """`max(x, 0)` elementwise (`tg.relu`). `ReLU()(x)`"""
+    """`max(x, 0)` elementwise (`tg.relu`). `ReLU()(x)`; `ReLU(True)` (inplace) gives
+    the same result (gradfuse's tensors are values: the input keeps its own)."""
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        self.inplace = inplace
 
     def forward(self, x: Tensor) -> Tensor:
         return x.relu()
@@ -110,12 +124,12 @@ class Tanh(Module):
 class Softmax(Module):
     """Softmax along `dim` (`tg.softmax`). `Softmax(dim=-1)(x)`"""
 
-    def __init__(self, dim: int = -1):
+    def __init__(self, dim: int | None = None):
         super().__init__()
         self.dim = dim
 
     def forward(self, x: Tensor) -> Tensor:
-        return x.softmax(self.dim)
+        return x.softmax(legacy_softmax_dim(self.dim, x.ndim))
 
 
 class ModuleList(Module):
@@ -124,9 +138,9 @@ class ModuleList(Module):
     `layers = ModuleList([Linear(4, 4) for _ in range(3)]); layers[1]`
     """
 
-    def __init__(self, modules: Iterable[Module] = ()):
+    def __init__(self, modules: Iterable[Module] | None = None):
         super().__init__()
-        for m in modules:
+        for m in modules or ():
             self.append(m)
 
     def append(self, module: Module) -> ModuleList:
@@ -145,7 +159,10 @@ class ModuleList(Module):
 
 
 class Identity(Module):
-    """Returns its input unchanged. `Identity()(x) is x`"""
+    """Returns its input unchanged (its arguments are ignored, as PyTorch's). `Identity()(x) is x`"""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__()
 
     def forward(self, x: Any) -> Any:
         return x

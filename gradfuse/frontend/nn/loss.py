@@ -7,13 +7,17 @@ from __future__ import annotations
 
 from gradfuse.frontend import functional as F
 from gradfuse.frontend.nn.module import Module
+from gradfuse.frontend.nn.options import legacy_reduction, only
 from gradfuse.frontend.recorder import error
 from gradfuse.frontend.tensor import Tensor
 
 
 class _Loss(Module):
-    def __init__(self, reduction: str = "mean"):
+    def __init__(
+        self, size_average: bool | None = None, reduce: bool | None = None, reduction: str = "mean"
+    ):
         super().__init__()
+        reduction = legacy_reduction(size_average, reduce, reduction)
         if reduction not in ("mean", "sum", "none"):
             raise error(
                 f"{type(self).__name__}: reduction must be 'mean', 'sum' or 'none',"
@@ -35,6 +39,16 @@ class MSELoss(_Loss):
 class BCELoss(_Loss):
     """Binary cross-entropy of probabilities (logs clamped at -100). `BCELoss()(p, t)`"""
 
+    def __init__(
+        self,
+        weight: object = None,
+        size_average: bool | None = None,
+        reduce: bool | None = None,
+        reduction: str = "mean",
+    ):
+        only("BCELoss", "weight", weight, None)
+        super().__init__(size_average, reduce, reduction)
+
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
         return F.binary_cross_entropy(input, target, self.reduction)
 
@@ -45,8 +59,18 @@ class CrossEntropyLoss(_Loss):
     `CrossEntropyLoss()(logits, Feeder(labels, shape=[N]))`
     """
 
-    def __init__(self, reduction: str = "mean", label_smoothing: float = 0.0):
-        super().__init__(reduction)
+    def __init__(
+        self,
+        weight: object = None,
+        size_average: bool | None = None,
+        ignore_index: int = -100,
+        reduce: bool | None = None,
+        reduction: str = "mean",
+        label_smoothing: float = 0.0,
+    ):
+        only("CrossEntropyLoss", "weight", weight, None)
+        only("CrossEntropyLoss", "ignore_index", ignore_index, -100)
+        super().__init__(size_average, reduce, reduction)
         self.label_smoothing = label_smoothing
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:

@@ -106,7 +106,12 @@ class Module:
         return {name: p.data.copy() for name, p in self.named_parameters()}
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
-        """Sets parameter values from `state` (NumPy arrays or anything `np.asarray` takes)."""
+        """Sets parameter values from `state` (NumPy arrays, torch tensors or anything
+        `np.asarray` takes), cast to each parameter's dtype.
+
+        Every entry is checked (keys when `strict`, shapes, numeric data) before any is
+        written: on an error the model is unchanged. `model.load_state_dict(saved)`
+        """
         params = dict(self.named_parameters())
         if strict:
             missing = sorted(set(params) - set(state))
@@ -114,18 +119,28 @@ class Module:
             if missing or unexpected:
                 raise GradfuseError(
                     f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}"
+                    " (strict=False loads the keys that match)"
                 )
+        arrays: dict[str, np.ndarray] = {}
+        problems: list[str] = []
         for name, value in state.items():
             if name not in params:
                 continue
             p = params[name]
             arr = np.asarray(value.detach().cpu().numpy() if hasattr(value, "detach") else value)
-            if arr.shape != p.data.shape:
-                raise GradfuseError(
-                    f"load_state_dict: {name} has shape {list(arr.shape)},"
-                    f" the parameter has {list(p.data.shape)}"
+            if arr.dtype.kind not in "biuf":
+                problems.append(f"{name} holds {arr.dtype} data, not numbers")
+            elif arr.shape != p.data.shape:
+                problems.append(
+                    f"{name} has shape {list(arr.shape)} in the state dict and"
+                    f" {list(p.data.shape)} in the model"
                 )
-            p.data = arr.astype(p.data.dtype)
+            else:
+                arrays[name] = arr.astype(p.data.dtype)
+        if problems:
+            raise GradfuseError(f"load_state_dict: {'; '.join(problems)} (nothing was loaded)")
+        for name, arr in arrays.items():
+            params[name].data = arr
 
     def zero_grad(self) -> None:
         """Forgets the gradients (records nothing)."""

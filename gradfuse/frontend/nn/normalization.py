@@ -6,11 +6,13 @@ norm = LayerNorm(64); y = norm(x)    # x: [..., 64]
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from gradfuse.frontend import functional as F
 from gradfuse.frontend.nn.module import Module
+from gradfuse.frontend.nn.options import device_and_dtype
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.tensor import Tensor
 
@@ -27,8 +29,11 @@ class LayerNorm(Module):
         eps: float = 1e-5,
         elementwise_affine: bool = True,
         bias: bool = True,
+        device: Any = None,
+        dtype: Any = None,
     ):
         super().__init__()
+        device_and_dtype("LayerNorm", device, dtype)
         shape = (normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape
         self.normalized_shape = tuple(int(d) for d in shape)
         self.eps = eps

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from gradfuse.frontend import functional_conv as F
 from gradfuse.frontend.nn.module import Module
+from gradfuse.frontend.nn.options import only
 from gradfuse.frontend.tensor import Tensor
 
 
@@ -27,9 +28,11 @@ class MaxPool2d(Module):
         stride: F.IntPair | None = None,
         padding: F.IntPair = 0,
         dilation: F.IntPair = 1,
+        return_indices: bool = False,
         ceil_mode: bool = False,
     ):
         super().__init__()
+        only("MaxPool2d", "return_indices", return_indices, False)
         self.kernel_size = kernel_size
         self.stride = kernel_size if stride is None else stride
         self.padding = padding

@@ -6,10 +6,13 @@ h = emb(tokens)          # tokens: [N, L] floats holding ids -> [N, L, 64]
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from gradfuse.frontend.id_ranges import check_fed_ids
 from gradfuse.frontend.nn.module import Module
+from gradfuse.frontend.nn.options import device_and_dtype, only
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import error, rng
 from gradfuse.frontend.tensor import Tensor
@@ -25,15 +28,45 @@ class Embedding(Module):
     the feeder (see `gradfuse.frontend.id_ranges`); other ids are not checked.
     """
 
-    def __init__(self, num_embeddings: int, embedding_dim: int):
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+        _weight: Any = None,
+        _freeze: bool = False,
+        device: Any = None,
+        dtype: Any = None,
+    ):
         super().__init__()
+        for name, value, default in (
+            ("padding_idx", padding_idx, None),
+            ("max_norm", max_norm, None),
+            ("scale_grad_by_freq", scale_grad_by_freq, False),
+            ("sparse", sparse, False),
+            ("_freeze", _freeze, False),
+        ):
+            only("Embedding", name, value, default)
+        device_and_dtype("Embedding", device, dtype)
         if num_embeddings <= 0 or embedding_dim <= 0:
             raise error(
                 f"Embedding: sizes must be positive, got {num_embeddings} x {embedding_dim}"
             )
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
-        table = rng().standard_normal((num_embeddings, embedding_dim))
+        if _weight is None:
+            table = rng().standard_normal((num_embeddings, embedding_dim))
+        else:
+            table = np.asarray(_weight.detach().numpy() if hasattr(_weight, "detach") else _weight)
+            if table.shape != (num_embeddings, embedding_dim):
+                raise error(
+                    f"Embedding: _weight has shape {list(table.shape)},"
+                    f" expected {[num_embeddings, embedding_dim]}"
+                )
         self.weight = Parameter(table.astype(np.float32))
 
     def forward(self, ids: Tensor) -> Tensor:

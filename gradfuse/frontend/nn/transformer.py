@@ -23,6 +23,7 @@ from gradfuse.frontend.nn.activation import Dropout
 from gradfuse.frontend.nn.layers import Linear, ModuleList
 from gradfuse.frontend.nn.module import Module
 from gradfuse.frontend.nn.normalization import LayerNorm
+from gradfuse.frontend.nn.options import device_and_dtype, only
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import error, rng
 from gradfuse.frontend.tensor import Tensor
@@ -81,9 +82,20 @@ class MultiheadAttention(Module):
         num_heads: int,
         dropout: float = 0.0,
         bias: bool = True,
+        add_bias_kv: bool = False,
+        add_zero_attn: bool = False,
+        kdim: int | None = None,
+        vdim: int | None = None,
         batch_first: bool = False,
+        device: Any = None,
+        dtype: Any = None,
     ):
         super().__init__()
+        only("MultiheadAttention", "add_bias_kv", add_bias_kv, False)
+        only("MultiheadAttention", "add_zero_attn", add_zero_attn, False)
+        only("MultiheadAttention", "kdim", kdim, None, embed_dim)
+        only("MultiheadAttention", "vdim", vdim, None, embed_dim)
+        device_and_dtype("MultiheadAttention", device, dtype)
         _check_heads("MultiheadAttention", "embed_dim", embed_dim, "num_heads", num_heads)
         self.embed_dim = embed_dim
         self.num_heads = num_heads
@@ -190,8 +202,11 @@ class TransformerEncoderLayer(Module):
         batch_first: bool = False,
         norm_first: bool = False,
         bias: bool = True,
+        device: Any = None,
+        dtype: Any = None,
     ):
         super().__init__()
+        device_and_dtype("TransformerEncoderLayer", device, dtype)
         if isinstance(activation, str) and activation not in _ACTIVATIONS:
             raise error(
                 f"TransformerEncoderLayer: activation should be relu or gelu, not {activation!r}"

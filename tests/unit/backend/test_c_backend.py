@@ -155,19 +155,38 @@ def test_the_cuda_backend_without_pycuda_or_a_gpu_is_one_sentence():
         compile_module(module, "cuda")
 
 
-def test_a_corrupt_cache_entry_is_rebuilt_never_loaded(monkeypatch, tmp_path):
+DAMAGES = {
+    "foreign": lambda data: b"half a library",  # a torn write or a foreign file
+    "truncated": lambda data: data[: len(data) // 2],  # ELF header intact: SIGBUS once loaded
+    "zeroed": lambda data: data[:4] + bytes(len(data) - 4),  # ELF magic, then zeros: OSError
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_a_corrupt_cache_entry_is_rebuilt_never_loaded(monkeypatch, tmp_path, damage):
+    import ctypes
+
     from gradfuse.backend.c import cache
 
     monkeypatch.setenv("GRADFUSE_CACHE_DIR", str(tmp_path))
-    source = "int gradfuse_answer(void) { return 42; }\n"
+    source = f"int gradfuse_answer_{damage}(void) {{ return 42; }}\n"  # a path never loaded
     path = cache.build_library(source)
-    assert path.read_bytes()[:4] == b"\x7fELF"
-    path.write_bytes(b"half a library")  # a torn write or a foreign file
+    good = path.read_bytes()
+    assert good[:4] == b"\x7fELF" and path.with_name(path.name + ".sha256").exists()
+    path.write_bytes(DAMAGES[damage](good))
     again = cache.build_library(source)
     assert again == path and again.read_bytes()[:4] == b"\x7fELF"
-    import ctypes
+    assert len(again.read_bytes()) == len(good)  # rebuilt whole
+    assert getattr(ctypes.CDLL(str(again)), f"gradfuse_answer_{damage}")() == 42
 
-    assert ctypes.CDLL(str(again)).gradfuse_answer() == 42
+
+def test_a_cache_path_that_is_a_file_is_one_sentence(monkeypatch, tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file")
+    monkeypatch.setenv("GRADFUSE_CACHE_DIR", str(blocker))
+    with pytest.raises(GradfuseError, match="the cache directory .* cannot be created") as info:
+        compile_module(parse_tg(PROGRAMS["linreg"]), "c")
+    assert "GRADFUSE_CACHE_DIR" in str(info.value) and "\n" not in str(info.value)
 
 
 def test_two_processes_building_the_same_library_at_once_both_succeed(tmp_path):

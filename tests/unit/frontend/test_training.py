@@ -177,7 +177,9 @@ def test_unknown_backend_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> No
     with pytest.raises(GradfuseError, match='backend "nope"'):
         execute()
     monkeypatch.setenv("GRADFUSE_BACKEND", "reference")
-    execute()
+    model = Linear(2, 1)
+    model(Feeder(np.ones((1, 2), np.float32), shape=[1, 2])).backward()
+    assert execute().params.keys() == {"weight", "bias"}
 
 
 def test_execute_starts_a_new_recording() -> None:
@@ -189,7 +191,8 @@ def test_execute_starts_a_new_recording() -> None:
     execute()
     after_first = model.state_dict()
     assert "tg." not in gradfuse.ir_text()
-    execute()  # nothing recorded since: nothing changes
+    with pytest.raises(GradfuseError, match="nothing is recorded"):
+        execute()  # nothing recorded since: an error, not a silent empty run
     assert all(np.array_equal(after_first[k], v) for k, v in model.state_dict().items())
 
 

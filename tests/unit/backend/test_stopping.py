@@ -1,0 +1,171 @@
+"""A run that stops early keeps what it finished, on every backend: Ctrl-C (a real
+SIGINT) raises KeyboardInterrupt within a second, a failing feeder and check_finite
+raise one GradfuseError, and the params are those of the last finished iteration
+(compared with the reference interpreter running exactly that many iterations)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+import gradfuse
+from gradfuse import Feeder, Parameter, ir_for
+from gradfuse.backend import c_available
+from gradfuse.diagnostics import GradfuseError
+from gradfuse.nn import SGD, Linear
+
+BACKENDS = ["reference", "numpy", "lowered", "c"]
+SIZES = {"lowered": (2, 4), "numpy": (16, 64)}  # (batch, width); lowered: thread by thread
+LR = 1.0 / 1024  # a's gradient is 1024, b's 2048: a = -N and b = -2N exactly after N steps
+
+
+@dataclass
+class Recorded:
+    model: Linear
+    a: Parameter
+    b: Parameter
+
+
+def record(backend: str, steps: int, feed: object = None) -> Recorded:
+    """`steps` SGD steps of a Linear layer on a constant batch (or on `feed`, a feeder),
+    plus two counters that tell how many steps finished."""
+    gradfuse.reset()
+    gradfuse.manual_seed(0)
+    batch, width = SIZES.get(backend, (64, 192))
+    model = Linear(width, width)
+    a = Parameter(np.zeros(1, np.float32), name="a")
+    b = Parameter(np.zeros(1, np.float32), name="b")
+    opt = SGD([*model.parameters(), a, b], lr=LR)
+    data = np.random.default_rng(1).normal(size=(batch, width)).astype(np.float32)
+
+    def step() -> None:
+        opt.zero_grad()
+        x = gradfuse.constant(data) if feed is None else Feeder(feed, shape=[batch, width])
+        loss = (model(x) ** 2).mean() + a.sum() * 1024.0 + b.sum() * 2048.0
+        loss.backward()
+        opt.step()
+
+    ir_for(range(steps), step)
+    return Recorded(model, a, b)
+
+
+def assert_state_after(got: Recorded, backend: str, steps: int, feed: object = None) -> None:
+    """The params equal what exactly `steps` iterations give on the reference."""
+    assert float(got.a.data[0]) == -steps and float(got.b.data[0]) == -2 * steps
+    state = got.model.state_dict()
+    if steps == 0:
+        want = record(backend, 1, feed).model.state_dict()  # initial values, same seed
+    else:
+        want_model = record(backend, steps, feed).model
+        gradfuse.execute("reference")
+        want = want_model.state_dict()
+    for key, value in want.items():
+        np.testing.assert_allclose(state[key], value, rtol=1e-4, atol=1e-5, err_msg=key)
+
+
+def needs(backend: str) -> None:
+    if backend == "c" and not c_available():
+        pytest.skip("no C compiler")
+
+
+@pytest.mark.parametrize("backend", [*BACKENDS, "c-feeder"])
+def test_ctrl_c_stops_within_a_second_and_keeps_finished_iterations(backend: str) -> None:
+    name = backend.split("-")[0]
+    needs(name)
+    batch, width = SIZES.get(name, (64, 192))
+    data = np.random.default_rng(1).normal(size=(batch, width)).astype(np.float32)
+    feed = (lambda: data) if backend.endswith("feeder") else None
+    got = record(name, 10**8, feed)
+    program = gradfuse.compile(name)
+    sent: list[float] = []
+
+    def interrupt() -> None:
+        sent.append(time.perf_counter())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    timer = threading.Timer(1.0, interrupt)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            program.run()
+        stopped = time.perf_counter() - sent[0]
+    finally:
+        timer.cancel()
+    print(f"{backend}: KeyboardInterrupt {stopped * 1e3:.1f} ms after SIGINT")
+    assert stopped < 5.0  # generous on a loaded machine; measured values are milliseconds
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+    finished = -int(got.a.data[0])
+    assert finished >= 1
+    assert_state_after(got, name, finished, feed)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_failing_feeder_keeps_the_last_finished_iteration(backend: str) -> None:
+    needs(backend)
+    batch, width = SIZES.get(backend, (64, 192))
+    data = np.random.default_rng(1).normal(size=(batch, width)).astype(np.float32)
+    calls: list[int] = []
+
+    def feed() -> np.ndarray:
+        calls.append(1)
+        if len(calls) == 4:
+            raise ValueError("the disk is gone")
+        return data
+
+    got = record(backend, 6, feed)
+    with pytest.raises(GradfuseError, match=r'feeder "feeder".*the disk is gone.*iteration 3'):
+        gradfuse.execute(backend)
+    assert_state_after(got, backend, 3, lambda: data)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_check_finite_names_a_nan_feeder_and_its_iteration(backend: str) -> None:
+    needs(backend)
+    batch, width = SIZES.get(backend, (64, 192))
+    data = np.random.default_rng(1).normal(size=(batch, width)).astype(np.float32)
+    bad = data.copy()
+    bad[1, 2] = np.nan
+    calls: list[int] = []
+
+    def feed() -> np.ndarray:
+        calls.append(1)
+        return bad if len(calls) == 3 else data
+
+    got = record(backend, 5, feed)
+    with pytest.raises(GradfuseError, match=r'feeder "feeder".*non-finite value \(nan at index \(1, 2\)\).*iteration 2'):
+        gradfuse.execute(backend, check_finite=True)
+    assert_state_after(got, backend, 2, lambda: data)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_check_finite_names_a_param_that_overflows(backend: str, monkeypatch) -> None:
+    """Inputs of 1e30 overflow the loss's square: the first step makes params infinite;
+    the run stops there with the initial params (GRADFUSE_CHECK_FINITE=1 turns it on)."""
+    needs(backend)
+    batch, width = SIZES.get(backend, (64, 192))
+    data = np.random.default_rng(1).normal(size=(batch, width)).astype(np.float32)
+    calls: list[int] = []
+
+    def feed() -> np.ndarray:
+        calls.append(1)
+        return data * np.float32(1e30) if len(calls) == 2 else data
+
+    got = record(backend, 4, feed)
+    monkeypatch.setenv("GRADFUSE_CHECK_FINITE", "1")
+    with pytest.raises(GradfuseError, match=r'param ".*" is not finite after this iteration.*iteration 1'):
+        gradfuse.execute(backend)
+    assert_state_after(got, backend, 1, lambda: data)
+    assert all(np.isfinite(v).all() for v in got.model.state_dict().values())
+
+
+def test_without_check_finite_a_nan_spreads_silently_as_before() -> None:
+    """The check costs a pass over the params per iteration, so it is opt-in."""
+    got = record("reference", 2, lambda: np.full((64, 192), np.nan, np.float32))
+    gradfuse.execute("reference")
+    assert np.isnan(got.model.weight.data).all()
