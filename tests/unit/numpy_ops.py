@@ -146,7 +146,7 @@ def run_torch(spec: Spec, torch: Any) -> Outcome:
             )
         opt.zero_grad()
         loss.backward()
-        out.losses.append(float(loss))
+        out.losses.append(float(loss.detach()))
         grads = {i: p.grad.numpy().copy() for i, p in enumerate(prog.params) if p.grad is not None}
         out.grads.append(grads)
         opt.step()
