@@ -30,19 +30,18 @@ from gradfuse.dialects.tg_base import ints, shape_of
 from gradfuse.passes.fusion_graph import (
     ELEMENTWISE,
     HOST,
+    NOT_FUSED,
     SHAPED,
     Group,
     Host,
     Member,
     Node,
     bijective,
+    not_lowered,
     resolve,
     resolve_guard,
     view_uses,
 )
-
-UNLOWERED = (tg.ReshapeOp, tg.PermuteOp, tg.BroadcastOp, tg.SliceOp)
-"""Views that `tg-lower-access` turns into `tg.view` before tg-fuse."""
 
 
 class Planner:
@@ -158,12 +157,8 @@ class Planner:
         for op in self.block.ops:
             if isinstance(op, tg.ParamOp):
                 self.epoch[op] = len(self.writers.get(op.key.data, []))
-            elif isinstance(op, (*tg.COMPOSITES, tg.GradOp, *UNLOWERED)):
-                raise GradfuseError(
-                    f"tg-fuse: {op.name} must be expanded or lowered first"
-                    " (tg-autodiff, tg-decompose, tg-lower-access)",
-                    position_of(op.location),
-                )
+            elif isinstance(op, NOT_FUSED):
+                raise not_lowered(op)
             elif isinstance(op, ELEMENTWISE):
                 self.elementwise(op)
             elif isinstance(op, tg.ScatterAddOp):

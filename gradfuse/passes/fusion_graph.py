@@ -20,6 +20,7 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.ir.affine import AffineDimExpr, AffineMap, AffineSet
 
 from gradfuse import affine
+from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of
 
@@ -136,3 +137,17 @@ def view_uses(value: SSAValue) -> list[Operation]:
         else:
             out.append(use.operation)
     return out
+
+
+NOT_FUSED = (*tg.COMPOSITES, tg.GradOp, tg.ReshapeOp, tg.PermuteOp, tg.BroadcastOp, tg.SliceOp)
+"""What tg-fuse never sees in a pipeline: composites and tg.grad (expanded by tg-autodiff
+and tg-decompose) and views (turned into `tg.view` by `tg-lower-access`)."""
+
+
+def not_lowered(op: Operation) -> GradfuseError:
+    """The error for an op of `NOT_FUSED` that reached tg-fuse."""
+    return GradfuseError(
+        f"tg-fuse: {op.name} must be expanded or lowered first"
+        " (tg-autodiff, tg-decompose, tg-lower-access)",
+        position_of(op.location),
+    )
