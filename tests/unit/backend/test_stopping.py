@@ -105,11 +105,16 @@ def test_ctrl_c_stops_within_a_second_and_keeps_finished_iterations(backend: str
     assert_state_after(got, name, finished, feed)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_a_failing_feeder_keeps_the_last_finished_iteration(backend: str) -> None:
+def sample(backend: str) -> np.ndarray:
+    """One batch of inputs at the backend's size (skips a backend that cannot run here)."""
     needs(backend)
     batch, width = SIZES.get(backend, (64, 192))
-    data = np.random.default_rng(1).normal(size=(batch, width)).astype(np.float32)
+    return np.random.default_rng(1).normal(size=(batch, width)).astype(np.float32)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_failing_feeder_keeps_the_last_finished_iteration(backend: str) -> None:
+    data = sample(backend)
     calls: list[int] = []
 
     def feed() -> np.ndarray:
@@ -126,9 +131,7 @@ def test_a_failing_feeder_keeps_the_last_finished_iteration(backend: str) -> Non
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_check_finite_names_a_nan_feeder_and_its_iteration(backend: str) -> None:
-    needs(backend)
-    batch, width = SIZES.get(backend, (64, 192))
-    data = np.random.default_rng(1).normal(size=(batch, width)).astype(np.float32)
+    data = sample(backend)
     bad = data.copy()
     bad[1, 2] = np.nan
     calls: list[int] = []
@@ -147,9 +150,7 @@ def test_check_finite_names_a_nan_feeder_and_its_iteration(backend: str) -> None
 def test_check_finite_names_a_param_that_overflows(backend: str, monkeypatch) -> None:
     """Inputs of 1e30 overflow the loss's square: the first step makes params infinite;
     the run stops there with the initial params (GRADFUSE_CHECK_FINITE=1 turns it on)."""
-    needs(backend)
-    batch, width = SIZES.get(backend, (64, 192))
-    data = np.random.default_rng(1).normal(size=(batch, width)).astype(np.float32)
+    data = sample(backend)
     calls: list[int] = []
 
     def feed() -> np.ndarray:
