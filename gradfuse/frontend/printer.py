@@ -28,6 +28,7 @@ from xdsl.dialects.builtin import (
     NameLoc,
     StringAttr,
     TensorType,
+    i1,
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 
@@ -199,7 +200,9 @@ class _Printer:
 def _nested(values: np.ndarray, element: Attribute) -> str:
     if values.ndim == 0:
         v = values.item()
-        return float_str(v, element) if isinstance(element, tg.FLOAT_TYPES) else str(int(v))
+        if isinstance(element, tg.FLOAT_TYPES):
+            return float_str(v, element)
+        return str(int(v) & 1) if element == i1 else str(int(v))  # i1 true is stored as -1
     return "[" + ", ".join(_nested(v, element) for v in values) + "]"
 
 
