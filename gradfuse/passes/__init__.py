@@ -61,6 +61,12 @@ def _kernel_tile() -> type[ModulePass]:
     return KernelTilePass
 
 
+def _kernel_block_reduce() -> type[ModulePass]:
+    from gradfuse.passes.kernel_block_reduce import KernelBlockReducePass
+
+    return KernelBlockReducePass
+
+
 def _kernel_plan_buffers() -> type[ModulePass]:
     from gradfuse.passes.buffer_planning import KernelPlanBuffersPass
 
@@ -95,6 +101,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "kernel-squeeze": _kernel_squeeze,
     "kernel-fuse-rows": _kernel_fuse_rows,
     "kernel-tile": _kernel_tile,
+    "kernel-block-reduce": _kernel_block_reduce,
     "kernel-plan-buffers": _kernel_plan_buffers,
     "convert-kernel-to-gpu": _convert_kernel_to_gpu,
     "canonicalize": _cleanup("canonicalize"),
@@ -108,13 +115,14 @@ PIPELINES: dict[str, str] = {
     "tg": "tg-autodiff,tg-decompose,canonicalize,cse,dce",
     "kernels": "tg,tg-loop-state,tg-lower-access,cse,dce,tg-fuse,kernel-squeeze,kernel-fuse-rows",
     "default": "kernels,convert-kernel-to-gpu",
-    "cuda": "kernels,kernel-tile,convert-kernel-to-gpu",
+    "cuda": "kernels,kernel-tile,kernel-block-reduce,convert-kernel-to-gpu",
 }
 """Named pipelines, each extending the one before: `tg` (differentiate and simplify,
 what the reference interpreter runs), `kernels` (fused kernels over buffers) and
 `default` (upstream gpu/scf/memref IR: what `execute()` compiles and
 `ir-opt -p default` prints); `cuda` is `default` with the contractions tiled through
-shared memory (`kernel-tile`), what the CUDA backend compiles."""
+shared memory (`kernel-tile`) and long reductions with few outputs shared by whole
+blocks (`kernel-block-reduce`), what the CUDA backend compiles."""
 
 
 def make_context() -> Context:

@@ -3,7 +3,7 @@
 A kernel that reduces many values into few (a batch norm's statistics over N x H x W
 per channel, a bias gradient over the batch) gets one thread per output from the
 plain lowering: a serial loop of thousands of steps while the GPU idles. In the
-`cuda` pipeline, `kernel-tile` marks such row-by-row runs (and wraps such single
+`cuda` pipeline, `kernel-block-reduce` marks such row-by-row runs (and wraps such single
 kernels into a run of one over their outputs) with `gradfuse.block_reduce`; then
 each phase of a row with one output reduces cooperatively: the block's threads
 stride over the reduction, each keeping a partial result, which a tree over

@@ -12,11 +12,8 @@ kernel.kernel "k0" contraction domain [2, 64, 64, 32] parallel 3 (%x, %w, %h)
     {gradfuse.tile = array<i64: 16, 16, 16, 1, 2>} { ... }
 ```
 
-It also gives the long reductions with few outputs to whole blocks
-(`block_reduce`): it marks the row-by-row runs that have such a phase, and wraps
-such a kernel standing alone into a run of one over its outputs.
-
-Only the `cuda` pipeline runs it (`kernels,kernel-tile,convert-kernel-to-gpu`): the C
+Only the `cuda` pipeline runs it (`kernels,kernel-tile,kernel-block-reduce,
+convert-kernel-to-gpu`): the C
 backend blocks contractions in registers instead (`backend/c/lanes.py`). Kernels inside
 a horizontal group or a row-by-row run keep their launch.
 """
@@ -28,14 +25,12 @@ from math import prod
 
 from xdsl.context import Context
 from xdsl.dialects import arith, math
-from xdsl.dialects.builtin import ModuleOp, UnitAttr
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir.affine import AffineBinaryOpExpr, AffineDimExpr, AffineExpr
 from xdsl.passes import ModulePass
 
 from gradfuse.dialects import kernel as K
-from gradfuse.dialects.kernel_rows import row_conflict
 from gradfuse.dialects.tg_base import i64_array
-from gradfuse.passes.block_reduce import BLOCK_REDUCE_ATTR, cooperative
 
 TILE_ATTR = "gradfuse.tile"
 
@@ -86,21 +81,6 @@ def tile_dims(k: K.KernelOp, tm: int, tn: int, tk: int) -> tuple[int, int] | Non
     return None
 
 
-def _alone_in_rows(k: K.KernelOp) -> None:
-    """Wraps `k` in a run of one over its outputs, its block reducing together."""
-    rows = k.domain_sizes[: k.num_parallel]
-    if row_conflict([k], rows) is not None:
-        return
-    block = k.parent_block()
-    assert block is not None
-    run = K.RowsOp("r" + k.sym_name.data.lstrip("k"), rows, [])
-    run.location = k.location
-    run.attributes[BLOCK_REDUCE_ATTR] = UnitAttr()
-    block.insert_op_before(run, k)
-    k.detach()
-    run.body.block.add_op(k)
-
-
 @dataclass(frozen=True)
 class KernelTilePass(ModulePass):
     """Marks tileable contractions with their tile sizes.
@@ -114,14 +94,8 @@ class KernelTilePass(ModulePass):
     tk: int = 16
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for k in list(op.walk()):
-            if isinstance(k, K.RowsOp):
-                n = len(k.row_sizes)
-                if any(cooperative(p, n) for p in k.body.block.ops if isinstance(p, K.KernelOp)):
-                    k.attributes[BLOCK_REDUCE_ATTR] = UnitAttr()
+        for k in op.walk():
             if not isinstance(k, K.KernelOp) or isinstance(k.parent_op(), K.LAUNCH_GROUPS):
                 continue
             if (dims := tile_dims(k, self.tm, self.tn, self.tk)) is not None:
                 k.attributes[TILE_ATTR] = i64_array([self.tm, self.tn, self.tk, *dims])
-            elif k.num_parallel and cooperative(k, k.num_parallel):
-                _alone_in_rows(k)

@@ -40,7 +40,7 @@ Y = RNG.standard_normal((520, 8)).astype(np.float32)
 
 def marked(src: str) -> list[K.RowsOp]:
     module = parse_tg(src)
-    run_pipeline(module, "kernels,kernel-tile")
+    run_pipeline(module, "kernels,kernel-block-reduce")
     return [op for op in module.walk() if isinstance(op, K.RowsOp)]
 
 
