@@ -10,7 +10,15 @@ feeders, receivers, loops, grad). This module gathers them into `TG`.
 
 from xdsl.ir import Dialect
 
-from gradfuse.dialects.tg_base import FLOAT_TYPES, fmt_shape, parse_type, shape_of, tensor
+from gradfuse.dialects.tg_base import (
+    FLOAT_TYPES,
+    TgCanonicalize,
+    fmt_shape,
+    parse_type,
+    shape_of,
+    tensor,
+)
+from gradfuse.dialects.tg_canonicalize import PATTERNS as CANONICALIZATION
 from gradfuse.dialects.tg_compute import (
     AddOp,
     BinaryOp,
@@ -81,6 +89,8 @@ TG = Dialect(
     ],
     [],
 )  # fmt: skip
+
+TgCanonicalize.patterns = CANONICALIZATION  # what `canonicalize` does to tg ops
 
 __all__ = [
     "TG", "COMPOSITES", "FLOAT_TYPES", "parse_type", "BinaryOp", "UnaryOp", "ReduceOp", "fmt_shape", "shape_of", "tensor",

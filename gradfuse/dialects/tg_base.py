@@ -18,6 +18,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, SSAValue
 from xdsl.irdl import IRDLOperation
+from xdsl.pattern_rewriter import RewritePattern
 from xdsl.traits import HasCanonicalizationPatternsTrait
 from xdsl.utils.exceptions import VerifyException
 
@@ -135,10 +136,12 @@ def parse_type(text: str) -> TensorType:
 
 
 class TgCanonicalize(HasCanonicalizationPatternsTrait):
-    """Folds splat constants and drops identities (`gradfuse.passes.tg_canonicalize`)."""
+    """Folds splat constants and drops identities: the patterns of
+    `gradfuse.dialects.tg_canonicalize`, which the dialect (`gradfuse.dialects.tg`) sets."""
+
+    patterns: ClassVar[tuple[RewritePattern, ...]] = ()
 
     @classmethod
     def get_canonicalization_patterns(cls):  # type: ignore[override]
-        from gradfuse.passes.tg_canonicalize import PATTERNS
-
-        return PATTERNS
+        assert cls.patterns, "gradfuse.dialects.tg sets the canonicalization patterns"
+        return cls.patterns

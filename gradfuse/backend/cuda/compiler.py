@@ -11,7 +11,6 @@ never leave a broken entry:
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import shutil
 import subprocess
@@ -21,6 +20,7 @@ from pathlib import Path
 from xdsl.dialects.builtin import ModuleOp
 
 from gradfuse.backend.compile_errors import compile_error
+from gradfuse.backend.cstyle import CUDATarget, render_kernels
 from gradfuse.backend.disk_cache import cache_dir, tool_version
 from gradfuse.diagnostics import GradfuseError
 
@@ -28,12 +28,8 @@ FLAGS = ("-O3", "--use_fast_math")
 
 
 def cuda_source(module: ModuleOp) -> str:
-    """The CUDA C translation unit of the module's kernels (`ir-opt -t cuda`)."""
-    from gradfuse.tools.targets import print_cuda
-
-    out = io.StringIO()
-    print_cuda(module, out)
-    return out.getvalue()
+    """The CUDA C translation unit of the module's kernels (what `ir-opt -t cuda` prints)."""
+    return render_kernels(module, CUDATarget())
 
 
 def nvcc() -> str:

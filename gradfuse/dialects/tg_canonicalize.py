@@ -19,33 +19,33 @@ from xdsl.dialects.builtin import FloatAttr, TensorType
 from xdsl.ir import Operation, SSAValue
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern
 
-from gradfuse.dialects import tg
-from gradfuse.dialects.tg_base import ints, shape_of
+from gradfuse.dialects import tg_compute, tg_data
+from gradfuse.dialects.tg_base import FLOAT_TYPES, ints, shape_of
 
 FOLD: dict[type, Callable[..., float]] = {
-    tg.AddOp: lambda a, b: a + b,
-    tg.SubOp: lambda a, b: a - b,
-    tg.MulOp: lambda a, b: a * b,
-    tg.DivOp: lambda a, b: a / b if b else math.copysign(math.inf, a) if a else math.nan,
-    tg.MaxOp: max,
-    tg.NegOp: lambda a: -a,
-    tg.Exp2Op: lambda a: 2.0**a if a < 1024 else math.inf,
-    tg.Log2Op: lambda a: math.log2(a) if a > 0 else -math.inf if a == 0 else math.nan,
-    tg.SqrtOp: lambda a: math.sqrt(a) if a >= 0 else math.nan,
-    tg.RecipOp: lambda a: 1.0 / a if a else math.inf,
-    tg.SinOp: math.sin,
+    tg_compute.AddOp: lambda a, b: a + b,
+    tg_compute.SubOp: lambda a, b: a - b,
+    tg_compute.MulOp: lambda a, b: a * b,
+    tg_compute.DivOp: lambda a, b: a / b if b else math.copysign(math.inf, a) if a else math.nan,
+    tg_compute.MaxOp: max,
+    tg_compute.NegOp: lambda a: -a,
+    tg_compute.Exp2Op: lambda a: 2.0**a if a < 1024 else math.inf,
+    tg_compute.Log2Op: lambda a: math.log2(a) if a > 0 else -math.inf if a == 0 else math.nan,
+    tg_compute.SqrtOp: lambda a: math.sqrt(a) if a >= 0 else math.nan,
+    tg_compute.RecipOp: lambda a: 1.0 / a if a else math.inf,
+    tg_compute.SinOp: math.sin,
 }
 """How each elementwise op computes on scalars, for folding splat constants."""
 
-VIEWS = (tg.ReshapeOp, tg.PermuteOp, tg.BroadcastOp, tg.SliceOp, tg.ViewAccessOp)
+VIEWS = (tg_data.ReshapeOp, tg_data.PermuteOp, tg_data.BroadcastOp, tg_data.SliceOp, tg_data.ViewAccessOp)
 
 
 def splat(value: SSAValue) -> float | None:
     """The value of a splat `tg.constant` of a float type, else None."""
     owner = value.owner
-    if isinstance(owner, tg.ConstantOp) and isinstance(owner.value, FloatAttr):
+    if isinstance(owner, tg_data.ConstantOp) and isinstance(owner.value, FloatAttr):
         ty = value.type
-        if isinstance(ty, TensorType) and isinstance(ty.element_type, tg.FLOAT_TYPES):
+        if isinstance(ty, TensorType) and isinstance(ty.element_type, FLOAT_TYPES):
             return owner.value.value.data
     return None
 
@@ -53,7 +53,7 @@ def splat(value: SSAValue) -> float | None:
 def _constant(rewriter: PatternRewriter, op: Operation, value: float) -> None:
     ty = op.results[0].type
     assert isinstance(ty, TensorType)
-    c = tg.ConstantOp(value, ty)
+    c = tg_data.ConstantOp(value, ty)
     c.location = op.location
     rewriter.replace(op, c)
 
@@ -63,18 +63,18 @@ class FoldSplats(RewritePattern):
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         operands = op.operands
-        if not operands or not isinstance(operands[0].owner, tg.ConstantOp):
+        if not operands or not isinstance(operands[0].owner, tg_data.ConstantOp):
             return
         values = [splat(v) for v in operands]
         if not values or any(v is None for v in values):
             return
         if type(op) in FOLD:
             _constant(rewriter, op, FOLD[type(op)](*values))
-        elif isinstance(op, tg.ViewAccessOp) and op.guard is not None:
+        elif isinstance(op, tg_data.ViewAccessOp) and op.guard is not None:
             return  # a padded view of a splat is not a splat
-        elif isinstance(op, VIEWS) or isinstance(op, tg.ReduceMaxOp):
+        elif isinstance(op, VIEWS) or isinstance(op, tg_compute.ReduceMaxOp):
             _constant(rewriter, op, values[0])  # type: ignore[arg-type]
-        elif isinstance(op, tg.ReduceSumOp):
+        elif isinstance(op, tg_compute.ReduceSumOp):
             n = prod(shape_of(op.input)[d] for d in ints(op.dims))
             _constant(rewriter, op, values[0] * n)  # type: ignore[operator]
 
@@ -97,10 +97,10 @@ class DropIdentity(RewritePattern):
 def _identity(cls: type[Operation]) -> tuple[float | None, bool]:
     """The identity element of an op class (1 for mul/div, 0 for add/sub, else None) and
     whether the op commutes (asked once per class: the pattern sees every op)."""
-    if not issubclass(cls, tg.MulOp | tg.AddOp | tg.SubOp | tg.DivOp):
+    if not issubclass(cls, tg_compute.MulOp | tg_compute.AddOp | tg_compute.SubOp | tg_compute.DivOp):
         return None, False
-    return (1.0 if issubclass(cls, tg.MulOp | tg.DivOp) else 0.0), issubclass(
-        cls, tg.MulOp | tg.AddOp
+    return (1.0 if issubclass(cls, tg_compute.MulOp | tg_compute.DivOp) else 0.0), issubclass(
+        cls, tg_compute.MulOp | tg_compute.AddOp
     )
 
 
