@@ -20,15 +20,17 @@ barrier shows up as a race.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xdsl.dialects import gpu, scf
 from xdsl.interpreter import Interpreter
 from xdsl.ir import Operation
 from xdsl.utils.scoped_dict import ScopedDict
 
-from gradfuse.backend.lowered_ops import LoweredState
 from gradfuse.diagnostics import GradfuseError, position_of
+
+if TYPE_CHECKING:
+    from gradfuse.backend.lowered_ops import LoweredState
 
 Scope = ScopedDict[Any, Any]
 

@@ -35,6 +35,7 @@ from xdsl.interpreter import (
 from xdsl.ir import Attribute, Operation
 from xdsl.utils.comparisons import to_unsigned
 
+from gradfuse.backend.lowered_lockstep import Lockstep, has_barrier
 from gradfuse.backend.reference_state import dtype_of
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.passes.fast_ops import WORKGROUP
@@ -156,8 +157,6 @@ class GpuMemrefFunctions(InterpreterFunctions):
         st.writers.clear()
         st.readers.clear()
         st.shared.clear()
-        from gradfuse.backend.lowered_lockstep import Lockstep, has_barrier
-
         phased = has_barrier(fn)
         try:
             for bz, by, bx in product(*(range(n) for n in reversed(grid))):
