@@ -15,16 +15,15 @@ from typing import Any
 
 import numpy as np
 from xdsl.dialects import arith, func, math
-from xdsl.dialects.builtin import MemRefType, ModuleOp, TensorType
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.ir.affine import AffineExpr, AffineMap
 
 from gradfuse import affine
 from gradfuse.affine import eval_grid
-from gradfuse.backend.reference import RunResult
 from gradfuse.backend.reference_sparse import erf
-from gradfuse.backend.reference_state import RunState, attr_array, dtype_of
 from gradfuse.backend.run_control import check_params_finite, interrupted
+from gradfuse.backend.runner import RunResult, RunState, attr_array, dtype_of, tensor_of
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import kernel as K
 from gradfuse.dialects import tg
@@ -45,10 +44,6 @@ _COMPARE = {
     "eq": np.equal, "ne": np.not_equal, "slt": np.less, "sle": np.less_equal,
     "sgt": np.greater, "sge": np.greater_equal,
 }  # fmt: skip
-
-
-def tensor_of(ty: MemRefType) -> TensorType:
-    return TensorType(ty.element_type, ty.get_shape())
 
 
 def run_kernels(

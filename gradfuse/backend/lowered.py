@@ -24,10 +24,8 @@ import numpy as np
 from xdsl.dialects import func, gpu, memref, scf
 from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
-    MemRefType,
     ModuleOp,
     StringAttr,
-    TensorType,
 )
 from xdsl.interpreter import (
     Interpreter,
@@ -43,15 +41,17 @@ from xdsl.interpreters.scf import ScfFunctions
 from xdsl.ir import Operation
 
 from gradfuse.backend.lowered_ops import GpuMemrefFunctions, LoweredState, ScalarFunctions
-from gradfuse.backend.reference import Feeder, RunResult
-from gradfuse.backend.reference_state import RunState, attr_array, dtype_of
 from gradfuse.backend.run_control import check_params_finite, interrupted
+from gradfuse.backend.runner import (
+    Feeder,
+    RunResult,
+    RunState,
+    attr_array,
+    dtype_of,
+    entry_function,
+    tensor_of,
+)
 from gradfuse.diagnostics import GradfuseError, position_of
-
-
-def tensor_of(ty: MemRefType) -> TensorType:
-    """The tensor type with a memref's shape and element type."""
-    return TensorType(ty.element_type, ty.get_shape())
 
 
 class _LoweredInterpreter(Interpreter):
@@ -126,18 +126,6 @@ class HostLoops(InterpreterFunctions):
                 raise GradfuseError(f"{err.message} ({where})", err.position) from None
             self.finished = self.params()
         return values
-
-
-def entry_function(module: ModuleOp, entry: str = "main") -> func.FuncOp:
-    """The lowered function named `entry`, else the module's only function with a body."""
-    funcs = [op for op in module.body.block.ops if isinstance(op, func.FuncOp) and op.body.blocks]
-    for f in funcs:
-        if f.sym_name.data == entry:
-            return f
-    if len(funcs) == 1:
-        return funcs[0]
-    names = ", ".join(f"@{f.sym_name.data}" for f in funcs) or "none"
-    raise GradfuseError(f"no entry function @{entry} in the module (functions: {names})")
 
 
 def _globals(

@@ -36,7 +36,7 @@ from xdsl.ir import Attribute, Operation
 from xdsl.utils.comparisons import to_unsigned
 
 from gradfuse.backend.lowered_lockstep import Lockstep, has_barrier
-from gradfuse.backend.reference_state import dtype_of
+from gradfuse.backend.runner import dtype_of
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.passes.fast_ops import WORKGROUP
 

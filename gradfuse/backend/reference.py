@@ -16,7 +16,6 @@ messages count from 0.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -30,24 +29,10 @@ from gradfuse.backend.reference_conv import ConvFunctions
 from gradfuse.backend.reference_ops import RunState, TgFunctions, dtype_of
 from gradfuse.backend.reference_sparse import SparseFunctions
 from gradfuse.backend.run_control import check_params_finite, interrupted
+from gradfuse.backend.runner import Feeder, RunResult
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import fmt_shape
-
-Feeder = Callable[[], np.ndarray] | np.ndarray
-"""A feeder: a callable called once per run of the op, or an array (see `run`)."""
-
-
-@dataclass
-class RunResult:
-    """What a run produced: results, final params and everything received."""
-
-    results: list[np.ndarray]
-    """The entry function's return values."""
-    params: dict[str, np.ndarray]
-    """Final param values (the given ones, updated by `tg.assign`)."""
-    received: dict[str, list[list[np.ndarray]]] = field(default_factory=dict)
-    """Receiver key -> one list of arrays per call of that receiver."""
 
 
 class _TgInterpreter(Interpreter):

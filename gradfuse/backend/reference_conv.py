@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, impl, register_impls
 
-from gradfuse.backend.reference_state import RunState, dtype_of
+from gradfuse.backend.runner import RunState, dtype_of
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_conv import ConvGeometry
 

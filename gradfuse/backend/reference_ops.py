@@ -26,7 +26,7 @@ from xdsl.interpreter import (
 from xdsl.ir import Operation
 
 from gradfuse.affine import eval_grid, eval_guard
-from gradfuse.backend.reference_state import RunState, attr_array, dtype_of, shape_str
+from gradfuse.backend.runner import RunState, attr_array, dtype_of, shape_str
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import ints

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, impl, register_impls
 
-from gradfuse.backend.reference_state import RunState, dtype_of
+from gradfuse.backend.runner import RunState, dtype_of
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.philox import uniform

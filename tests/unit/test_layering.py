@@ -150,3 +150,20 @@ def test_layers_of_modules() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [{"a", "b", "c"}]
+
+
+INTERPRETERS = {
+    "gradfuse.backend.reference", "gradfuse.backend.reference_ops",
+    "gradfuse.backend.reference_conv", "gradfuse.backend.reference_sparse",
+    "gradfuse.backend.kernel_numpy", "gradfuse.backend.lowered",
+    "gradfuse.backend.lowered_ops", "gradfuse.backend.lowered_lockstep",
+}  # fmt: skip
+
+
+def test_the_compiled_runtimes_import_no_interpreter() -> None:
+    """c and cuda share only `backend.runner` (the protocol, `RunResult`, `RunState`)."""
+    graph = imports()
+    compiled = [m for m in graph if m.startswith(("gradfuse.backend.c", "gradfuse.backend.cuda"))]
+    assert "gradfuse.backend.c.host" in compiled and "gradfuse.backend.cuda.runtime" in compiled
+    wrong = sorted(f"{m} imports {t}" for m in compiled for t in graph[m] & INTERPRETERS)
+    assert not wrong, "\n".join(wrong)

@@ -23,11 +23,15 @@ from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, MemRefType, ModuleOp
 
 from gradfuse.backend.c.cache import build_library
 from gradfuse.backend.c.host import host_symbols, main_function, render_program, split_units
-from gradfuse.backend.kernel_numpy import tensor_of
-from gradfuse.backend.lowered import entry_function
-from gradfuse.backend.reference import RunResult
-from gradfuse.backend.reference_state import RunState, attr_array, dtype_of
 from gradfuse.backend.run_control import interrupted, sigint_flag
+from gradfuse.backend.runner import (
+    RunResult,
+    RunState,
+    attr_array,
+    dtype_of,
+    entry_function,
+    tensor_of,
+)
 from gradfuse.diagnostics import GradfuseError, position_of
 
 FEED = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p)

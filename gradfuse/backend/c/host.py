@@ -28,7 +28,7 @@ from xdsl.ir import Block
 
 from gradfuse.backend.c.rows import RowsRenderer
 from gradfuse.backend.cstyle import CTarget, Renderer, element_ctype
-from gradfuse.backend.lowered import entry_function
+from gradfuse.backend.runner import entry_function
 from gradfuse.diagnostics import GradfuseError, position_of
 
 CONTEXT = """

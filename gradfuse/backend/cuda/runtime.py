@@ -27,10 +27,8 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from gradfuse.backend.cuda.compiler import compile_cubin, cuda_source
 from gradfuse.backend.cuda.memory import device_alloc
-from gradfuse.backend.kernel_numpy import tensor_of
-from gradfuse.backend.reference import RunResult
-from gradfuse.backend.reference_state import RunState, attr_array, dtype_of
 from gradfuse.backend.run_control import interrupted, sigint_flag
+from gradfuse.backend.runner import RunResult, RunState, attr_array, dtype_of, tensor_of
 from gradfuse.diagnostics import GradfuseError, position_of
 
 Action = Callable[[], None]

@@ -1,17 +1,28 @@
-"""Run state of the reference interpreter: dtypes, params, feeders and receivers.
+"""What every runner shares: the protocol, the result, and the run state.
+
+Five runners run a program: the interpreters `reference.run` (tg on NumPy),
+`kernel_numpy.run_kernels` and `lowered.run_lowered`, and the compiled programs'
+`CProgram.run` and `CudaProgram.run`. Each takes the same keywords and gives a
+`RunResult`; the interpreters also take the module (`Interpreter`), a compiled
+program already holds it (`Executable`):
+
+    result = reference.run(module, feeders={"x": xs}, params={"w": w})
+    result = compile_c(module).run(feeders={"x": xs}, params={"w": w})
+    result.results, result.params, result.received["loss"]
 
 `RunState` holds everything a run shares across ops (the param store, feeder
-call counters, what receivers got); `reference_ops` reads and writes it.
+call counters, what receivers got); every runner reads and writes it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import prod
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
+from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     BFloat16Type,
     DenseIntOrFPElementsAttr,
@@ -21,6 +32,8 @@ from xdsl.dialects.builtin import (
     FloatAttr,
     IndexType,
     IntegerType,
+    MemRefType,
+    ModuleOp,
     TensorType,
 )
 from xdsl.ir import Attribute
@@ -28,6 +41,77 @@ from xdsl.ir import Attribute
 from gradfuse.backend.run_control import check_fed_finite, check_params_finite
 from gradfuse.diagnostics import GradfuseError, Position
 from gradfuse.dialects.tg_base import fmt_shape
+
+Feeder = Callable[[], np.ndarray] | np.ndarray
+"""A feeder: a callable called once per run of the op, or an array."""
+
+
+@dataclass
+class RunResult:
+    """What a run produced: results, final params and everything received."""
+
+    results: list[np.ndarray]
+    """The entry function's return values."""
+    params: dict[str, np.ndarray]
+    """Final param values (the given ones, updated by `tg.assign`)."""
+    received: dict[str, list[list[np.ndarray]]] = field(default_factory=dict)
+    """Receiver key -> one list of arrays per call of that receiver."""
+
+
+class Executable(Protocol):
+    """A program compiled for one backend (`CProgram`, `CudaProgram`)."""
+
+    def run(
+        self,
+        *,
+        args: Sequence[np.ndarray] = (),
+        feeders: Mapping[str, Feeder] | None = None,
+        receivers: Mapping[str, Callable[..., None]] | None = None,
+        params: dict[str, np.ndarray] | None = None,
+        entry: str = "main",
+        check_finite: bool = False,
+    ) -> RunResult:
+        """Runs the entry function: `args` its arguments, `feeders` and `receivers` the
+        host callbacks by key, `params` the initial param values (missing ones start
+        from their `init`); with `check_finite`, a non-finite value fed or left in a
+        param stops the run. Ctrl-C stops it at an iteration of the outermost loop."""
+        ...
+
+
+class Interpreter(Protocol):
+    """An interpreter of a module (`reference.run`, `run_kernels`, `run_lowered`)."""
+
+    def __call__(
+        self,
+        module: ModuleOp,
+        *,
+        args: Sequence[np.ndarray] = (),
+        feeders: Mapping[str, Feeder] | None = None,
+        receivers: Mapping[str, Callable[..., None]] | None = None,
+        params: dict[str, np.ndarray] | None = None,
+        entry: str = "main",
+        check_finite: bool = False,
+    ) -> RunResult:
+        """As `Executable.run`, for `module`."""
+        ...
+
+
+def tensor_of(ty: MemRefType) -> TensorType:
+    """The tensor type of a buffer: `memref<2x3xf32>` -> `tensor<2x3xf32>`."""
+    return TensorType(ty.element_type, ty.get_shape())
+
+
+def entry_function(module: ModuleOp, entry: str = "main") -> func.FuncOp:
+    """The lowered function named `entry`, else the module's only function with a body."""
+    funcs = [op for op in module.body.block.ops if isinstance(op, func.FuncOp) and op.body.blocks]
+    for f in funcs:
+        if f.sym_name.data == entry:
+            return f
+    if len(funcs) == 1:
+        return funcs[0]
+    names = ", ".join(f"@{f.sym_name.data}" for f in funcs) or "none"
+    raise GradfuseError(f"no entry function @{entry} in the module (functions: {names})")
+
 
 _FLOATS: dict[type, type] = {
     Float16Type: np.float16,
