@@ -114,8 +114,8 @@ canonicalize, cse and dce through `cleanup`: the same passes, faster)."""
 PIPELINES: dict[str, str] = {
     "tg": "tg-autodiff,tg-decompose,canonicalize,cse,dce",
     "kernels": "tg,tg-loop-state,tg-lower-access,cse,dce,tg-fuse,kernel-squeeze,kernel-fuse-rows",
-    "default": "kernels,convert-kernel-to-gpu",
-    "cuda": "kernels,kernel-tile,kernel-block-reduce,convert-kernel-to-gpu",
+    "default": "kernels,kernel-plan-buffers,convert-kernel-to-gpu",
+    "cuda": "kernels,kernel-tile,kernel-block-reduce,kernel-plan-buffers,convert-kernel-to-gpu",
 }
 """Named pipelines, each extending the one before: `tg` (differentiate and simplify,
 what the reference interpreter runs), `kernels` (fused kernels over buffers) and

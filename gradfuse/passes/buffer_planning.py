@@ -14,7 +14,8 @@ by decreasing size, at offsets aligned to 64 bytes:
 ```
 
 `kernel-plan-buffers` writes the offsets onto the allocs and the arena size as
-`gradfuse.peak_bytes` on the module; `convert-kernel-to-gpu` plans the same way.
+`gradfuse.peak_bytes` on the module, in the `default` and `cuda` pipelines;
+`convert-kernel-to-gpu` then lays the arena out at those offsets.
 """
 
 from __future__ import annotations

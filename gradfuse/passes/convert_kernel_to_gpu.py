@@ -17,8 +17,10 @@ kernel.kernel "k0" ... (%x, %w, %h)  ->  gpu.launch_func @gradfuse_kernels::@k0
 tg.for %i = 0 to 10 step 1 { ... }   ->  scf.for %i = %c0 to %c10 step %c1 { ... }
 ```
 
-Temporaries share one arena (`buffer_planning`); its size is recorded as
-`gradfuse.peak_bytes` on the module (the largest over its functions).
+Temporaries share one arena at the offsets that `kernel-plan-buffers` gave their
+`kernel.alloc`s (it runs first; an alloc without an offset is an error); the arena's
+size is recorded as `gradfuse.peak_bytes` on each function and on the module (the
+largest over its functions).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import kernel as kd
 from gradfuse.dialects.tg_program import ForOp, YieldOp
 from gradfuse.passes import fast_ops as fast
-from gradfuse.passes.buffer_planning import ALIGNMENT, plan_buffers
+from gradfuse.passes.buffer_planning import ALIGNMENT, nbytes
 from gradfuse.passes.gpu_func import build_gpu_func
 from gradfuse.passes.rows_lowering import build_rows_func
 from gradfuse.passes.tile_lowering import build_tiled_func, tile_sizes
@@ -122,22 +124,34 @@ class HostLowering:
                 block.add_op(op)
             else:
                 block.insert_op_before(op, funcs[0] if funcs else block.first_op)
+        self.module.attributes.pop("gradfuse.peak_bytes", None)  # (printed after the next)
         self.module.attributes["gpu.container_module"] = UnitAttr()
         self.module.attributes["gradfuse.peak_bytes"] = IntegerAttr(self.peak, i64)
 
     def lower_function(self, fn: func.FuncOp) -> None:
-        plan = plan_buffers(fn)
-        self.peak = max(self.peak, plan.peak_bytes)
+        offsets: dict[SSAValue, int] = {}
+        peak = 0
+        for a in fn.walk():
+            if isinstance(a, kd.AllocOp):
+                if a.offset is None:
+                    raise GradfuseError(
+                        "convert-kernel-to-gpu: a kernel.alloc has no arena offset:"
+                        " run kernel-plan-buffers first",
+                        position_of(a.location) or position_of(fn.location),
+                    )
+                offsets[a.result] = a.offset.value.data
+                peak = max(peak, offsets[a.result] + nbytes(a.result.type))
+        self.peak = max(self.peak, peak)
         entry = fn.body.block
         arena: SSAValue | None = None
-        if plan.offsets:
-            size = max(ALIGNMENT, -(-plan.peak_bytes // ALIGNMENT) * ALIGNMENT)
+        if offsets:
+            size = max(ALIGNMENT, -(-peak // ALIGNMENT) * ALIGNMENT)
             alloc = memref.AllocOp.get(i8, ALIGNMENT, [size])
             alloc.location = fn.location
             Rewriter.insert_op(alloc, InsertPoint.at_start(entry))
             arena = alloc.memref
-        fn.attributes["gradfuse.peak_bytes"] = IntegerAttr(plan.peak_bytes, i64)
-        self.lower_block(entry, arena, plan.offsets)
+        fn.attributes["gradfuse.peak_bytes"] = IntegerAttr(peak, i64)
+        self.lower_block(entry, arena, offsets)
 
     def lower_block(
         self, block: Block, arena: SSAValue | None, offsets: dict[SSAValue, int]

@@ -12,7 +12,7 @@ kernel.rows "r3" rows [8] {gradfuse.block_reduce} {
 
 `block_reduce` lowers such a run: each phase's threads stride over the reduction and a
 tree in workgroup memory combines their partial results. Only the `cuda` pipeline runs
-it (`kernels,kernel-tile,kernel-block-reduce,convert-kernel-to-gpu`), after
+it (`kernels,kernel-tile,kernel-block-reduce,kernel-plan-buffers,convert-kernel-to-gpu`), after
 `kernel-tile`, whose tiles it leaves alone.
 """
 

@@ -20,6 +20,7 @@ from xdsl.parser import Parser
 
 from gradfuse.backend.reference import RunResult
 from gradfuse.passes import make_context
+from gradfuse.passes.buffer_planning import KernelPlanBuffersPass
 from gradfuse.passes.convert_kernel_to_gpu import ConvertKernelToGpuPass
 
 Arrays = dict[str, np.ndarray]
@@ -81,8 +82,10 @@ def parse(text: str) -> ModuleOp:
 
 
 def lower(module: ModuleOp) -> ModuleOp:
-    """`module` after `convert-kernel-to-gpu`, verified."""
-    ConvertKernelToGpuPass().apply(make_context(), module)
+    """`module` after `kernel-plan-buffers,convert-kernel-to-gpu`, verified."""
+    ctx = make_context()
+    KernelPlanBuffersPass().apply(ctx, module)
+    ConvertKernelToGpuPass().apply(ctx, module)
     module.verify()
     return module
 

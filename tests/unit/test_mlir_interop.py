@@ -5,7 +5,7 @@ Both xDSL's custom and generic printing, with locations, are checked, and the
 default pipeline's output on every example (examples/*.tg, and the programs that
 examples/mlp.py and examples/transformer.py record, at their real sizes):
 
-    ir-opt prog.mlir -p convert-kernel-to-gpu -t mlir | mlir-opt-22 --verify-each
+    ir-opt prog.mlir -p kernel-plan-buffers,convert-kernel-to-gpu -t mlir | mlir-opt-22 --verify-each
     ir-opt examples/linreg.tg -p default -t mlir | mlir-opt-22 --verify-each
 """
 
@@ -82,7 +82,15 @@ def test_ir_opt_output_verifies(tmp_path: Path) -> None:
     src.write_text(PROGRAMS["group"].text)
     for flags in ([], ["--print-op-generic"]):
         done = subprocess.run(
-            [str(IR_OPT), str(src), "-p", "convert-kernel-to-gpu", "-t", "mlir", *flags],
+            [
+                str(IR_OPT),
+                str(src),
+                "-p",
+                "kernel-plan-buffers,convert-kernel-to-gpu",
+                "-t",
+                "mlir",
+                *flags,
+            ],
             capture_output=True,
             text=True,
         )

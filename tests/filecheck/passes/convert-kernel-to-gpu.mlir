@@ -1,5 +1,5 @@
-// RUN: ir-opt %s -p convert-kernel-to-gpu --split-input-file | filecheck %s
-// RUN: ir-opt %s -p convert-kernel-to-gpu --split-input-file --print-debuginfo | filecheck %s --check-prefix=LOC
+// RUN: ir-opt %s -p kernel-plan-buffers,convert-kernel-to-gpu --split-input-file | filecheck %s
+// RUN: ir-opt %s -p kernel-plan-buffers,convert-kernel-to-gpu --split-input-file --print-debuginfo | filecheck %s --check-prefix=LOC
 
 // A contraction with a bias epilogue: one thread per output element, the
 // reduction dim becomes an scf.for carrying the sum, access maps become index ops.

@@ -17,7 +17,7 @@ from gradfuse.dialects import kernel as K
 from gradfuse.frontend.parser import parse_tg
 from gradfuse.passes import run_pipeline
 
-SMALL = "kernels,kernel-tile{tm=4 tn=4 tk=4},kernel-block-reduce,convert-kernel-to-gpu"
+SMALL = "kernels,kernel-tile{tm=4 tn=4 tk=4},kernel-block-reduce,kernel-plan-buffers,convert-kernel-to-gpu"
 """Tiles of 4: 16 threads a block, so the interpreter stays quick; the shapes below
 are no multiple of 4, so every tile edge is crossed."""
 

@@ -159,3 +159,22 @@ def test_kernel_stats_before_and_after_lowering() -> None:
     assert kernel_stats(PROGRAMS["chain"].module()).peak_bytes == 76
     assert kernel_stats(PROGRAMS["sgd_loop"].module()).per_loop == (1,)
     assert kernel_stats(PROGRAMS["views"].module()).per_loop == ()
+
+
+def test_temporaries_need_their_offsets_from_kernel_plan_buffers() -> None:
+    """convert-kernel-to-gpu lays the arena out; kernel-plan-buffers plans it, first."""
+    from gradfuse.frontend.parser import parse_tg
+    from gradfuse.passes import run_pipeline
+
+    src = """func @main(%x: tensor<4xf32>) -> (tensor<f32>) {
+  %e = tg.exp2 %x : tensor<4xf32>
+  %s = tg.reduce_sum %e dims=[0] : tensor<f32>
+  return %s
+}
+"""
+    module = parse_tg(src, "t.tg")
+    with pytest.raises(GradfuseError, match="no arena offset: run kernel-plan-buffers first"):
+        run_pipeline(module, "kernels,convert-kernel-to-gpu")
+    module = parse_tg(src, "t.tg")
+    run_pipeline(module, "kernels,kernel-plan-buffers,convert-kernel-to-gpu")
+    assert module.attributes["gradfuse.peak_bytes"].value.data > 0  # type: ignore[attr-defined]

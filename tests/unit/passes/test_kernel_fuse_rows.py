@@ -50,7 +50,7 @@ def test_a_write_after_a_read_of_the_same_row_is_one_launch_and_exact():
         fused = parse(in_place(col_read=False))
         run_pipeline(fused, "kernel-fuse-rows")
         assert len(rows_ops(fused)) == 1
-        pipeline = "convert-kernel-to-gpu" if backend != "numpy" else ""
+        pipeline = "kernel-plan-buffers,convert-kernel-to-gpu" if backend != "numpy" else ""
         got = compile_module(fused, backend, pipeline=pipeline).run(params={"w": w})
         np.testing.assert_array_equal(got.received["y"][0][0], np.repeat(w[:, None], 4, 1))
         np.testing.assert_array_equal(got.params["w"], 2 * w)
