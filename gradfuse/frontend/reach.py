@@ -1,7 +1,9 @@
-"""Which params a traced value depends on: what `Tensor.backward()` differentiates for.
+"""Where a gradient of a traced value flows: what `Tensor.backward()` differentiates for.
 
     y = model(x).sum()
-    params_reached_by(y.value)   # [(Parameter "0.weight", %w_current), ...]
+    found, graph = backward_paths(y.value)
+    found   # [(Parameter "0.weight", %w_current), ...]
+    graph   # the values between those params and y: the graph that backward() frees
 
 A param is found through its current value in the innermost enclosing block that
 has one (a loop body's carried value, else the function's).
@@ -37,21 +39,27 @@ def _carries_gradient(value: SSAValue) -> bool:
     return not isinstance(ty, TensorType) or isinstance(ty.element_type, AnyFloat)
 
 
-def params_reached_by(value: SSAValue) -> list[tuple[Parameter, SSAValue]]:
-    """The params (with their current values) that a gradient of `value` can reach.
-
-    As in PyTorch, a param that `value` depends on only through `detach()` or a mask
-    (a comparison, an integer) gets no gradient: its `.grad` stays None, and an
-    optimizer skips it."""
-    reached: set[SSAValue] = set()
+def _ancestors(value: SSAValue) -> dict[SSAValue, list[SSAValue]]:
+    """The values a gradient of `value` flows back through, each with those it is computed
+    from. As in PyTorch, none flows through `detach()` or a mask (a comparison, an
+    integer): a param reached only that way gets no `.grad`, and optimizers skip it."""
+    operands: dict[SSAValue, list[SSAValue]] = {}
     todo = [value]
     while todo:
         v = todo.pop()
-        if v in reached or not _carries_gradient(v):
+        if v in operands or not _carries_gradient(v):
             continue
-        reached.add(v)
-        if isinstance(v, OpResult) and not isinstance(v.owner, tg.StopGradientOp):
-            todo.extend(v.owner.operands)
+        stops = not isinstance(v, OpResult) or isinstance(v.owner, tg.StopGradientOp)
+        operands[v] = [] if stops else list(v.owner.operands)  # type: ignore[union-attr]
+        todo.extend(operands[v])
+    return operands
+
+
+def backward_paths(value: SSAValue) -> tuple[list[tuple[Parameter, SSAValue]], set[SSAValue]]:
+    """The params (with their current values) that a gradient of `value` reaches, and
+    the values it flows through from them to `value` (the params' values left out):
+    what PyTorch calls the graph that a `backward()` frees."""
+    operands = _ancestors(value)
     prog = program()
     blocks = _enclosing_blocks(insertion_block())
     found: list[tuple[Parameter, SSAValue]] = []
@@ -59,29 +67,19 @@ def params_reached_by(value: SSAValue) -> list[tuple[Parameter, SSAValue]]:
         for block in blocks:
             current = prog.current.get((id(block), key))
             if current is not None:
-                if current in reached:
+                if current in operands:
                     found.append((param, current))
                 break
-    return found
-
-
-def backward_graph(value: SSAValue, leaves: set[SSAValue]) -> set[SSAValue]:
-    """The values that a gradient of `value` flows through back to the param values
-    `leaves` (leaves and detached values left out): what PyTorch calls the graph that
-    a `backward()` frees."""
-    depends: dict[SSAValue, bool] = {}
-    stack: list[tuple[SSAValue, bool]] = [(value, False)]
-    while stack:
-        v, expanded = stack.pop()
-        if v in depends:
-            continue
-        if v in leaves:
-            depends[v] = True
-        elif not isinstance(v, OpResult) or isinstance(v.owner, tg.StopGradientOp):
-            depends[v] = False
-        elif expanded:
-            depends[v] = any(depends.get(o, False) for o in v.owner.operands)
-        else:
-            stack.append((v, True))
-            stack.extend((o, False) for o in v.owner.operands if o not in depends)
-    return {v for v, dep in depends.items() if dep and v not in leaves}
+    users: dict[SSAValue, list[SSAValue]] = {}
+    for v, ins in operands.items():
+        for o in ins:
+            users.setdefault(o, []).append(v)
+    leaves = {v for _, v in found}
+    graph: set[SSAValue] = set()
+    todo = list(leaves)
+    while todo:
+        for user in users.get(todo.pop(), ()):
+            if user not in graph:
+                graph.add(user)
+                todo.append(user)
+    return found, graph - leaves

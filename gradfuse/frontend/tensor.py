@@ -27,7 +27,7 @@ from xdsl.ir import Attribute, SSAValue
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of
 from gradfuse.frontend import ops
-from gradfuse.frontend.reach import backward_graph, params_reached_by
+from gradfuse.frontend.reach import backward_paths
 from gradfuse.frontend.recorder import (
     direction_scope,
     emit,
@@ -370,14 +370,13 @@ class Tensor:
                 "backward(): gradient=, create_graph= and inputs= are not supported"
                 " (gradfuse differentiates a tensor wrt every parameter it depends on)"
             )
-        found = params_reached_by(self.value)
+        found, graph = backward_paths(self.value)
         if not found:
             raise error(
                 "backward(): the tensor does not depend on any parameter, so there is nothing"
                 " to differentiate"
             )
         prog = program()
-        graph = backward_graph(self.value, {v for _, v in found})
         if not prog.freed.isdisjoint(graph):
             raise error(
                 "backward(): trying to backward through the graph a second time (an earlier"
