@@ -22,7 +22,7 @@ from xdsl.ir.affine import AffineExpr, AffineMap
 from gradfuse import affine
 from gradfuse.affine import eval_grid
 from gradfuse.backend.reference_sparse import erf
-from gradfuse.backend.run_control import check_params_finite, interrupted
+from gradfuse.backend.run_control import interrupted
 from gradfuse.backend.runner import RunResult, RunState, attr_array, dtype_of, tensor_of
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import kernel as K
@@ -76,8 +76,7 @@ def run_kernels(
     try:
         with np.errstate(all="ignore"):
             results = machine.block(block, outer=True)
-            if check_finite and not any(isinstance(op, tg.ForOp) for op in block.ops):
-                check_params_finite(state.params, "at the end of the run")
+            state.after_run(state.params, any(isinstance(op, tg.ForOp) for op in block.ops))
     except KeyboardInterrupt as stop:  # the params of the last finished iteration
         raise interrupted(machine.snapshot, stop) from None
     except GradfuseError as err:

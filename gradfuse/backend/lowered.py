@@ -41,7 +41,7 @@ from xdsl.interpreters.scf import ScfFunctions
 from xdsl.ir import Operation
 
 from gradfuse.backend.lowered_ops import GpuMemrefFunctions, LoweredState, ScalarFunctions
-from gradfuse.backend.run_control import check_params_finite, interrupted
+from gradfuse.backend.run_control import interrupted
 from gradfuse.backend.runner import (
     Feeder,
     RunResult,
@@ -95,9 +95,13 @@ class HostLoops(InterpreterFunctions):
         self.host, self.globals, self.keys = host, globals_, keys
         self.finished = self.params()
 
+    def current(self) -> dict[str, np.ndarray]:
+        """The params now, by key (the arrays themselves)."""
+        return {k: self.globals[name] for k, name in self.keys.items()}
+
     def params(self) -> dict[str, np.ndarray]:
         """Copies of the params now, by key."""
-        return {k: np.array(self.globals[name]) for k, name in self.keys.items()}
+        return {k: np.array(v) for k, v in self.current().items()}
 
     def restore(self) -> None:
         for key, name in self.keys.items():
@@ -114,7 +118,7 @@ class HostLoops(InterpreterFunctions):
                 continue
             try:
                 values = interp.run_ssacfg_region(op.body, (i, *values), "for_loop")
-                self.host.after_iteration(self.params())
+                self.host.after_iteration(self.current())
             except KeyboardInterrupt:
                 self.restore()
                 raise
@@ -209,8 +213,7 @@ def run_lowered(
     try:
         with np.errstate(all="ignore"):
             results = interp.call_op(fn, call_args)
-            if check_finite and not any(isinstance(op, scf.ForOp) for op in fn.body.ops):
-                check_params_finite(loops.params(), "at the end of the run")
+            host.after_run(loops.current(), any(isinstance(op, scf.ForOp) for op in fn.body.ops))
     except KeyboardInterrupt as stop:
         raise interrupted(loops.finished, stop) from None
     except GradfuseError as err:

@@ -28,7 +28,7 @@ from xdsl.ir import Attribute, Operation
 from gradfuse.backend.reference_conv import ConvFunctions
 from gradfuse.backend.reference_ops import RunState, TgFunctions, dtype_of
 from gradfuse.backend.reference_sparse import SparseFunctions
-from gradfuse.backend.run_control import check_params_finite, interrupted
+from gradfuse.backend.run_control import interrupted
 from gradfuse.backend.runner import Feeder, RunResult
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
@@ -156,12 +156,11 @@ def run(
     try:
         with np.errstate(all="ignore"):
             results = interpreter.call_op(fn, tuple(call_args))
-        if check_finite and not any(isinstance(op, tg.ForOp) for op in fn.body.ops):
-            try:
-                check_params_finite(state.params, "at the end of the run")
-            except GradfuseError:
-                state.params = dict(initial)  # the run finished no iteration: nothing kept
-                raise
+        try:
+            state.after_run(state.params, any(isinstance(op, tg.ForOp) for op in fn.body.ops))
+        except GradfuseError:
+            state.params = dict(initial)  # the run finished no iteration: nothing kept
+            raise
     except KeyboardInterrupt as stop:
         raise interrupted(state.params, stop) from None
     except GradfuseError as err:

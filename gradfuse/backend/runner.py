@@ -262,10 +262,16 @@ class RunState:
             check_fed_finite(where, arr, position)
         return arr.astype(dtype_of(ty, self.dtype))
 
-    def after_iteration(self, params: dict[str, np.ndarray]) -> None:
+    def after_iteration(self, params: Mapping[str, np.ndarray]) -> None:
         """Called after each iteration of the outermost loop with the params it left."""
         if self.check_finite:
             check_params_finite(params, "after this iteration")
+
+    def after_run(self, params: Mapping[str, np.ndarray], looped: bool) -> None:
+        """Called when a run ends; a program without a loop (`looped` False) has its
+        params checked here, as a loop's are after each iteration."""
+        if self.check_finite and not looped:
+            check_params_finite(params, "at the end of the run")
 
     def receive(self, key: str, arrays: tuple[np.ndarray, ...], position: Position | None) -> None:
         """Records one call of receiver `key` and hands copies to its callback."""

@@ -198,9 +198,9 @@ class CProgram:
         with sigint_flag(lambda: lib.gradfuse_sigint(1), lambda: lib.gradfuse_sigint(0)) as came:
             code = lib.gradfuse_main(ctypes.byref(ctx))
         final = dict(zip(keys, values))
-        if code == 0 and check_finite and not self.loops:
+        if code == 0:
             try:
-                state.after_iteration(final)
+                state.after_run(final, bool(self.loops))
             except GradfuseError as err:
                 failure.append(err)
                 code, ctx.iteration = 1, -1
