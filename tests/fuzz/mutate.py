@@ -87,19 +87,24 @@ def _pick(text: str, rng: random.Random, pattern: str) -> re.Match[str] | None:
 # --- token level ----------------------------------------------------------------
 
 
+def _replace(
+    text: str, rng: random.Random, pattern: str, label: str, make: Callable[[str], str]
+) -> tuple[str, str]:
+    """One token matching `pattern` replaced by `make(token)`; `label` names the edit."""
+    m = _pick(text, rng, pattern)
+    if m is None:
+        return text, f"{label}:none"
+    new = make(m.group(0))
+    return _splice(text, m, new), f"{label}->{new}"
+
+
 def number(text: str, rng: random.Random) -> tuple[str, str]:
-    m = _pick(text, rng, r"-?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|inf)|nan")
-    if m is None:
-        return text, "number:none"
-    new = rng.choice(NUMBERS)
-    return _splice(text, m, new), f"number->{new}"
+    pattern = r"-?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|inf)|nan"
+    return _replace(text, rng, pattern, "number", lambda _: rng.choice(NUMBERS))
 
 
-def type_(text: str, rng: random.Random) -> tuple[str, str]:
-    m = _pick(text, rng, r"tensor<[^>]*>")
-    if m is None:
-        return text, "type:none"
-    *dims, elt = m.group(0)[len("tensor<") : -1].split("x")
+def _other_type(token: str, rng: random.Random) -> str:
+    *dims, elt = token[len("tensor<") : -1].split("x")
     how = rng.randrange(4)
     if how == 0:
         elt = rng.choice(ELEMENTS)
@@ -109,16 +114,16 @@ def type_(text: str, rng: random.Random) -> tuple[str, str]:
         dims.insert(rng.randrange(len(dims) + 1), rng.choice(DIMS[:4]))
     elif dims:
         dims.pop(rng.randrange(len(dims)))
-    new = "tensor<" + "".join(f"{d}x" for d in dims) + elt + ">"
-    return _splice(text, m, new), f"type->{new}"
+    return "tensor<" + "".join(f"{d}x" for d in dims) + elt + ">"
+
+
+def type_(text: str, rng: random.Random) -> tuple[str, str]:
+    return _replace(text, rng, r"tensor<[^>]*>", "type", lambda t: _other_type(t, rng))
 
 
 def op_name(text: str, rng: random.Random) -> tuple[str, str]:
-    m = _pick(text, rng, r"[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*")
-    if m is None:
-        return text, "op:none"
-    new = rng.choice(OP_NAMES)
-    return _splice(text, m, new), f"op->{new}"
+    pattern = r"[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*"
+    return _replace(text, rng, pattern, "op", lambda _: rng.choice(OP_NAMES))
 
 
 def key(text: str, rng: random.Random) -> tuple[str, str]:
