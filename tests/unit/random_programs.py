@@ -263,10 +263,15 @@ def record(spec: Spec, tag: str) -> Outcome:
     return out
 
 
+def record_all(specs: list[Spec]) -> list[Outcome]:
+    """The specs recorded one after another into a new program (tags g0, g1, ...)."""
+    gradfuse.reset()
+    return [record(spec, f"g{k}") for k, spec in enumerate(specs)]
+
+
 def run_gradfuse(specs: list[Spec], backend: str, dtype: Any = None) -> list[Outcome]:
     """The specs recorded one after another into one program, run on `backend`."""
-    gradfuse.reset()
-    outs = [record(spec, f"g{k}") for k, spec in enumerate(specs)]
+    outs = record_all(specs)
     execute(backend=backend, dtype=dtype)
     return outs
 

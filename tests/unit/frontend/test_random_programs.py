@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from numpy_ops import numpy_grads, run_torch
-from random_programs import Outcome, Spec, programs, record, run_gradfuse
+from random_programs import Outcome, Spec, programs, record_all, run_gradfuse
 
 import gradfuse
 from gradfuse.backend import compile_module
@@ -120,8 +120,7 @@ def run_all(specs: list[Spec], backends: tuple[str, ...]) -> dict[str, list[Outc
 
 def run_text(specs: list[Spec]) -> list[Outcome]:
     """The programs printed as `.tg`, parsed back, and run on the reference."""
-    gradfuse.reset()
-    outs = [record(spec, f"g{k}") for k, spec in enumerate(specs)]
+    outs = record_all(specs)
     prog = program()
     module = parse_tg(gradfuse.ir_text(), "random.tg")
     params = {key: p.data for key, p in prog.params.items()}
