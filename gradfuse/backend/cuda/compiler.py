@@ -21,7 +21,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from gradfuse.backend.compile_errors import compile_error
 from gradfuse.backend.cstyle import CUDATarget, render_kernels
-from gradfuse.backend.disk_cache import cache_dir, tool_version
+from gradfuse.backend.disk_cache import cache_dir, seal, tool_version, verified
 from gradfuse.diagnostics import GradfuseError
 
 FLAGS = ("-O3", "--use_fast_math")
@@ -51,10 +51,8 @@ def compile_cubin(source: str, arch: str = "sm_90", module: ModuleOp | None = No
         "\0".join([source, arch, *FLAGS, tool_version(compiler)]).encode()
     ).hexdigest()[:32]
     target = cache_dir("cuda") / f"{key}.cubin"
-    if target.exists():
-        data = target.read_bytes()
-        if data[:4] == b"\x7fELF":  # a cubin is an ELF file; anything else is rebuilt
-            return data
+    if verified(target):  # its checksum matches: not torn, truncated or zeroed
+        return target.read_bytes()
     with tempfile.TemporaryDirectory(dir=cache_dir("cuda")) as tmp:
         src = Path(tmp) / "kernels.cu"
         src.write_text(source)
@@ -70,4 +68,5 @@ def compile_cubin(source: str, arch: str = "sm_90", module: ModuleOp | None = No
         partial = Path(tmp) / "partial"
         partial.write_bytes(out.read_bytes())
         os.replace(partial, target)
+    seal(target)
     return target.read_bytes()

@@ -262,3 +262,20 @@ def test_an_entry_other_than_the_compiled_one_is_refused_not_ignored():
     np.testing.assert_array_equal(program.run(args=[x]).results[0], 2 * x)
     with pytest.raises(GradfuseError, match="the c backend compiled @main, not @other"):
         program.run(args=[x], entry="other")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_a_damaged_cubin_cache_entry_is_rebuilt(damage, monkeypatch, tmp_path):
+    """The cuda backend's cubins are checksummed as the c backend's libraries are."""
+    from gradfuse.backend.cuda.compiler import compile_cubin, cuda_source
+
+    monkeypatch.setenv("GRADFUSE_CACHE_DIR", str(tmp_path))
+    module = parse_tg(PROGRAMS["linreg"])
+    run_pipeline(module, "default")
+    source = cuda_source(module)
+    first = compile_cubin(source, "sm_90", module)
+    (entry,) = tmp_path.glob("cuda/*.cubin")
+    entry.write_bytes(DAMAGES[damage](first))
+    assert compile_cubin(source, "sm_90", module) == first  # rebuilt: nvcc is deterministic
+    assert entry.read_bytes() == first
