@@ -27,6 +27,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from gradfuse.diagnostics import GradfuseError, position_of
+from gradfuse.dialects.tg_elementwise import C_FUNCTIONS
 
 BINARY = {
     arith.AddfOp: "+", arith.SubfOp: "-", arith.MulfOp: "*", arith.DivfOp: "/",
@@ -77,10 +78,10 @@ class CStyleLanguage:
     extra_params = ", long grid, long block"
     ids = {"thread_id": "tid", "block_id": "bid", "block_dim": "block", "grid_dim": "grid"}
     math = {
-        math.Exp2Op: "exp2f", math.Log2Op: "log2f", math.SqrtOp: "sqrtf", math.SinOp: "sinf",
-        math.ErfOp: "erff", math.ExpOp: "expf", math.LogOp: "logf", math.TanhOp: "tanhf",
+        **C_FUNCTIONS, math.ExpOp: "expf", math.LogOp: "logf", math.TanhOp: "tanhf",
         math.CosOp: "cosf",
     }  # fmt: skip
+    """C functions of math ops: tg's (`C_FUNCTIONS`) and others that lowered IR may hold."""
     maximum = "fmaxf"
     barrier: str | None = None  # the threads of a block wait here (None: the target runs
     # blocks thread by thread, and a kernel with barriers needs its own rendering)

@@ -14,29 +14,24 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
-from xdsl.dialects import arith, func, math
+from xdsl.dialects import arith, func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.ir.affine import AffineExpr, AffineMap
 
 from gradfuse import affine
 from gradfuse.affine import eval_grid
-from gradfuse.backend.reference_sparse import erf
 from gradfuse.backend.run_control import interrupted
 from gradfuse.backend.runner import RunResult, RunState, attr_array, dtype_of, tensor_of
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import kernel as K
 from gradfuse.dialects import tg
+from gradfuse.dialects.tg_elementwise import KERNEL_NUMPY
 from gradfuse.philox import uniform
 
-_BINARY: dict[type, Callable[[Any, Any], Any]] = {
-    arith.AddfOp: np.add, arith.SubfOp: np.subtract, arith.MulfOp: np.multiply,
-    arith.DivfOp: np.divide, arith.MaximumfOp: np.maximum, arith.AndIOp: np.logical_and,
-}  # fmt: skip
-_UNARY: dict[type, Callable[[Any], Any]] = {
-    arith.NegfOp: np.negative, math.Exp2Op: np.exp2, math.Log2Op: np.log2,
-    math.SqrtOp: np.sqrt, math.SinOp: np.sin, math.ErfOp: erf,
-}  # fmt: skip
+_ARRAY_OPS: dict[type, Callable[..., Any]] = {**KERNEL_NUMPY, arith.AndIOp: np.logical_and}
+"""Scalar ops as NumPy functions on whole grids: tg's arithmetic (`KERNEL_NUMPY`) and
+the `and` of pad conditions."""
 _COMPARE = {
     "oeq": np.equal, "ogt": np.greater, "oge": np.greater_equal, "olt": np.less,
     "ole": np.less_equal, "one": np.not_equal, "ueq": np.equal, "ugt": np.greater,
@@ -214,10 +209,8 @@ class _Machine:
             env[op.result] = uniform(linear, counter, op.seed.value.data)
         elif isinstance(op, arith.ConstantOp):
             env[op.result] = op.value.value.data  # type: ignore[attr-defined]
-        elif type(op) in _BINARY:
-            env[op.results[0]] = _BINARY[type(op)](env[op.operands[0]], env[op.operands[1]])
-        elif type(op) in _UNARY:
-            env[op.results[0]] = _UNARY[type(op)](env[op.operands[0]])
+        elif type(op) in _ARRAY_OPS:
+            env[op.results[0]] = _ARRAY_OPS[type(op)](*[env[v] for v in op.operands])
         elif isinstance(op, arith.CmpfOp | arith.CmpiOp):
             pred = _predicate(op)
             env[op.result] = _COMPARE[pred](env[op.lhs], env[op.rhs])

@@ -12,7 +12,6 @@ are NumPy scalars of their MLIR type, so f32 math stays f32:
 
 from __future__ import annotations
 
-import math as pymath
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import product
@@ -36,8 +35,9 @@ from xdsl.ir import Attribute, Operation
 from xdsl.utils.comparisons import to_unsigned
 
 from gradfuse.backend.lowered_lockstep import Lockstep, has_barrier
-from gradfuse.backend.runner import dtype_of
+from gradfuse.backend.runner import dtype_of, impls_for
 from gradfuse.diagnostics import GradfuseError, position_of
+from gradfuse.dialects.tg_elementwise import KERNEL_NUMPY
 from gradfuse.passes.fast_ops import WORKGROUP
 
 
@@ -291,14 +291,15 @@ def _ceildiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _floatdiv(a: Any, b: Any) -> Any:
-    with np.errstate(all="ignore"):
-        return np.divide(a, b)
+def _run_table(self: Any, interp: Interpreter, op: Operation, args: PythonValues) -> PythonValues:
+    return (KERNEL_NUMPY[type(op)](*args),)
 
 
 @register_impls
-class ScalarFunctions(InterpreterFunctions):
-    """arith and math ops xDSL lacks, and f32 constants and math that stay f32."""
+class ScalarFunctions(impls_for(KERNEL_NUMPY, _run_table), InterpreterFunctions):  # type: ignore[misc]
+    """The arith and math ops of tg's arithmetic as `KERNEL_NUMPY` computes them (the
+    NumPy runners' functions, f32 stays f32), f32 constants, and the other arith and
+    math ops that xDSL lacks or computes in Python floats."""
 
     @impl(arith.ConstantOp)
     def run_constant(self, interp: Interpreter, op: arith.ConstantOp, args: PythonValues):
@@ -314,8 +315,6 @@ class ScalarFunctions(InterpreterFunctions):
     run_remui = impl(arith.RemUIOp)(_unsigned(lambda a, b: a % b))
     run_ceildivui = impl(arith.CeilDivUIOp)(_unsigned(_ceildiv))
     run_ceildivsi = impl(arith.CeilDivSIOp)(_numpy(_ceildiv))
-    run_divf = impl(arith.DivfOp)(_numpy(_floatdiv))
-    run_negf = impl(arith.NegfOp)(_numpy(np.negative))
     run_maxnumf = impl(arith.MaxnumfOp)(_numpy(np.fmax))
     run_minnumf = impl(arith.MinnumfOp)(_numpy(np.fmin))
     run_uitofp = impl(arith.UIToFPOp)(_convert)
@@ -327,19 +326,14 @@ class ScalarFunctions(InterpreterFunctions):
     run_xori = impl(arith.XOrIOp)(_numpy(lambda a, b: a ^ b))
 
     run_exp = impl(math.ExpOp)(_numpy(np.exp))
-    run_exp2 = impl(math.Exp2Op)(_numpy(np.exp2))
     run_log = impl(math.LogOp)(_numpy(np.log))
-    run_log2 = impl(math.Log2Op)(_numpy(np.log2))
-    run_sqrt = impl(math.SqrtOp)(_numpy(np.sqrt))
     run_rsqrt = impl(math.RsqrtOp)(_numpy(lambda x: 1 / np.sqrt(x)))
-    run_sin = impl(math.SinOp)(_numpy(np.sin))
     run_cos = impl(math.CosOp)(_numpy(np.cos))
     run_tanh = impl(math.TanhOp)(_numpy(np.tanh))
     run_absf = impl(math.AbsFOp)(_numpy(np.abs))
     run_floor = impl(math.FloorOp)(_numpy(np.floor))
     run_ceil = impl(math.CeilOp)(_numpy(np.ceil))
     run_powf = impl(math.PowFOp)(_numpy(np.power))
-    run_erf = impl(math.ErfOp)(_numpy(lambda x: type(x)(pymath.erf(x))))
 
 
 __all__ = ["LoweredState", "GpuMemrefFunctions", "ScalarFunctions"]

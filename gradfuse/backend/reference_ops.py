@@ -26,10 +26,11 @@ from xdsl.interpreter import (
 from xdsl.ir import Operation
 
 from gradfuse.affine import eval_grid, eval_guard
-from gradfuse.backend.runner import RunState, attr_array, dtype_of, shape_str
+from gradfuse.backend.runner import RunState, attr_array, dtype_of, impls_for, shape_str
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import ints
+from gradfuse.dialects.tg_elementwise import SEMANTICS
 
 
 def _in_iteration(err: GradfuseError, op: tg.ForOp, iteration: int, index: int) -> GradfuseError:
@@ -44,9 +45,15 @@ def _in_iteration(err: GradfuseError, op: tg.ForOp, iteration: int, index: int) 
     return new
 
 
+def _run_elementwise(self: TgFunctions, interp: Interpreter, op: Operation, args: PythonValues):
+    """Every elementwise arithmetic op: its row of `SEMANTICS` on arrays."""
+    return self.out(op, SEMANTICS[type(op)].numpy(*args))
+
+
 @register_impls
-class TgFunctions(InterpreterFunctions):
-    """One `@impl` per tg op; `state` is shared with `reference.run`."""
+class TgFunctions(impls_for(SEMANTICS, _run_elementwise), InterpreterFunctions):  # type: ignore[misc]
+    """One `@impl` per tg op (the arithmetic from `SEMANTICS`); `state` is shared
+    with `reference.run`."""
 
     def __init__(self, state: RunState):
         self.state = state
@@ -60,54 +67,9 @@ class TgFunctions(InterpreterFunctions):
 
     # --- elementwise -----------------------------------------------------------------
 
-    @impl(tg.AddOp)
-    def run_add(self, interp: Interpreter, op: tg.AddOp, args: PythonValues) -> PythonValues:
-        return self.out(op, np.add(*args))
-
-    @impl(tg.SubOp)
-    def run_sub(self, interp: Interpreter, op: tg.SubOp, args: PythonValues) -> PythonValues:
-        return self.out(op, np.subtract(*args))
-
-    @impl(tg.MulOp)
-    def run_mul(self, interp: Interpreter, op: tg.MulOp, args: PythonValues) -> PythonValues:
-        return self.out(op, np.multiply(*args))
-
-    @impl(tg.DivOp)
-    def run_div(self, interp: Interpreter, op: tg.DivOp, args: PythonValues) -> PythonValues:
-        return self.out(op, np.divide(*args))
-
-    @impl(tg.MaxOp)
-    def run_max(self, interp: Interpreter, op: tg.MaxOp, args: PythonValues) -> PythonValues:
-        return self.out(op, np.maximum(*args))
-
     @impl(tg.CmpLtOp)
     def run_cmplt(self, interp: Interpreter, op: tg.CmpLtOp, args: PythonValues) -> PythonValues:
         return self.out(op, np.less(*args))
-
-    @impl(tg.NegOp)
-    def run_neg(self, interp: Interpreter, op: tg.NegOp, args: PythonValues) -> PythonValues:
-        return self.out(op, np.negative(args[0]))
-
-    @impl(tg.Exp2Op)
-    def run_exp2(self, interp: Interpreter, op: tg.Exp2Op, args: PythonValues) -> PythonValues:
-        return self.out(op, np.exp2(args[0]))
-
-    @impl(tg.Log2Op)
-    def run_log2(self, interp: Interpreter, op: tg.Log2Op, args: PythonValues) -> PythonValues:
-        return self.out(op, np.log2(args[0]))
-
-    @impl(tg.SqrtOp)
-    def run_sqrt(self, interp: Interpreter, op: tg.SqrtOp, args: PythonValues) -> PythonValues:
-        return self.out(op, np.sqrt(args[0]))
-
-    @impl(tg.RecipOp)
-    def run_recip(self, interp: Interpreter, op: tg.RecipOp, args: PythonValues) -> PythonValues:
-        (x,) = args
-        return self.out(op, np.divide(np.ones((), dtype=x.dtype), x))
-
-    @impl(tg.SinOp)
-    def run_sin(self, interp: Interpreter, op: tg.SinOp, args: PythonValues) -> PythonValues:
-        return self.out(op, np.sin(args[0]))
 
     @impl(tg.WhereOp)
     def run_where(self, interp: Interpreter, op: tg.WhereOp, args: PythonValues) -> PythonValues:

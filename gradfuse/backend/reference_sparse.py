@@ -1,4 +1,4 @@
-"""Reference semantics of `tg.erf`, `tg.gather`, `tg.scatter_add` and `tg.random`.
+"""Reference semantics of `tg.gather`, `tg.scatter_add` and `tg.random`.
 
 x = np.arange(6.0).reshape(2, 3); idx = np.array([[2.0], [0.0]])
 gather(x, idx, dim=1) == [[2.0], [3.0]]
@@ -6,7 +6,6 @@ gather(x, idx, dim=1) == [[2.0], [3.0]]
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -16,13 +15,6 @@ from gradfuse.backend.runner import RunState, dtype_of
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.philox import uniform
-
-_ERF = np.vectorize(math.erf, otypes=[np.float64])
-
-
-def erf(x: np.ndarray) -> np.ndarray:
-    """The error function, elementwise, computed in float64."""
-    return _ERF(np.asarray(x, dtype=np.float64))
 
 
 def positions(index: np.ndarray, dim: int, size: int, op: Any) -> tuple[np.ndarray, ...]:
@@ -49,10 +41,6 @@ class SparseFunctions(InterpreterFunctions):
 
     def out(self, op: Any, value: Any) -> PythonValues:
         return (np.asarray(value, dtype=dtype_of(op.result.type, self.state.dtype)),)
-
-    @impl(tg.ErfOp)
-    def run_erf(self, interp: Interpreter, op: tg.ErfOp, args: PythonValues) -> PythonValues:
-        return self.out(op, erf(args[0]))
 
     @impl(tg.GatherOp)
     def run_gather(self, interp: Interpreter, op: tg.GatherOp, args: PythonValues) -> PythonValues:

@@ -16,7 +16,7 @@ call counters, what receivers got); every runner reads and writes it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import prod
 from typing import Any, Protocol
@@ -36,7 +36,8 @@ from xdsl.dialects.builtin import (
     ModuleOp,
     TensorType,
 )
-from xdsl.ir import Attribute
+from xdsl.interpreter import impl
+from xdsl.ir import Attribute, Operation
 
 from gradfuse.backend.run_control import check_fed_finite, check_params_finite
 from gradfuse.diagnostics import GradfuseError, Position
@@ -157,6 +158,15 @@ def attr_array(attr: Attribute, ty: TensorType, dtype: type = np.float32) -> np.
             return np.full(shape, raw[0], dtype=dt)
         return raw.reshape(shape).astype(dt)
     raise GradfuseError(f"cannot make an array from {attr}")
+
+
+def impls_for(ops: Iterable[type[Operation]], run: Callable[..., Any]) -> type:
+    """A base class whose `@impl` for each op of `ops` is `run`, for an interpreter's
+    functions to inherit (xDSL's `register_impls` reads base classes too):
+
+        class TgFunctions(impls_for(SEMANTICS, run_elementwise), InterpreterFunctions): ...
+    """
+    return type("TableImpls", (), {f"run_{op.name}": impl(op)(run) for op in ops})
 
 
 def shape_str(shape: tuple[int, ...]) -> str:

@@ -1,16 +1,22 @@
 """The `tg` ("tensor graph") dialect: value-semantic tensors, loops and state.
 
-Ops live in three files by family: `tg_compute` (elementwise, dot, reductions,
-composites), `tg_data` (constants and movement) and `tg_program` (params,
-feeders, receivers, loops, grad). This module gathers them into `TG`.
+Ops live in files by family and are all re-exported here: `tg_elementwise`
+(arithmetic, with `SEMANTICS`, the table of what each op means), `tg_compute`
+(masks, composites, dot, reductions), `tg_data` (constants and movement), `tg_conv`,
+`tg_sparse` and `tg_program` (params, feeders, receivers, loops, grad). `TG` is
+every op of those files, so a new op is registered by being defined there.
 
     %w = tg.param "fc.weight" : tensor<4x4xf32>
     %y = tg.dot %x, %w : tensor<2x4xf32>
 """
 
-from xdsl.ir import Dialect
+from types import ModuleType
 
-from gradfuse.dialects.tg_base import (
+from xdsl.ir import Dialect
+from xdsl.irdl import IRDLOperation
+
+from gradfuse.dialects import tg_compute, tg_conv, tg_data, tg_elementwise, tg_program, tg_sparse
+from gradfuse.dialects.tg_base import (  # noqa: F401 (re-exported)
     FLOAT_TYPES,
     TgCanonicalize,
     fmt_shape,
@@ -19,87 +25,34 @@ from gradfuse.dialects.tg_base import (
     tensor,
 )
 from gradfuse.dialects.tg_canonicalize import PATTERNS as CANONICALIZATION
-from gradfuse.dialects.tg_compute import (
-    AddOp,
-    BinaryOp,
-    CastOp,
-    CmpLtOp,
-    DivOp,
-    DotOp,
-    ErfOp,
-    Exp2Op,
-    Log2Op,
-    MaxOp,
-    MulOp,
-    NegOp,
-    RecipOp,
-    ReduceMaxOp,
-    ReduceMeanOp,
-    ReduceOp,
-    ReduceSumOp,
-    ReluOp,
-    SigmoidOp,
-    SinOp,
-    SoftmaxOp,
-    SqrtOp,
-    StopGradientOp,
-    SubOp,
-    TanhOp,
-    UnaryOp,
-    WhereOp,
-)
-from gradfuse.dialects.tg_conv import Conv2dOp, ConvGeometry, ConvTranspose2dOp, WindowsOp
-from gradfuse.dialects.tg_data import (
-    BroadcastOp,
-    ConcatOp,
-    ConstantOp,
-    PadOp,
-    PermuteOp,
-    ReshapeOp,
-    SliceOp,
-    ViewAccessOp,
-)
-from gradfuse.dialects.tg_program import (
-    AssignOp,
-    FeederOp,
-    ForOp,
-    GradOp,
-    ParamOp,
-    ReceiverOp,
-    YieldOp,
-)
-from gradfuse.dialects.tg_sparse import GatherOp, RandomOp, ScatterAddOp
+from gradfuse.dialects.tg_compute import *  # noqa: F403
+from gradfuse.dialects.tg_conv import *  # noqa: F403
+from gradfuse.dialects.tg_data import *  # noqa: F403
+from gradfuse.dialects.tg_elementwise import *  # noqa: F403
+from gradfuse.dialects.tg_program import *  # noqa: F403
+from gradfuse.dialects.tg_sparse import *  # noqa: F403
+
+FAMILIES = (tg_elementwise, tg_compute, tg_data, tg_conv, tg_sparse, tg_program)
+
+
+def ops_of(module: ModuleType) -> list[type[IRDLOperation]]:
+    """The tg ops a family module defines, in definition order."""
+    return [
+        v
+        for v in vars(module).values()
+        if isinstance(v, type)
+        and issubclass(v, IRDLOperation)
+        and v.__module__ == module.__name__
+        and str(getattr(v, "name", "")).startswith("tg.")
+    ]
+
+
+TG = Dialect("tg", [op for family in FAMILIES for op in ops_of(family)], [])
 
 COMPOSITES = (
-    SigmoidOp, TanhOp, ReluOp, SoftmaxOp, ReduceMeanOp, StopGradientOp, Conv2dOp,
-    ConvTranspose2dOp, WindowsOp,
+    SigmoidOp, TanhOp, ReluOp, SoftmaxOp, ReduceMeanOp, StopGradientOp, Conv2dOp,  # noqa: F405
+    ConvTranspose2dOp, WindowsOp,  # noqa: F405
 )  # fmt: skip
 """Ops that `tg-decompose` expands into primitives."""
 
-TG = Dialect(
-    "tg",
-    [
-        AddOp, SubOp, MulOp, DivOp, MaxOp, CmpLtOp,
-        NegOp, Exp2Op, Log2Op, SqrtOp, RecipOp, SinOp, ErfOp,
-        WhereOp, CastOp, DotOp, ReduceSumOp, ReduceMaxOp,
-        SigmoidOp, TanhOp, ReluOp, SoftmaxOp, ReduceMeanOp, StopGradientOp,
-        ConstantOp, ReshapeOp, PermuteOp, BroadcastOp, SliceOp, PadOp, ConcatOp, ViewAccessOp,
-        ParamOp, AssignOp, FeederOp, ReceiverOp, ForOp, YieldOp, GradOp,
-        GatherOp, ScatterAddOp, RandomOp, Conv2dOp, ConvTranspose2dOp, WindowsOp,
-    ],
-    [],
-)  # fmt: skip
-
 TgCanonicalize.patterns = CANONICALIZATION  # what `canonicalize` does to tg ops
-
-__all__ = [
-    "TG", "COMPOSITES", "FLOAT_TYPES", "parse_type", "BinaryOp", "UnaryOp", "ReduceOp", "fmt_shape", "shape_of", "tensor",
-    "AddOp", "SubOp", "MulOp", "DivOp", "MaxOp", "CmpLtOp",
-    "NegOp", "Exp2Op", "Log2Op", "SqrtOp", "RecipOp", "SinOp", "ErfOp",
-    "WhereOp", "CastOp", "DotOp", "ReduceSumOp", "ReduceMaxOp",
-    "SigmoidOp", "TanhOp", "ReluOp", "SoftmaxOp", "ReduceMeanOp", "StopGradientOp",
-    "ConstantOp", "ReshapeOp", "PermuteOp", "BroadcastOp", "SliceOp", "PadOp", "ConcatOp",
-    "ViewAccessOp", "ParamOp", "AssignOp", "FeederOp", "ReceiverOp", "ForOp", "YieldOp", "GradOp",
-    "ErfOp", "GatherOp", "ScatterAddOp", "RandomOp", "Conv2dOp", "ConvTranspose2dOp",
-    "ConvGeometry", "WindowsOp", "FLOAT_TYPES", "parse_type",
-]  # fmt: skip

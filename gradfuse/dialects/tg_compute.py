@@ -1,4 +1,5 @@
-"""tg compute ops: elementwise, contraction, reductions (see `gradfuse.dialects.tg`).
+"""tg compute ops: masks, composites, contraction, reductions (see `gradfuse.dialects.tg`;
+the elementwise arithmetic is in `tg_elementwise`).
 
 Every op works on builtin ranked tensors (`tensor<2x255xf32>`); masks produced by
 `tg.cmplt` are `tensor<...xi1>`. Broadcasting is explicit (`tg.broadcast`), so
@@ -29,10 +30,7 @@ from xdsl.irdl import (
     result_def,
     traits_def,
 )
-from xdsl.traits import (
-    Commutative,
-    Pure,
-)
+from xdsl.traits import Pure
 
 from gradfuse.dialects.tg_base import (
     TgCanonicalize,
@@ -43,75 +41,9 @@ from gradfuse.dialects.tg_base import (
     shape_of,
     tensor,
 )
+from gradfuse.dialects.tg_elementwise import BinaryOp, UnaryOp
 
-# --- elementwise ------------------------------------------------------------------
-
-
-class BinaryOp(TgOp):
-    """Elementwise op on two operands of one tensor type."""
-
-    lhs = operand_def(TensorType)
-    rhs = operand_def(TensorType)
-    result = result_def(TensorType)
-    traits = traits_def(Pure(), TgCanonicalize())
-    RESULT_IS_MASK: ClassVar[bool] = False
-    FLOAT_OPERANDS: ClassVar[bool] = True
-
-    def __init__(self, lhs: SSAValue, rhs: SSAValue):
-        ty = lhs.type
-        if self.RESULT_IS_MASK and isinstance(ty, TensorType):
-            ty = tensor(ty.get_shape(), i1)
-        super().__init__(operands=[lhs, rhs], result_types=[ty])
-
-    def verify_(self) -> None:
-        if self.lhs.type != self.rhs.type:
-            raise self.fail(
-                f"operand types differ: {self.lhs.type} and {self.rhs.type}"
-                " (broadcast explicitly with tg.broadcast)"
-            )
-        want = self.lhs.type
-        if self.RESULT_IS_MASK:
-            want = tensor(shape_of(self.lhs), i1)
-        if self.result.type != want:
-            raise self.fail(f"result type should be {want}, got {self.result.type}")
-
-
-@irdl_op_definition
-class AddOp(BinaryOp):
-    """Elementwise sum. `%z = tg.add %x, %y : tensor<4xf32>`"""
-
-    name = "tg.add"
-    traits = traits_def(Pure(), Commutative(), TgCanonicalize())
-
-
-@irdl_op_definition
-class SubOp(BinaryOp):
-    """Elementwise difference. `%z = tg.sub %x, %y : tensor<4xf32>`"""
-
-    name = "tg.sub"
-
-
-@irdl_op_definition
-class MulOp(BinaryOp):
-    """Elementwise product. `%z = tg.mul %x, %y : tensor<4xf32>`"""
-
-    name = "tg.mul"
-    traits = traits_def(Pure(), Commutative(), TgCanonicalize())
-
-
-@irdl_op_definition
-class DivOp(BinaryOp):
-    """Elementwise quotient. `%z = tg.div %x, %y : tensor<4xf32>`"""
-
-    name = "tg.div"
-
-
-@irdl_op_definition
-class MaxOp(BinaryOp):
-    """Elementwise maximum. `%z = tg.max %x, %y : tensor<4xf32>`"""
-
-    name = "tg.max"
-    traits = traits_def(Pure(), Commutative(), TgCanonicalize())
+# --- masks and composites -----------------------------------------------------------
 
 
 @irdl_op_definition
@@ -120,73 +52,6 @@ class CmpLtOp(BinaryOp):
 
     name = "tg.cmplt"
     RESULT_IS_MASK: ClassVar[bool] = True
-
-
-class UnaryOp(TgOp):
-    """Elementwise op on one operand; the result has the operand's type."""
-
-    input = operand_def(TensorType)
-    result = result_def(TensorType)
-    traits = traits_def(Pure(), TgCanonicalize())
-    FLOAT_OPERANDS: ClassVar[bool] = True
-
-    def __init__(self, input: SSAValue):
-        super().__init__(operands=[input], result_types=[input.type])
-
-    def verify_(self) -> None:
-        if self.result.type != self.input.type:
-            raise self.fail(
-                f"result type {self.result.type} differs from operand type {self.input.type}"
-            )
-
-
-@irdl_op_definition
-class NegOp(UnaryOp):
-    """`-x`. `%y = tg.neg %x : tensor<4xf32>`"""
-
-    name = "tg.neg"
-
-
-@irdl_op_definition
-class Exp2Op(UnaryOp):
-    """`2**x`. `%y = tg.exp2 %x : tensor<4xf32>`"""
-
-    name = "tg.exp2"
-
-
-@irdl_op_definition
-class Log2Op(UnaryOp):
-    """`log2(x)`. `%y = tg.log2 %x : tensor<4xf32>`"""
-
-    name = "tg.log2"
-
-
-@irdl_op_definition
-class SqrtOp(UnaryOp):
-    """`sqrt(x)`. `%y = tg.sqrt %x : tensor<4xf32>`"""
-
-    name = "tg.sqrt"
-
-
-@irdl_op_definition
-class RecipOp(UnaryOp):
-    """`1/x`. `%y = tg.recip %x : tensor<4xf32>`"""
-
-    name = "tg.recip"
-
-
-@irdl_op_definition
-class SinOp(UnaryOp):
-    """`sin(x)`. `%y = tg.sin %x : tensor<4xf32>`"""
-
-    name = "tg.sin"
-
-
-@irdl_op_definition
-class ErfOp(UnaryOp):
-    """The error function. `%y = tg.erf %x : tensor<4xf32>`"""
-
-    name = "tg.erf"
 
 
 @irdl_op_definition

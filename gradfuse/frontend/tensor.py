@@ -245,6 +245,14 @@ class Tensor:
         """Natural log, recorded as `log2(self) * ln(2)`."""
         return self.log2() * ops.LN_2
 
+    def expm1(self) -> Tensor:
+        """`e ** self - 1` (`tg.expm1`), exact for small `self`."""
+        return Tensor(ops.unary(tg.Expm1Op, self.value))
+
+    def log1p(self) -> Tensor:
+        """`ln(1 + self)` (`tg.log1p`), exact for small `self`."""
+        return Tensor(ops.unary(tg.Log1pOp, self.value))
+
     def sqrt(self) -> Tensor:
         """`sqrt(self)` (`tg.sqrt`)."""
         return Tensor(ops.unary(tg.SqrtOp, self.value))

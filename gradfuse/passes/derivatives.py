@@ -74,6 +74,16 @@ def exp2_rule(e: Emitter, op: tg.Exp2Op, g: SSAValue) -> Cotangents:
     return (e.mul(g, e.scale(op.result, LN_2)),)
 
 
+def expm1_rule(e: Emitter, op: tg.Expm1Op, g: SSAValue) -> Cotangents:
+    """z = e**x - 1: g * (z + 1)."""
+    return (e.mul(g, e.add(op.result, e.const(1.0, op.result))),)
+
+
+def log1p_rule(e: Emitter, op: tg.Log1pOp, g: SSAValue) -> Cotangents:
+    """z = ln(1 + x): g / (1 + x)."""
+    return (e.div(g, e.add(op.input, e.const(1.0, op.input))),)
+
+
 def log2_rule(e: Emitter, op: tg.Log2Op, g: SSAValue) -> Cotangents:
     """z = log2(x): g / (x * ln 2)."""
     return (e.div(g, e.scale(op.input, LN_2)),)
@@ -304,7 +314,9 @@ RULES: dict[type[Operation], Rule] = {
     tg.MaxOp: max_rule,
     tg.NegOp: neg_rule,
     tg.Exp2Op: exp2_rule,
+    tg.Expm1Op: expm1_rule,
     tg.Log2Op: log2_rule,
+    tg.Log1pOp: log1p_rule,
     tg.SqrtOp: sqrt_rule,
     tg.RecipOp: recip_rule,
     tg.SinOp: sin_rule,

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from xdsl.dialects import arith, func, math
+from xdsl.dialects import arith, func
 from xdsl.dialects.builtin import (
     AffineMapAttr,
     FloatAttr,
@@ -34,6 +34,7 @@ from gradfuse import affine
 from gradfuse.dialects import kernel as K
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import FLOAT_TYPES, i64_array, ints, shape_of
+from gradfuse.dialects.tg_elementwise import SEMANTICS
 from gradfuse.passes import fast_ops as fast
 from gradfuse.passes.fusion_graph import (
     Group,
@@ -45,17 +46,6 @@ from gradfuse.passes.fusion_graph import (
 
 if TYPE_CHECKING:
     from gradfuse.passes.tg_fuse import _FunctionFuser
-
-
-BINARY = {
-    tg.AddOp: arith.AddfOp, tg.SubOp: arith.SubfOp, tg.MulOp: arith.MulfOp,
-    tg.DivOp: arith.DivfOp, tg.MaxOp: arith.MaximumfOp,
-}  # fmt: skip
-UNARY = {
-    tg.NegOp: arith.NegfOp, tg.Exp2Op: math.Exp2Op, tg.Log2Op: math.Log2Op,
-    tg.SqrtOp: math.SqrtOp, tg.SinOp: math.SinOp, tg.ErfOp: math.ErfOp,
-}  # fmt: skip
-"""How each elementwise tg op becomes a scalar op in a kernel body."""
 
 
 HOST_READS = (tg.ReceiverOp, func.ReturnOp)  # host ops that read a value's laid-out copy
@@ -199,13 +189,10 @@ class KernelBody:
         self.add(K.StoreOp.create(operands=[value, self.arg(buffer)], properties=props), like)
 
     def compute(self, op: Operation, args: list[SSAValue]) -> SSAValue:
-        if type(op) in BINARY:
-            return self.add(fast.float_op(BINARY[type(op)], args[0], args[1]), op)
-        if type(op) in UNARY:
-            return self.add(fast.float_op(UNARY[type(op)], args[0]), op)
-        if isinstance(op, tg.RecipOp):
-            one = self.constant(1.0, args[0].type)
-            return self.add(fast.float_op(arith.DivfOp, one, args[0]), op)
+        row = SEMANTICS.get(type(op))
+        if row is not None:  # `tg.recip %x` is `arith.divf 1.0, %x`
+            first = [] if row.first is None else [self.constant(row.first, args[0].type)]
+            return self.add(fast.float_op(row.kernel, *first, *args), op)
         if isinstance(op, tg.CmpLtOp):
             return self.add(arith.CmpfOp(args[0], args[1], "olt"), op)
         if isinstance(op, tg.WhereOp):
