@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from math import prod
 from typing import TYPE_CHECKING
 
 from xdsl.dialects import arith, memref, scf
@@ -43,6 +44,7 @@ PACK_BYTES = 1 << 24  # the largest pack buffer of one thread
 ROW = 64  # values in a row of the pack, at most (four vectors)
 SHARED = 1 << 18  # bytes that the sums read (a weight) beyond which wider rows pay
 CHEAP = (arith.MulfOp, arith.AddfOp, arith.SubfOp, arith.NegfOp)
+VECTOR = {arith.AddfOp: "+", arith.SubfOp: "-", arith.MulfOp: "*", arith.DivfOp: "/"}
 
 
 @dataclass
@@ -106,6 +108,29 @@ def dependent(seg: Segment, loop: scf.ForOp, dim: int | None, carried: bool) -> 
 def varies(op: Operation, varying: set[SSAValue]) -> bool:
     """Whether `op` computes a value that differs between lanes."""
     return any(r in varying for r in op.results)
+
+
+def vectorizable(p: Plan, varying: set[SSAValue]) -> bool:
+    """Whether the sums of `p` are f32 arithmetic on the packed rows, carried values and
+    scalars only (what gcc's vector extensions express)."""
+    if p.inner or not all(isinstance(v.type, Float32Type) for v in p.packed):
+        return False
+    carried = set(p.loop.body.block.args[1:])
+    for res, init in zip(p.loop.results, p.loop.iter_args):
+        if not isinstance(res.type, Float32Type) or init in varying:
+            return False
+    vectors = set(p.packed) | carried
+    for op in p.compute:
+        if not varies(op, varying):
+            continue
+        if type(op) not in VECTOR and not isinstance(op, arith.NegfOp):
+            return False
+        if not isinstance(op.results[0].type, Float32Type):
+            return False
+        if any(v in varying and v not in vectors for v in op.operands):
+            return False
+        vectors.update(op.results)
+    return True
 
 
 def _ordered(
@@ -263,8 +288,6 @@ def _subs(seg: Segment, p: Plan, varying: set[SSAValue]) -> None:
     (not j) on which neither the scalars of the sums nor the ops before the loop depend:
     so that a narrow block still fills a vector, and, where the sums read more than fits
     near the core (a large weight), so that each read serves more points."""
-    from gradfuse.backend.c.vector import vectorizable
-
     if not vectorizable(p, varying):
         return
     dims = [d for d in range(len(seg.dims)) if d not in (p.j, p.lane) and seg.dims[d] > 1]
@@ -297,18 +320,14 @@ def _lane_step(seg: Segment, p: Plan, varying: set[SSAValue]) -> None:
 
 def _bytes(ty: Attribute) -> int:
     assert isinstance(ty, MemRefType)
-    count = 1
-    for size in ty.get_shape():
-        count *= size
-    return count * (8 if ctype(ty.element_type) in ("double", "long", "int64_t") else 4)
+    wide = ctype(ty.element_type) in ("double", "long", "int64_t")
+    return prod(ty.get_shape()) * (8 if wide else 4)
 
 
 def plan(seg: Segment, ops: list[Operation], varying: set[SSAValue], lane: int) -> Plan | None:
     """The packing of a lane segment with one reduction loop (`ops` its top-level ops) and
     lanes along dim `lane`, sharing the largest other dim that leaves work to share; None
     where there is none."""
-    from gradfuse.backend.c.vector import vectorizable
-
     loops = [op for op in ops if isinstance(op, scf.ForOp)]
     if len(loops) != 1 or any(op.regions for op in ops if op is not loops[0]):
         return None

@@ -48,7 +48,8 @@ from xdsl.ir import Operation, SSAValue
 
 from gradfuse.backend.c.lanes import LaneRenderer, lane_count
 from gradfuse.backend.c.nest import constant
-from gradfuse.backend.c.pack import Plan, guards, varies
+from gradfuse.backend.c.pack import Plan, guards, varies, vectorizable
+from gradfuse.backend.c.vector import render_sums, rows
 from gradfuse.backend.cstyle import Renderer, ctype
 
 if TYPE_CHECKING:
@@ -220,24 +221,9 @@ def _live(r: Renderer, p: Plan, outside: list[Operation]) -> str:
     return r.names[test]
 
 
-def rows(r: Renderer, p: Plan, depth: int) -> int:
-    """Opens the loop over the rows of the pack that the sums add (with `{`): the rows
-    that are not all zero where `sparse`, else the nest; returns the body's depth."""
-    if not p.sparse:
-        return p.nest.open(r, depth)
-    k = r.name(p.nest.iv)
-    base = p.buffer(p.packed[0])[:-1]
-    r.emit("for (long gf_row = 0; gf_row < gf_rows; gf_row++) {", depth)
-    r.emit(f"long {k} = {base}k[gf_row];", depth + 1)
-    p.nest.name_from(r, k)
-    return depth + 1
-
-
 def render(r: Renderer, seg: Segment, p: Plan, varying: set[SSAValue]) -> None:
     """Emits the packed segment: buffers for each thread, the loops over the blocks, and
     in each the pack and the sums (in vector registers where `vector` can)."""
-    from gradfuse.backend.c.vector import render_sums, vectorizable
-
     count = seg.dims[p.lane]
     p.names = {v: r.name(v) for v in p.packed}
     for v in p.packed:

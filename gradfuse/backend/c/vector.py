@@ -40,42 +40,18 @@ from math import prod
 from typing import TYPE_CHECKING
 
 from xdsl.dialects import arith, memref
-from xdsl.dialects.builtin import Float32Type, MemRefType
+from xdsl.dialects.builtin import MemRefType
 from xdsl.ir import Operation, SSAValue
 
 from gradfuse.backend.c.lanes import LANES, LaneRenderer
-from gradfuse.backend.c.pack import Plan, dependent, varies
+from gradfuse.backend.c.pack import VECTOR, Plan, dependent, varies
 from gradfuse.backend.cstyle import Renderer, ctype
 
 if TYPE_CHECKING:
     from gradfuse.backend.c.loops import Segment
 
-VECTOR = {arith.AddfOp: "+", arith.SubfOp: "-", arith.MulfOp: "*", arith.DivfOp: "/"}
 BLOCK = 8  # indices of the shared dim at a time (accumulators in registers)
 ACCUMULATORS = 16  # vectors of sums at a time, at most
-
-
-def vectorizable(p: Plan, varying: set[SSAValue]) -> bool:
-    """Whether the sums of `p` are f32 arithmetic on the packed rows, carried values and
-    scalars only (what gcc's vector extensions express)."""
-    if p.inner or not all(isinstance(v.type, Float32Type) for v in p.packed):
-        return False
-    carried = set(p.loop.body.block.args[1:])
-    for res, init in zip(p.loop.results, p.loop.iter_args):
-        if not isinstance(res.type, Float32Type) or init in varying:
-            return False
-    vectors = set(p.packed) | carried
-    for op in p.compute:
-        if not varies(op, varying):
-            continue
-        if type(op) not in VECTOR and not isinstance(op, arith.NegfOp):
-            return False
-        if not isinstance(op.results[0].type, Float32Type):
-            return False
-        if any(v in varying and v not in vectors for v in op.operands):
-            return False
-        vectors.update(op.results)
-    return True
 
 
 def _vector_op(r: Renderer, op: Operation, depth: int) -> None:
@@ -87,12 +63,23 @@ def _vector_op(r: Renderer, op: Operation, depth: int) -> None:
         r.emit(f"gf_v {res} = {a[0]} {VECTOR[type(op)]} {a[1]};", depth)  # type: ignore[index]
 
 
+def rows(r: Renderer, p: Plan, depth: int) -> int:
+    """Opens the loop over the rows of the pack that the sums add (with `{`): the rows
+    that are not all zero where `sparse`, else the nest; returns the body's depth."""
+    if not p.sparse:
+        return p.nest.open(r, depth)
+    k = r.name(p.nest.iv)
+    base = p.buffer(p.packed[0])[:-1]
+    r.emit("for (long gf_row = 0; gf_row < gf_rows; gf_row++) {", depth)
+    r.emit(f"long {k} = {base}k[gf_row];", depth + 1)
+    p.nest.name_from(r, k)
+    return depth + 1
+
+
 def render_sums(r: Renderer, seg: Segment, p: Plan, varying: set[SSAValue]) -> None:
     """Emits the sums of a packed segment at depth 2: the loop over dim j, BLOCK indices at
     a time (or fewer that divide the dim, and at most ACCUMULATORS vectors), each row of
     the pack in `p.row / LANES` vectors (one where the row is narrower)."""
-    from gradfuse.backend.c.pack_render import rows
-
     width = min(p.row, LANES)
     vectors = p.row // width
     size = seg.dims[p.j] if p.j is not None else 1
