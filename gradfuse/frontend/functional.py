@@ -15,10 +15,10 @@ import numpy as np
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, TensorType
 
 from gradfuse.dialects import tg
-from gradfuse.dialects.tg_base import fmt_shape
-from gradfuse.frontend import ops
+from gradfuse.dialects.tg_base import fmt_shape, tensor
 from gradfuse.frontend.id_ranges import check_fed_ids
 from gradfuse.frontend.parameter import Parameter
+from gradfuse.frontend.recorder import RECORDING as B
 from gradfuse.frontend.recorder import emit, error, program, rng
 from gradfuse.frontend.tensor import Tensor, element_for, where
 
@@ -33,7 +33,7 @@ def constant(array: np.ndarray | Sequence[float] | float, dtype: object = np.flo
     arr = np.asarray(array, dtype=dtype)
     element = element_for(arr.dtype)
     if arr.size and np.all(arr == arr.flat[0]):
-        return Tensor(ops.const(float(arr.flat[0]), arr.shape, element))
+        return Tensor(B.const(float(arr.flat[0]), tensor(arr.shape, element)))
     ty = TensorType(element, list(arr.shape))
     attr = DenseIntOrFPElementsAttr.from_list(ty, [float(v) for v in arr.ravel()])  # type: ignore[arg-type]
     return Tensor(emit(tg.ConstantOp(attr, ty)).result)
@@ -57,7 +57,7 @@ def scatter_add(index: Tensor, src: Tensor, dim: int, shape: Sequence[int]) -> T
 
     `scatter_add(ids, rows, 0, [vocab, dim])` sums rows per id.
     """
-    d = ops.normalize_dims(dim, len(shape), "tg.scatter_add")[0]
+    d = B.normalize_dims(dim, len(shape), "tg.scatter_add")[0]
     return Tensor(emit(tg.ScatterAddOp(index.value, src.value, d, list(shape))).result)
 
 

@@ -27,6 +27,7 @@ from xdsl.traits import IsTerminator
 from xdsl.utils.exceptions import VerifyException
 
 from gradfuse.diagnostics import GradfuseError, Position
+from gradfuse.dialects.tg_builder import TgBuilder
 from gradfuse.provenance import Provenance
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -274,3 +275,8 @@ def emit(op: OpT) -> OpT:
         op.erase()
         raise error(str(err)) from None
     return op
+
+
+RECORDING = TgBuilder(emit, error)
+"""The frontend's builder: records each op at the user's line and verifies it
+(`RECORDING.add(x, 1.0)` records `tg.constant 1.0` and `tg.add`)."""

@@ -25,9 +25,10 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, SSAValue
 
 from gradfuse.dialects import tg
-from gradfuse.dialects.tg_base import shape_of
-from gradfuse.frontend import ops
+from gradfuse.dialects.tg_base import shape_of, tensor
+from gradfuse.dialects.tg_builder import LN_2, LOG2_E, element_type
 from gradfuse.frontend.reach import backward_paths
+from gradfuse.frontend.recorder import RECORDING as B
 from gradfuse.frontend.recorder import (
     direction_scope,
     emit,
@@ -71,6 +72,9 @@ def _operand(x: object) -> SSAValue | Scalar:
     if isinstance(x, bool | np.bool_) or not isinstance(x, int | float | np.integer | np.floating):
         raise error(f"expected a Tensor or a Python number, got {type(x).__name__}")
     return float(x)
+
+
+F32 = Float32Type()
 
 
 class Tensor:
@@ -139,34 +143,34 @@ class Tensor:
     # --- arithmetic ---------------------------------------------------------------------
 
     def __add__(self, other: object) -> Tensor:
-        return Tensor(ops.binary(tg.AddOp, self.value, _operand(other)))
+        return Tensor(B.binary(tg.AddOp, self.value, _operand(other)))
 
     def __radd__(self, other: object) -> Tensor:
-        return Tensor(ops.binary(tg.AddOp, _operand(other), self.value))
+        return Tensor(B.binary(tg.AddOp, _operand(other), self.value))
 
     def __sub__(self, other: object) -> Tensor:
-        return Tensor(ops.binary(tg.SubOp, self.value, _operand(other)))
+        return Tensor(B.binary(tg.SubOp, self.value, _operand(other)))
 
     def __rsub__(self, other: object) -> Tensor:
-        return Tensor(ops.binary(tg.SubOp, _operand(other), self.value))
+        return Tensor(B.binary(tg.SubOp, _operand(other), self.value))
 
     def __mul__(self, other: object) -> Tensor:
-        return Tensor(ops.binary(tg.MulOp, self.value, _operand(other)))
+        return Tensor(B.binary(tg.MulOp, self.value, _operand(other)))
 
     def __rmul__(self, other: object) -> Tensor:
-        return Tensor(ops.binary(tg.MulOp, _operand(other), self.value))
+        return Tensor(B.binary(tg.MulOp, _operand(other), self.value))
 
     def __truediv__(self, other: object) -> Tensor:
         o = _operand(other)
         if not isinstance(o, SSAValue) and o != 0:
-            return Tensor(ops.binary(tg.MulOp, self.value, 1.0 / o))
-        return Tensor(ops.binary(tg.DivOp, self.value, o))
+            return Tensor(B.binary(tg.MulOp, self.value, 1.0 / o))
+        return Tensor(B.binary(tg.DivOp, self.value, o))
 
     def __rtruediv__(self, other: object) -> Tensor:
-        return Tensor(ops.binary(tg.DivOp, _operand(other), self.value))
+        return Tensor(B.binary(tg.DivOp, _operand(other), self.value))
 
     def __neg__(self) -> Tensor:
-        return Tensor(ops.unary(tg.NegOp, self.value))
+        return Tensor(B.unary(tg.NegOp, self.value))
 
     def __pos__(self) -> Tensor:
         return self
@@ -176,7 +180,7 @@ class Tensor:
             raise error("tensor ** exponent: the exponent must be a Python number")
         p = float(exponent)
         if p == 0:
-            return Tensor(ops.const(1.0, self.shape, self._element()))
+            return Tensor(B.const(1.0, tensor(self.shape, self._element())))
         if p < 0:
             return (self ** (-p)).reciprocal()
         if p == 0.5:
@@ -189,10 +193,10 @@ class Tensor:
         return (self.log2() * p).exp2()
 
     def __matmul__(self, other: Tensor) -> Tensor:
-        return Tensor(ops.matmul(self.value, other.value))
+        return Tensor(B.matmul(self.value, other.value))
 
     def __rmatmul__(self, other: Tensor) -> Tensor:
-        return Tensor(ops.matmul(other.value, self.value))
+        return Tensor(B.matmul(other.value, self.value))
 
     def matmul(self, other: Tensor) -> Tensor:
         """`self @ other`."""
@@ -201,93 +205,93 @@ class Tensor:
     # --- comparisons (masks) --------------------------------------------------------------
 
     def __lt__(self, other: object) -> Tensor:
-        return Tensor(ops.compare_lt(self.value, _operand(other)))
+        return Tensor(B.cmplt(self.value, _operand(other)))
 
     def __gt__(self, other: object) -> Tensor:
-        return Tensor(ops.compare_lt(_operand(other), self.value))
+        return Tensor(B.cmplt(_operand(other), self.value))
 
     def __le__(self, other: object) -> Tensor:
-        return Tensor(ops.logical_not(ops.compare_lt(_operand(other), self.value)))
+        return Tensor(B.logical_not(B.cmplt(_operand(other), self.value), F32))
 
     def __ge__(self, other: object) -> Tensor:
-        return Tensor(ops.logical_not(ops.compare_lt(self.value, _operand(other))))
+        return Tensor(B.logical_not(B.cmplt(self.value, _operand(other)), F32))
 
     def __eq__(self, other: object) -> Tensor:  # type: ignore[override]
-        return Tensor(ops.logical_not(ops.compare_ne(self.value, _operand(other))))
+        return Tensor(B.logical_not(B.compare_ne(self.value, _operand(other), F32), F32))
 
     def __ne__(self, other: object) -> Tensor:  # type: ignore[override]
-        return Tensor(ops.compare_ne(self.value, _operand(other)))
+        return Tensor(B.compare_ne(self.value, _operand(other), F32))
 
     __hash__ = object.__hash__  # a tracer is hashed by identity, as torch.Tensor is
 
     def float(self) -> Tensor:
         """A mask as 0.0 / 1.0 (f32)."""
-        return Tensor(ops.cast(self.value, Float32Type()))
+        return Tensor(B.cast(self.value, Float32Type()))
 
     # --- elementwise functions ------------------------------------------------------------
 
     def _element(self) -> Attribute:
-        return ops.element_of(self.value)
+        return element_type(self.value)
 
     def exp2(self) -> Tensor:
         """`2 ** self` (`tg.exp2`)."""
-        return Tensor(ops.unary(tg.Exp2Op, self.value))
+        return Tensor(B.unary(tg.Exp2Op, self.value))
 
     def log2(self) -> Tensor:
         """`log2(self)` (`tg.log2`)."""
-        return Tensor(ops.unary(tg.Log2Op, self.value))
+        return Tensor(B.unary(tg.Log2Op, self.value))
 
     def exp(self) -> Tensor:
         """`e ** self`, recorded as `exp2(self * log2(e))`."""
-        return (self * ops.LOG2_E).exp2()
+        return (self * LOG2_E).exp2()
 
     def log(self) -> Tensor:
         """Natural log, recorded as `log2(self) * ln(2)`."""
-        return self.log2() * ops.LN_2
+        return self.log2() * LN_2
 
     def expm1(self) -> Tensor:
         """`e ** self - 1` (`tg.expm1`), exact for small `self`."""
-        return Tensor(ops.unary(tg.Expm1Op, self.value))
+        return Tensor(B.unary(tg.Expm1Op, self.value))
 
     def log1p(self) -> Tensor:
         """`ln(1 + self)` (`tg.log1p`), exact for small `self`."""
-        return Tensor(ops.unary(tg.Log1pOp, self.value))
+        return Tensor(B.unary(tg.Log1pOp, self.value))
 
     def sqrt(self) -> Tensor:
         """`sqrt(self)` (`tg.sqrt`)."""
-        return Tensor(ops.unary(tg.SqrtOp, self.value))
+        return Tensor(B.unary(tg.SqrtOp, self.value))
 
     def reciprocal(self) -> Tensor:
         """`1 / self` (`tg.recip`)."""
-        return Tensor(ops.unary(tg.RecipOp, self.value))
+        return Tensor(B.unary(tg.RecipOp, self.value))
 
     def sin(self) -> Tensor:
         """`sin(self)` (`tg.sin`)."""
-        return Tensor(ops.unary(tg.SinOp, self.value))
+        return Tensor(B.unary(tg.SinOp, self.value))
 
     def abs(self) -> Tensor:
         """`|self|`, recorded as `max(self, -self)`."""
-        return Tensor(ops.binary(tg.MaxOp, self.value, ops.unary(tg.NegOp, self.value)))
+        return Tensor(B.binary(tg.MaxOp, self.value, B.unary(tg.NegOp, self.value)))
 
     def maximum(self, other: object) -> Tensor:
         """Elementwise maximum (`tg.max`)."""
-        return Tensor(ops.binary(tg.MaxOp, self.value, _operand(other)))
+        return Tensor(B.binary(tg.MaxOp, self.value, _operand(other)))
 
     def relu(self) -> Tensor:
         """`max(self, 0)` (the `tg.relu` composite)."""
-        return Tensor(ops.unary(tg.ReluOp, self.value))
+        return Tensor(B.unary(tg.ReluOp, self.value))
 
     def sigmoid(self) -> Tensor:
         """`1 / (1 + exp(-self))` (the `tg.sigmoid` composite)."""
-        return Tensor(ops.unary(tg.SigmoidOp, self.value))
+        return Tensor(B.unary(tg.SigmoidOp, self.value))
 
     def tanh(self) -> Tensor:
         """`tanh(self)` (the `tg.tanh` composite)."""
-        return Tensor(ops.unary(tg.TanhOp, self.value))
+        return Tensor(B.unary(tg.TanhOp, self.value))
 
     def softmax(self, dim: int = -1) -> Tensor:
         """Softmax along `dim` (the `tg.softmax` composite)."""
-        d = ops.normalize_dims(dim, self.ndim, "tg.softmax")[0]
+        d = B.normalize_dims(dim, self.ndim, "tg.softmax")[0]
         return Tensor(emit(tg.SoftmaxOp(self.value, d)).result)
 
     def log_softmax(self, dim: int = -1) -> Tensor:
@@ -301,34 +305,34 @@ class Tensor:
 
     def gather(self, dim: int, index: Tensor) -> Tensor:
         """`torch.gather` along `dim` (`tg.gather`); `index` holds integers as floats."""
-        d = ops.normalize_dims(dim, self.ndim, "tg.gather")[0]
+        d = B.normalize_dims(dim, self.ndim, "tg.gather")[0]
         return Tensor(emit(tg.GatherOp(self.value, index.value, d)).result)
 
     # --- reductions -----------------------------------------------------------------------
 
     def sum(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         """Sum over `dim` (all dims when None) (`tg.reduce_sum`)."""
-        return Tensor(ops.reduce(tg.ReduceSumOp, self.value, dim, keepdim))
+        return Tensor(B.reduce(tg.ReduceSumOp, self.value, dim, keepdim))
 
     def max(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         """Maximum over `dim` (all dims when None) (`tg.reduce_max`)."""
-        return Tensor(ops.reduce(tg.ReduceMaxOp, self.value, dim, keepdim))
+        return Tensor(B.reduce(tg.ReduceMaxOp, self.value, dim, keepdim))
 
     def detach(self) -> Tensor:
         """The same values, through which no gradient flows (`tg.stop_gradient`), as in
         PyTorch: `net_d(fake.detach())` trains the discriminator, not the generator."""
-        return Tensor(ops.unary(tg.StopGradientOp, self.value))
+        return Tensor(B.unary(tg.StopGradientOp, self.value))
 
     def mean(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         """Mean over `dim` (all dims when None) (`tg.reduce_mean`, a composite)."""
-        return Tensor(ops.reduce(tg.ReduceMeanOp, self.value, dim, keepdim))
+        return Tensor(B.reduce(tg.ReduceMeanOp, self.value, dim, keepdim))
 
     # --- movement -------------------------------------------------------------------------
 
     def reshape(self, *shape: int | Sequence[int]) -> Tensor:
         """Same elements in a new shape; one dim may be -1 (`tg.reshape`)."""
         dims = shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape
-        return Tensor(ops.reshape(self.value, list(dims)))  # type: ignore[arg-type]
+        return Tensor(B.reshape(self.value, list(dims)))  # type: ignore[arg-type]
 
     view = reshape
 
@@ -339,11 +343,11 @@ class Tensor:
     def permute(self, *dims: int | Sequence[int]) -> Tensor:
         """Reorders dims: result dim i is dim `dims[i]` (`tg.permute`)."""
         perm = dims[0] if len(dims) == 1 and not isinstance(dims[0], int) else dims
-        return Tensor(ops.permute(self.value, list(perm)))  # type: ignore[arg-type]
+        return Tensor(B.permute(self.value, list(perm)))  # type: ignore[arg-type]
 
     def transpose(self, d0: int, d1: int) -> Tensor:
         """Swaps two dims."""
-        return Tensor(ops.transpose(self.value, d0, d1))
+        return Tensor(B.transpose(self.value, d0, d1))
 
     @property
     def T(self) -> Tensor:
@@ -352,10 +356,10 @@ class Tensor:
 
     def broadcast_to(self, shape: Sequence[int]) -> Tensor:
         """Repeated to `shape` by NumPy's rules."""
-        return Tensor(ops.broadcast_to(self.value, list(shape)))
+        return Tensor(B.broadcast(self.value, list(shape)))
 
     def __getitem__(self, key: object) -> Tensor:
-        return Tensor(ops.getitem(self.value, key))
+        return Tensor(B.getitem(self.value, key))
 
     # --- autodiff -------------------------------------------------------------------------
 
@@ -405,4 +409,4 @@ class Tensor:
 
 def where(cond: Tensor, a: Tensor | Scalar, b: Tensor | Scalar) -> Tensor:
     """`a` where the mask `cond` holds, else `b` (`tg.where`, broadcast). `where(x > 0, x, 0.0)`"""
-    return Tensor(ops.where(cond.value, _operand(a), _operand(b)))
+    return Tensor(B.where(cond.value, _operand(a), _operand(b)))

@@ -23,8 +23,8 @@ from xdsl.ir.affine import (
 
 from gradfuse import affine
 from gradfuse.dialects import tg
+from gradfuse.dialects.tg_builder import Emitter
 from gradfuse.dialects.tg_conv import ConvGeometry
-from gradfuse.passes.builders import Emitter
 
 GE, EQ = AffineConstraintKind.ge, AffineConstraintKind.eq
 

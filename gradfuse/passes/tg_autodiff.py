@@ -41,7 +41,7 @@ from xdsl.pattern_rewriter import (
 
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
-from gradfuse.passes.builders import Emitter
+from gradfuse.dialects.tg_builder import Emitter
 from gradfuse.passes.derivatives import RULES, is_differentiable
 from gradfuse.passes.op_facts import rewrite_walker
 from gradfuse.provenance import provenance_of

@@ -30,8 +30,8 @@ from xdsl.pattern_rewriter import (
 
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import ints, shape_of
+from gradfuse.dialects.tg_builder import Emitter
 from gradfuse.passes import conv
-from gradfuse.passes.builders import Emitter
 from gradfuse.passes.op_facts import rewrite_walker
 
 LOG2_E = math.log2(math.e)

@@ -30,7 +30,7 @@ from xdsl.pattern_rewriter import (
 from gradfuse import affine
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import ints, shape_of
-from gradfuse.passes.builders import element_type, tensor_type
+from gradfuse.dialects.tg_builder import element_type, tensor_type
 from gradfuse.passes.op_facts import rewrite_walker
 
 

@@ -20,7 +20,7 @@ from xdsl.rewriter import InsertPoint
 from gradfuse.backend.reference import run
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import tensor
-from gradfuse.passes.builders import Emitter
+from gradfuse.dialects.tg_builder import Emitter
 from gradfuse.passes.tg_autodiff import TgAutodiffPass
 from gradfuse.passes.tg_decompose import TgDecomposePass
 

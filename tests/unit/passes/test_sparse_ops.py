@@ -15,9 +15,9 @@ from gradfuse.backend.reference import run
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import tensor
+from gradfuse.dialects.tg_builder import Emitter
 from gradfuse.frontend.parser import parse_tg
 from gradfuse.passes import run_pipeline
-from gradfuse.passes.builders import Emitter
 from gradfuse.philox import philox, uniform
 
 ROWS = np.array([[2, 0, 1], [4, 4, 0], [1, 3, 3], [0, 0, 2]], np.float32)

@@ -14,7 +14,7 @@ from xdsl.rewriter import InsertPoint
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of, tensor
-from gradfuse.passes.builders import Emitter
+from gradfuse.dialects.tg_builder import Emitter
 from gradfuse.passes.tg_autodiff import TgAutodiffPass
 from gradfuse.provenance import provenance_of
 

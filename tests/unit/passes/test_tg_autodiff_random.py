@@ -10,7 +10,7 @@ from xdsl.ir import SSAValue
 
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of
-from gradfuse.passes.builders import Emitter
+from gradfuse.dialects.tg_builder import Emitter
 
 STEPS = [
     "sin", "tanh", "sigmoid", "neg", "square", "mul_y", "add_y", "max_y", "softmax",

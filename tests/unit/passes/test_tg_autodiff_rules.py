@@ -10,7 +10,7 @@ from xdsl.dialects.builtin import f32, f64
 from xdsl.ir import SSAValue
 
 from gradfuse.dialects import tg
-from gradfuse.passes.builders import Emitter
+from gradfuse.dialects.tg_builder import Emitter
 
 
 def where_lt(e: Emitter, x: SSAValue, y: SSAValue) -> SSAValue:

@@ -10,7 +10,7 @@ from _gradcheck import apply, build, model_loc, run
 from xdsl.ir import SSAValue
 
 from gradfuse.dialects import tg
-from gradfuse.passes.builders import Emitter
+from gradfuse.dialects.tg_builder import Emitter
 from gradfuse.passes.tg_decompose import TgDecomposePass, populate_tg_decompose_patterns
 
 PRIMITIVES = {

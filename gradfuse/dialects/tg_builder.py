@@ -1,0 +1,170 @@
+"""`TgBuilder`: the one API that builds tg IR, for the Python frontend and for passes.
+
+A builder is told where ops go (`insert`) and how to report a misuse (`fail`); the
+frontend's builder records at the user's line and verifies each op
+(`gradfuse.frontend.recorder.RECORDING`), a pass's `Emitter` inserts through an xDSL
+`Builder` with one location. Operands may be Python numbers (splat constants) and
+shapes broadcast by NumPy's rules, made explicit:
+
+    b.add(x, 1.0)        // %c = tg.constant 1.0 : tensor<2x3xf32>
+                         // %y = tg.add %x, %c : tensor<2x3xf32>
+    b.mul(x, bias)       // %r = tg.reshape %bias : tensor<1x3xf32>   (bias: tensor<3xf32>)
+                         // %b = tg.broadcast %r : tensor<2x3xf32>
+                         // %z = tg.mul %x, %b : tensor<2x3xf32>
+
+Ops are built as their constructors build them, through `create` and shared types and
+attributes: the generic constructors cost 3x, and autodiff builds many.
+"""
+
+from __future__ import annotations
+
+import math
+
+from xdsl.builder import Builder
+from xdsl.dialects.builtin import i1
+from xdsl.ir import Attribute, Operation, SSAValue
+
+from gradfuse.diagnostics import GradfuseError, position_of
+from gradfuse.dialects import tg_compute as C
+from gradfuse.dialects import tg_elementwise as E
+from gradfuse.dialects.tg_base import shape_of
+from gradfuse.dialects.tg_builder_shapes import (  # noqa: F401 (one place to import from)
+    ShapeBuilder,
+    element_type,
+    i64s,
+    keepdims_shape,
+    tensor_type,
+)
+
+Operand = SSAValue | float | int
+LOG2_E = 1.0 / math.log(2.0)
+LN_2 = math.log(2.0)
+
+
+class TgBuilder(ShapeBuilder):
+    """Builds tg ops through `insert` (which places an op and returns it); misuse is
+    reported through `fail(message)`, which returns the exception to raise. Shapes,
+    movement and reductions are `ShapeBuilder`'s; the elementwise ops are here."""
+
+    # --- elementwise ----------------------------------------------------------------
+
+    def unary(self, cls: type[Operation], x: SSAValue) -> SSAValue:
+        """An elementwise op on one operand (composites included): its result has its type."""
+        return self.emit(cls.create(operands=[x], result_types=[x.type]))
+
+    def binary(self, cls: type[E.BinaryOp], a: Operand, b: Operand) -> SSAValue:
+        """An elementwise op on two operands, broadcast; numbers become splat constants."""
+        if not (isinstance(a, SSAValue) and isinstance(b, SSAValue) and a.type == b.type):
+            a, b = self.broadcast_together(cls.name, [a, b])
+        ty = a.type
+        if cls.RESULT_IS_MASK:
+            ty = tensor_type(shape_of(a), i1)
+        return self.emit(cls.create(operands=[a, b], result_types=[ty]))
+
+    def add(self, a: Operand, b: Operand) -> SSAValue:
+        return self.binary(E.AddOp, a, b)
+
+    def sub(self, a: Operand, b: Operand) -> SSAValue:
+        return self.binary(E.SubOp, a, b)
+
+    def mul(self, a: Operand, b: Operand) -> SSAValue:
+        return self.binary(E.MulOp, a, b)
+
+    def div(self, a: Operand, b: Operand) -> SSAValue:
+        return self.binary(E.DivOp, a, b)
+
+    def max(self, a: Operand, b: Operand) -> SSAValue:
+        return self.binary(E.MaxOp, a, b)
+
+    def cmplt(self, a: Operand, b: Operand) -> SSAValue:
+        """The mask `a < b`."""
+        return self.binary(C.CmpLtOp, a, b)
+
+    def neg(self, x: SSAValue) -> SSAValue:
+        return self.unary(E.NegOp, x)
+
+    def exp2(self, x: SSAValue) -> SSAValue:
+        return self.unary(E.Exp2Op, x)
+
+    def log2(self, x: SSAValue) -> SSAValue:
+        return self.unary(E.Log2Op, x)
+
+    def sqrt(self, x: SSAValue) -> SSAValue:
+        return self.unary(E.SqrtOp, x)
+
+    def recip(self, x: SSAValue) -> SSAValue:
+        return self.unary(E.RecipOp, x)
+
+    def sin(self, x: SSAValue) -> SSAValue:
+        return self.unary(E.SinOp, x)
+
+    def scale(self, x: SSAValue, factor: float) -> SSAValue:
+        """`x * factor` with a splat constant."""
+        return self.mul(x, self.const(factor, x))
+
+    def where(self, cond: SSAValue, a: Operand, b: Operand) -> SSAValue:
+        """`tg.where` after broadcasting all three; `cond` is a mask (i1)."""
+        branches = [v for v in (a, b) if isinstance(v, SSAValue)]
+        if not branches:
+            raise self.fail("where: at least one branch must be a tensor")
+        if element_type(cond) != i1:
+            raise self.fail(
+                f"tg.where: the condition must be a mask (from a comparison), got {cond.type}"
+            )
+        cond, a, b = self.broadcast_together("tg.where", [cond, a, b], element_type(branches[0]))
+        return self.emit(C.WhereOp.create(operands=[cond, a, b], result_types=[a.type]))
+
+    def cast(self, x: SSAValue, element: Attribute) -> SSAValue:
+        """`tg.cast` to another element type (masks to floats); `x` if it has that type."""
+        if element_type(x) == element:
+            return x
+        ty = tensor_type(shape_of(x), element)
+        return self.emit(C.CastOp.create(operands=[x], result_types=[ty]))
+
+    def mask_to_float(self, mask: SSAValue, like: SSAValue) -> SSAValue:
+        """An i1 mask as 1.0 / 0.0 in the element type of `like`."""
+        assert element_type(mask) == i1
+        return self.cast(mask, element_type(like))
+
+    def compare_ne(self, a: Operand, b: Operand, element: Attribute) -> SSAValue:
+        """The mask `a != b`: `0.5 < cast(a < b) + cast(b < a)` (casts to `element`)."""
+        lt, gt = self.cmplt(a, b), self.cmplt(b, a)
+        return self.cmplt(0.5, self.add(self.cast(lt, element), self.cast(gt, element)))
+
+    def logical_not(self, mask: SSAValue, element: Attribute) -> SSAValue:
+        """`not mask` for an i1 mask: `cast(mask) < 0.5` (the cast to `element`)."""
+        return self.cmplt(self.cast(mask, element), 0.5)
+
+
+class Emitter(TgBuilder):
+    """A pass's builder: inserts through `builder`, every op at `location`.
+
+    `Emitter(rewriter, loc).mul(x, 2.0)` emits `%c = tg.constant 2.0` and
+    `%y = tg.mul %x, %c`, both at `loc`; `emitted` lists every op it inserted."""
+
+    def __init__(
+        self, builder: Builder, location: Attribute, emitted: list[Operation] | None = None
+    ):
+        super().__init__(self._insert, self._fail)
+        self.builder = builder
+        self.location = location
+        self.emitted = [] if emitted is None else emitted
+        """Every op this emitter inserted, in order (a list that emitters may share)."""
+
+    def at(self, location: Attribute) -> Emitter:
+        """An emitter at the same insertion point, recording into the same list."""
+        return Emitter(self.builder, location, self.emitted)
+
+    def emit(self, op: Operation) -> SSAValue:
+        """Inserts `op` with this emitter's location and returns its only result."""
+        op.location = self.location
+        self.builder.insert(op)
+        self.emitted.append(op)
+        return op.results[0]
+
+    def _insert(self, op: Operation) -> Operation:
+        self.emit(op)
+        return op
+
+    def _fail(self, message: str) -> Exception:
+        return GradfuseError(message, position_of(self.location))
