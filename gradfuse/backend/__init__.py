@@ -144,15 +144,15 @@ def choose_backend(name: str | None = None) -> str:
 
 def _runner(backend: str) -> Callable[[ModuleOp], Callable[..., Any]]:
     if backend == "reference":
-        from gradfuse.backend.reference import run
+        from gradfuse.backend.interpreters.tg import run
 
         return lambda module: run
     if backend == "numpy":
-        from gradfuse.backend.kernel_numpy import run_kernels
+        from gradfuse.backend.interpreters.kernel import run_kernels
 
         return lambda module: run_kernels
     if backend == "lowered":
-        from gradfuse.backend.lowered import run_lowered
+        from gradfuse.backend.interpreters.lowered import run_lowered
 
         return lambda module: run_lowered
     if backend == "c":

@@ -179,7 +179,7 @@ def inputs_for(path: Path, npz: Path, limit: int) -> bool:
     from xdsl.dialects.builtin import TensorType
     from xdsl.dialects.func import FuncOp
 
-    from gradfuse.backend.reference_ops import dtype_of
+    from gradfuse.backend.interpreters.tg_ops import dtype_of
     from gradfuse.dialects import tg
     from gradfuse.frontend.parser import parse_tg
 

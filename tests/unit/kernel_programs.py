@@ -18,7 +18,7 @@ import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
 
-from gradfuse.backend.reference import RunResult
+from gradfuse.backend.interpreters.tg import RunResult
 from gradfuse.passes import make_context
 from gradfuse.passes.buffer_planning import KernelPlanBuffersPass
 from gradfuse.passes.convert_kernel_to_gpu import ConvertKernelToGpuPass

@@ -21,7 +21,7 @@ from example_programs import EXAMPLES, record_mlp, record_reverser, transformer_
 
 import gradfuse
 from gradfuse.backend import compile_module
-from gradfuse.backend.reference import RunResult
+from gradfuse.backend.interpreters.tg import RunResult
 from gradfuse.frontend.parser import parse_tg
 
 RTOL, ATOL = 1e-5, 1e-6

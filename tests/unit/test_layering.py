@@ -149,10 +149,10 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 
 INTERPRETERS = {
-    "gradfuse.backend.reference", "gradfuse.backend.reference_ops",
-    "gradfuse.backend.reference_conv", "gradfuse.backend.reference_sparse",
-    "gradfuse.backend.kernel_numpy", "gradfuse.backend.lowered",
-    "gradfuse.backend.lowered_ops", "gradfuse.backend.lowered_lockstep",
+    "gradfuse.backend.interpreters.tg", "gradfuse.backend.interpreters.tg_ops",
+    "gradfuse.backend.interpreters.tg_conv", "gradfuse.backend.interpreters.tg_sparse",
+    "gradfuse.backend.interpreters.kernel", "gradfuse.backend.interpreters.lowered",
+    "gradfuse.backend.interpreters.lowered_ops", "gradfuse.backend.interpreters.lowered_lockstep",
 }  # fmt: skip
 
 

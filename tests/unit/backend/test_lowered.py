@@ -18,7 +18,7 @@ from kernel_programs import (
     unary,
 )
 
-from gradfuse.backend.lowered import run_lowered
+from gradfuse.backend.interpreters.lowered import run_lowered
 from gradfuse.diagnostics import GradfuseError
 
 

@@ -8,7 +8,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp
 from xdsl.utils.exceptions import VerifyException
 
-from gradfuse.backend.reference import RunResult, run, run_value
+from gradfuse.backend.interpreters.tg import RunResult, run, run_value
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg import tensor

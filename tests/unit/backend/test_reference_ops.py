@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, TensorType, f16, f32, f64, i1
 
-from gradfuse.backend.reference import run, run_value
+from gradfuse.backend.interpreters.tg import run, run_value
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg import tensor
 

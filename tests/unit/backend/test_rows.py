@@ -10,7 +10,7 @@ from xdsl.dialects import gpu
 
 from gradfuse.backend import compile_module
 from gradfuse.backend.cstyle import CUDATarget, render_kernels
-from gradfuse.backend.lowered import run_lowered
+from gradfuse.backend.interpreters.lowered import run_lowered
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.dialects import kernel as K
 from gradfuse.frontend.parser import parse_tg

@@ -10,9 +10,9 @@ import pytest
 
 from gradfuse.backend.c import CProgram
 from gradfuse.backend.cuda.runtime import CudaProgram
-from gradfuse.backend.kernel_numpy import run_kernels
-from gradfuse.backend.lowered import run_lowered
-from gradfuse.backend.reference import run
+from gradfuse.backend.interpreters.kernel import run_kernels
+from gradfuse.backend.interpreters.lowered import run_lowered
+from gradfuse.backend.interpreters.tg import run
 from gradfuse.backend.runner import Executable, Interpreter
 
 

@@ -17,7 +17,7 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint
 
-from gradfuse.backend.reference import run
+from gradfuse.backend.interpreters.tg import run
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import tensor
 from gradfuse.dialects.tg_builder import Emitter

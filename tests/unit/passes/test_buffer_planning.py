@@ -22,7 +22,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import IntegerAttr, MemRefType, ModuleOp, f16, f32, i1
 from xdsl.ir import SSAValue
 
-from gradfuse.backend.lowered import run_lowered
+from gradfuse.backend.interpreters.lowered import run_lowered
 from gradfuse.dialects import kernel as kd
 from gradfuse.passes import make_context
 from gradfuse.passes.buffer_planning import (

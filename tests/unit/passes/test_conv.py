@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from _gradcheck import check_gradients
 
-from gradfuse.backend.kernel_numpy import run_kernels
-from gradfuse.backend.reference import run
-from gradfuse.backend.reference_conv import conv2d as ref_conv2d
+from gradfuse.backend.interpreters.kernel import run_kernels
+from gradfuse.backend.interpreters.tg import run
+from gradfuse.backend.interpreters.tg_conv import conv2d as ref_conv2d
 from gradfuse.dialects import kernel as K
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_conv import ConvGeometry

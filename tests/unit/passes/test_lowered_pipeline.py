@@ -6,8 +6,8 @@ import numpy as np
 from fusion_programs import programs
 from hypothesis import given, settings
 
-from gradfuse.backend.lowered import run_lowered
-from gradfuse.backend.reference import RunResult, run
+from gradfuse.backend.interpreters.lowered import run_lowered
+from gradfuse.backend.interpreters.tg import RunResult, run
 from gradfuse.frontend.parser import parse_tg
 from gradfuse.passes import PIPELINES, expand, run_pipeline
 from gradfuse.stats import kernel_stats

@@ -10,8 +10,8 @@ from _gradcheck import check_gradients
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, f32
 from xdsl.ir import SSAValue
 
-from gradfuse.backend.kernel_numpy import run_kernels
-from gradfuse.backend.reference import run
+from gradfuse.backend.interpreters.kernel import run_kernels
+from gradfuse.backend.interpreters.tg import run
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import tensor
@@ -117,7 +117,7 @@ def test_verifier_messages():
 
 
 def test_lowered_ir_agrees_and_verifies_in_mlir():
-    from gradfuse.backend.lowered import run_lowered
+    from gradfuse.backend.interpreters.lowered import run_lowered
 
     x = np.random.default_rng(1).standard_normal((5, 3)).astype(np.float32)
     args = [x, ROWS, np.float32(4)]

@@ -6,8 +6,8 @@ import numpy as np
 from fusion_programs import programs
 from hypothesis import given, settings
 
-from gradfuse.backend.kernel_numpy import run_kernels
-from gradfuse.backend.reference import run
+from gradfuse.backend.interpreters.kernel import run_kernels
+from gradfuse.backend.interpreters.tg import run
 from gradfuse.dialects import kernel as K
 from gradfuse.frontend.parser import parse_tg
 from gradfuse.passes import run_pipeline

@@ -34,7 +34,7 @@ from xdsl.interpreter import (
 from xdsl.ir import Attribute, Operation
 from xdsl.utils.comparisons import to_unsigned
 
-from gradfuse.backend.lowered_lockstep import Lockstep, has_barrier
+from gradfuse.backend.interpreters.lowered_lockstep import Lockstep, has_barrier
 from gradfuse.backend.runner import dtype_of, impls_for
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects.tg_elementwise import KERNEL_NUMPY

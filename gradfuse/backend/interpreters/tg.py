@@ -25,9 +25,9 @@ from xdsl.interpreter import Interpreter, OpImplResult, PythonValues
 from xdsl.interpreters.func import FuncFunctions
 from xdsl.ir import Attribute, Operation
 
-from gradfuse.backend.reference_conv import ConvFunctions
-from gradfuse.backend.reference_ops import RunState, TgFunctions, dtype_of
-from gradfuse.backend.reference_sparse import SparseFunctions
+from gradfuse.backend.interpreters.tg_conv import ConvFunctions
+from gradfuse.backend.interpreters.tg_ops import RunState, TgFunctions, dtype_of
+from gradfuse.backend.interpreters.tg_sparse import SparseFunctions
 from gradfuse.backend.run_control import interrupted
 from gradfuse.backend.runner import Feeder, RunResult
 from gradfuse.diagnostics import GradfuseError, position_of

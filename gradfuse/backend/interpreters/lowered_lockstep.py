@@ -30,7 +30,7 @@ from xdsl.utils.scoped_dict import ScopedDict
 from gradfuse.diagnostics import GradfuseError, position_of
 
 if TYPE_CHECKING:
-    from gradfuse.backend.lowered_ops import LoweredState
+    from gradfuse.backend.interpreters.lowered_ops import LoweredState
 
 Scope = ScopedDict[Any, Any]
 

@@ -40,7 +40,11 @@ from xdsl.interpreters.func import FuncFunctions
 from xdsl.interpreters.scf import ScfFunctions
 from xdsl.ir import Operation
 
-from gradfuse.backend.lowered_ops import GpuMemrefFunctions, LoweredState, ScalarFunctions
+from gradfuse.backend.interpreters.lowered_ops import (
+    GpuMemrefFunctions,
+    LoweredState,
+    ScalarFunctions,
+)
 from gradfuse.backend.run_control import interrupted
 from gradfuse.backend.runner import (
     Feeder,
