@@ -96,6 +96,32 @@ def row_conflict(kernels: Sequence[IRDLOperation], rows: Sequence[int]) -> str |
     return None
 
 
+class RowAlignment:
+    """`row_conflict` kept up to date while kernels join a run over `rows`: the row axes
+    of every access to each buffer, and the buffers written. Adding kernels looks at
+    their own accesses only, so a run of n kernels costs O(n), not O(n^2)."""
+
+    def __init__(self, rows: Sequence[int]):
+        self.rows = tuple(rows)
+        self.axes: dict[SSAValue, set[tuple[int, ...] | None]] = {}
+        self.written: set[SSAValue] = set()
+
+    def add(self, kernels: Sequence[IRDLOperation]) -> bool:
+        """Adds `kernels` (each running over `rows`); whether every written buffer is
+        still accessed through one and the same row axes (`row_conflict` is None)."""
+        touched: set[SSAValue] = set()
+        for k in kernels:
+            for b, access, writes in accesses(k):
+                self.axes.setdefault(b, set()).add(row_axes(access, b, self.rows))
+                if writes:
+                    self.written.add(b)
+                touched.add(b)
+        return all(
+            b not in self.written or (len(self.axes[b]) == 1 and None not in self.axes[b])
+            for b in touched
+        )
+
+
 @irdl_op_definition
 class RowsOp(IRDLOperation):
     """Kernels run in order for each row of `rows`, rows independently, as one launch.

@@ -5,7 +5,8 @@ a LayerNorm forward three more, each reading only its own row of what the one be
 wrote. This pass puts such a run of launches into one `kernel.rows` (see
 `kernel_rows`): for each row, the kernels in order. A kernel's rows are its parallel
 dims, or all of them but the last (the columns of a row); a run shares one choice,
-the longest that keeps every written buffer row-aligned (`row_conflict`):
+the longest that keeps every written buffer row-aligned (`row_conflict`, checked as
+kernels join by `RowAlignment`):
 
 ```
 kernel.kernel "k3" reduction domain [2, 4, 16, 16] parallel 3 ...   // row max
@@ -34,7 +35,7 @@ from xdsl.ir import Block, Operation
 from xdsl.passes import ModulePass
 
 from gradfuse.dialects import kernel as K
-from gradfuse.dialects.kernel_rows import RowsOp, row_conflict
+from gradfuse.dialects.kernel_rows import RowAlignment, RowsOp
 from gradfuse.dialects.tg_program import ForOp
 from gradfuse.passes.rows_lowering import MAX_BLOCK
 
@@ -65,21 +66,21 @@ def _kernels(op: Operation) -> list[K.KernelOp] | None:
 class _Run:
     launches: list[Operation]
     kernels: list[K.KernelOp]
-    choices: list[Rows]
+    choices: dict[Rows, RowAlignment]  # the rows the run may still take, and their state
 
     def extended(self, launch: Operation, ks: list[K.KernelOp]) -> _Run | None:
-        kernels = [*self.kernels, *ks]
-        choices = [
-            r
-            for r in self.choices
-            if all(r in row_choices(k) for k in ks) and row_conflict(kernels, r) is None
-        ]
-        return _Run([*self.launches, launch], kernels, choices) if choices else None
+        choices = {
+            r: state
+            for r, state in self.choices.items()
+            if all(r in row_choices(k) for k in ks) and state.add(ks)
+        }
+        return _Run([*self.launches, launch], [*self.kernels, *ks], choices) if choices else None
 
 
 def _start(launch: Operation, ks: list[K.KernelOp]) -> _Run | None:
     common = [r for r in row_choices(ks[0]) if all(r in row_choices(k) for k in ks[1:])]
-    choices = [r for r in common if row_conflict(ks, r) is None]
+    states = {r: RowAlignment(r) for r in common}
+    choices = {r: state for r, state in states.items() if state.add(ks)}
     return _Run([launch], ks, choices) if choices else None
 
 
