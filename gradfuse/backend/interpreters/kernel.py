@@ -22,7 +22,14 @@ from xdsl.ir.affine import AffineExpr, AffineMap
 from gradfuse import affine
 from gradfuse.affine import eval_grid
 from gradfuse.backend.run_control import interrupted
-from gradfuse.backend.runner import RunResult, RunState, attr_array, dtype_of, tensor_of
+from gradfuse.backend.runner import (
+    RunResult,
+    RunState,
+    attr_array,
+    dtype_of,
+    entry_function,
+    tensor_of,
+)
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import kernel as K
 from gradfuse.dialects import tg
@@ -52,10 +59,7 @@ def run_kernels(
     check_finite: bool = False,
 ) -> RunResult:
     """Runs `entry` of a fused module; the API and the errors are `reference.run`'s."""
-    fns = [op for op in module.ops if isinstance(op, func.FuncOp)]
-    fn = next((f for f in fns if f.sym_name.data == entry), fns[0] if len(fns) == 1 else None)
-    if fn is None:
-        raise GradfuseError(f"no entry function @{entry} in the module")
+    fn = entry_function(module, entry)
     types = {
         op.key.data: tensor_of(op.result.type) for op in fn.walk() if isinstance(op, K.ParamOp)
     }

@@ -29,7 +29,7 @@ from gradfuse.backend.interpreters.tg_conv import ConvFunctions
 from gradfuse.backend.interpreters.tg_ops import RunState, TgFunctions, dtype_of
 from gradfuse.backend.interpreters.tg_sparse import SparseFunctions
 from gradfuse.backend.run_control import interrupted
-from gradfuse.backend.runner import Feeder, RunResult
+from gradfuse.backend.runner import Feeder, RunResult, entry_function
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import fmt_shape
@@ -45,18 +45,6 @@ class _TgInterpreter(Interpreter):
             raise
         except Exception as err:  # a bug or an unverified module: name the op
             raise GradfuseError(f"{op.name}: {err}", position_of(op.location)) from err
-
-
-def _find_entry(module: ModuleOp, entry: str) -> func.FuncOp:
-    """The function named `entry`, else the module's only function."""
-    funcs = [op for op in module.walk() if isinstance(op, func.FuncOp)]
-    for f in funcs:
-        if f.sym_name.data == entry:
-            return f
-    if len(funcs) == 1:
-        return funcs[0]
-    names = ", ".join(f"@{f.sym_name.data}" for f in funcs) or "none"
-    raise GradfuseError(f"no entry function @{entry} in the module (functions: {names})")
 
 
 def _collect_params(module: ModuleOp) -> tuple[dict[str, TensorType], dict[str, Attribute]]:
@@ -134,7 +122,7 @@ def run(
     iteration of the outermost loop (or after the run). Ctrl-C raises `KeyboardInterrupt`
     with the same `params` attribute.
     """
-    fn = _find_entry(module, entry)
+    fn = entry_function(module, entry)
     types, inits = _collect_params(module)
     state = RunState(
         dtype=dtype,
