@@ -18,7 +18,6 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 
 from gradfuse.dialects import kernel as K
-from gradfuse.dialects import tg
 from gradfuse.provenance import provenance_of
 
 
@@ -74,7 +73,7 @@ class _Dumper:
             elif isinstance(op, K.ReceiveOp):
                 names = ", ".join(self.name(b) for b in op.buffers)
                 self.lines.append(f'{pad}receive "{op.key.data}" <- {names}')
-            elif isinstance(op, tg.ForOp):
+            elif isinstance(op, K.ForOp):
                 lo, hi, st = op.lower.value.data, op.upper.value.data, op.step.value.data
                 self.lines.append(f"{pad}for {lo} to {hi} step {st}:")
                 self.block(op.body.block.ops, depth + 1)

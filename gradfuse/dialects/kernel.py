@@ -368,8 +368,10 @@ from gradfuse.dialects.kernel_host import (  # noqa: E402
     AllocOp,
     ConstantOp,
     FeedOp,
+    ForOp,
     ParamOp,
     ReceiveOp,
+    YieldOp,
 )
 from gradfuse.dialects.kernel_rows import RowsOp  # noqa: E402
 
@@ -393,6 +395,8 @@ KERNEL = Dialect(
         ConstantOp,
         FeedOp,
         ReceiveOp,
+        ForOp,
+        YieldOp,
     ],  # fmt: skip
     [],
 )

@@ -137,11 +137,11 @@ class _FunctionFuser:
             recv.location = op.location
             new.add_op(recv)
         elif isinstance(op, tg.ForOp):
-            loop = tg.ForOp(op.lower.value.data, op.upper.value.data, op.step.value.data, [])
+            loop = K.ForOp(op.lower.value.data, op.upper.value.data, op.step.value.data)
             loop.location = op.location
             new.add_op(loop)
             self.block(op.body.block, loop.body.block)
-            loop.body.block.add_op(tg.YieldOp())
+            loop.body.block.add_op(K.YieldOp())
         elif isinstance(op, func.ReturnOp):
             ret = func.ReturnOp(*[self.materialized(v, new) for v in op.arguments])
             ret.location = op.location
