@@ -1,8 +1,10 @@
 """The `tg` ("tensor graph") dialect: value-semantic tensors, loops and state.
 
-Ops live in three files by family: `tg_compute` (elementwise, dot, reductions,
-composites), `tg_data` (constants and movement) and `tg_program` (params,
-feeders, receivers, loops, grad). This module gathers them into `TG`.
+Ops live in files by family: `tg_compute` (elementwise, dot, reductions,
+composites), `tg_data` (constants and movement), `tg_program` (params,
+feeders, receivers, loops, grad), `tg_sparse`, `tg_conv`, and `tg_fusion`
+(`tg-fuse`'s decisions: one region per future kernel). This module gathers them
+into `TG`.
 
     %w = tg.param "fc.weight" : tensor<4x4xf32>
     %y = tg.dot %x, %w : tensor<2x4xf32>
@@ -59,6 +61,7 @@ from gradfuse.dialects.tg_data import (
     SliceOp,
     ViewAccessOp,
 )
+from gradfuse.dialects.tg_fusion import FusionOp, FusionYieldOp
 from gradfuse.dialects.tg_program import (
     AssignOp,
     FeederOp,
@@ -86,6 +89,7 @@ TG = Dialect(
         ConstantOp, ReshapeOp, PermuteOp, BroadcastOp, SliceOp, PadOp, ConcatOp, ViewAccessOp,
         ParamOp, AssignOp, FeederOp, ReceiverOp, ForOp, YieldOp, GradOp,
         GatherOp, ScatterAddOp, RandomOp, Conv2dOp, ConvTranspose2dOp, WindowsOp,
+        FusionOp, FusionYieldOp,
     ],
     [],
 )  # fmt: skip
@@ -101,5 +105,5 @@ __all__ = [
     "ConstantOp", "ReshapeOp", "PermuteOp", "BroadcastOp", "SliceOp", "PadOp", "ConcatOp",
     "ViewAccessOp", "ParamOp", "AssignOp", "FeederOp", "ReceiverOp", "ForOp", "YieldOp", "GradOp",
     "ErfOp", "GatherOp", "ScatterAddOp", "RandomOp", "Conv2dOp", "ConvTranspose2dOp",
-    "ConvGeometry", "WindowsOp", "FLOAT_TYPES", "parse_type",
+    "ConvGeometry", "WindowsOp", "FLOAT_TYPES", "parse_type", "FusionOp", "FusionYieldOp",
 ]  # fmt: skip
