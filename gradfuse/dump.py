@@ -22,7 +22,7 @@ from gradfuse.provenance import provenance_of
 
 
 def dump_kernels(module: ModuleOp) -> str:
-    """The listing of every function of a `tg-fuse`d module."""
+    """The listing of every function of a module in the kernel dialect."""
     lines: list[str] = []
     for f in module.ops:
         if isinstance(f, func.FuncOp):

@@ -1,4 +1,4 @@
-"""Runs kernel-dialect programs (the output of `tg-fuse`) on NumPy, whole grids at once.
+"""Runs kernel-dialect programs (the output of `convert-tg-to-kernel`) on NumPy, whole grids at once.
 
 Each kernel body op is evaluated once on arrays over the kernel's domain: a load
 gathers `buffer[map(every point)]`, arith/math ops work elementwise, a

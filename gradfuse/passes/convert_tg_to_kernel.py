@@ -1,14 +1,18 @@
-"""`tg-fuse`: forms fused kernels and turns tensors into buffers.
+"""`convert-tg-to-kernel`: writes out `tg-fuse`'s decisions; tensors become buffers.
 
-`fusion.Planner` decides the groups (vertical, reduction/contraction prologue
-and epilogue, in-place updates) and `plan_levels` the launches (horizontal
-fusion). This pass writes them out: every function becomes host code over
-buffers (`kernel.param`, `kernel.alloc`, `kernel.feed`, ...) around one
-`kernel.kernel` (or `kernel.group`) per launch:
+Every function becomes host code over buffers (`kernel.param`, `kernel.alloc`,
+`kernel.feed`, `kernel.for`, ...) around one `kernel.kernel` per `tg.fusion`, a
+`kernel.group` for fusions that share a launch. Nothing is decided here: the
+groups, their maps, what they store and the launch order are the `tg.fusion`s'.
 
-    %y = tg.dot %x, %w : tensor<2x4xf32>
-    %z = tg.add %y, %b2 : tensor<2x4xf32>    // b2 = tg.view of a bias
-    // becomes one contraction kernel with the add as its epilogue
+    %h = "tg.fusion"() <{kind = "contraction", domain = array<i64: 2, 4, 8>, ...}> ({
+      %y = "tg.dot"(%x, %w) {fuse.operand_maps = [...]} : ... -> tensor<2x4xf32>
+      %h = "tg.add"(%y, %b2) : ... -> tensor<2x4xf32>
+      "tg.fusion_yield"(%h) : (tensor<2x4xf32>) -> ()
+    }) : () -> tensor<2x4xf32>
+    // becomes
+    %h = kernel.alloc : memref<2x4xf32>
+    "kernel.kernel"(%x, %w, %b, %h) <{sym_name = "k0", kind = "contraction", ...}> (...)
 """
 
 from __future__ import annotations
@@ -31,10 +35,10 @@ from gradfuse import affine
 from gradfuse.dialects import kernel as K
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of
-from gradfuse.passes.fusion import Planner
-from gradfuse.passes.fusion_graph import Group, Host, resolve, resolve_guard
-from gradfuse.passes.fusion_levels import plan_levels
+from gradfuse.passes.fusion_graph import Group, Member, inner, resolve, resolve_guard
 from gradfuse.passes.kernel_body import KernelBody
+
+HOST_OPS = (tg.FeederOp, tg.ReceiverOp, tg.ForOp, tg.YieldOp, func.ReturnOp)
 
 MAX_GROUP = 64
 """At most this many kernels share one launch (horizontal fusion)."""
@@ -48,10 +52,13 @@ def memref_of(ty: Attribute) -> MemRefType:
 
 
 @dataclass(frozen=True)
-class TgFusePass(ModulePass):
-    """Fuses every function's tg ops into kernels over buffers."""
+class ConvertTgToKernelPass(ModulePass):
+    """Turns every function's `tg.fusion`s into kernels over buffers (after `tg-fuse`).
 
-    name = "tg-fuse"
+    `ir-opt model.tg -p tg-fuse,convert-tg-to-kernel -t kernels`
+    """
+
+    name = "convert-tg-to-kernel"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         resolve.cache_clear()  # views are looked through once per run
@@ -109,21 +116,35 @@ class _FunctionFuser:
     # --- host code --------------------------------------------------------------------
 
     def block(self, old: Block, new: Block) -> None:
-        planner = Planner(old).plan()
-        order = {op: i for i, op in enumerate(old.ops)}
-        for level in plan_levels(planner):
-            hosts = sorted((n for n in level if isinstance(n, Host)), key=lambda h: order[h.op])
-            for h in hosts:
-                self.host(h.op, new)
-            kernels = [self.kernel(g, new) for g in level if isinstance(g, Group)]
-            for start in range(0, len(kernels), MAX_GROUP):
-                chunk = kernels[start : start + MAX_GROUP]
-                if len(chunk) == 1:
-                    new.add_op(chunk[0])
-                else:
-                    group = K.GroupOp(f"g{next(self.names)}", chunk)
-                    group.location = chunk[0].location
-                    new.add_op(group)
+        """Host ops in order; the fusions with one launch number are one launch (views,
+        params and constants between them are no host code)."""
+        launch: list[tg.FusionOp] = []
+        for op in old.ops:
+            if isinstance(op, tg.FusionOp):
+                if launch and launch[0].launch != op.launch:
+                    self.launch(launch, new)
+                    launch = []
+                launch.append(op)
+                continue
+            if not isinstance(op, HOST_OPS):
+                continue
+            if launch:
+                self.launch(launch, new)
+                launch = []
+            self.host(op, new)
+        if launch:
+            self.launch(launch, new)
+
+    def launch(self, fusions: list[tg.FusionOp], new: Block) -> None:
+        kernels = [self.kernel(f, new) for f in fusions]
+        for start in range(0, len(kernels), MAX_GROUP):
+            chunk = kernels[start : start + MAX_GROUP]
+            if len(chunk) == 1:
+                new.add_op(chunk[0])
+            else:
+                group = K.GroupOp(f"g{next(self.names)}", chunk)
+                group.location = chunk[0].location
+                new.add_op(group)
 
     def host(self, op: Operation, new: Block) -> None:
         if isinstance(op, tg.FeederOp):
@@ -158,6 +179,7 @@ class _FunctionFuser:
 
     def materialized(self, value: SSAValue, new: Block) -> SSAValue:
         """A buffer holding `value` laid out plainly (a copy kernel for views and splats)."""
+        value = inner(value)
         if value in self.buffers:  # stored laid out by the kernel that made it
             return self.buffers[value]
         base, vmap = resolve(value)
@@ -175,12 +197,38 @@ class _FunctionFuser:
 
     # --- kernels ----------------------------------------------------------------------
 
-    def kernel(self, g: Group, new: Block) -> K.KernelOp:
+    def kernel(self, f: tg.FusionOp, new: Block) -> K.KernelOp:
+        g = self.group(f)
         body = KernelBody(self, g, new)
         for m in g.members:
             body.member(m)
         root = next((m.op for m in g.members if m.operand_maps), g.members[-1].op)
         return body.finish(f"k{next(self.names)}", root)
+
+    def group(self, f: tg.FusionOp) -> Group:
+        """The group a fusion holds: its members, maps, stores and zero-filled buffers."""
+        domain = f.domain_sizes
+        g = Group(-1, f.kind.data, domain, f.parallel.value.data)
+        yields = list(f.terminator.values)
+        zeros = iter(f.zeros)
+        for op in f.members():
+            if isinstance(op, tg.ConstantOp):  # a fill: zeros for a later scatter_add
+                g.members.append(Member(op, affine.identity_map(len(domain)), fill=True))
+                continue
+            map, prologue, operand_maps = f.member_maps(op)
+            m = Member(op, map, prologue, operand_maps)
+            if isinstance(op, tg.ScatterAddOp):  # adds into the buffer its fill zeroed
+                self.buffers[op.result] = self.buffers[inner(next(zeros))]
+            elif op.results:
+                value = op.results[0]
+                m.stored = value in yields
+                m.views = [
+                    y
+                    for y in yields
+                    if isinstance(y.owner, tg.ViewAccessOp) and resolve(y)[0] is value
+                ]
+            g.members.append(m)
+        return g
 
 
 def _read_padded(value: SSAValue) -> bool:
