@@ -18,12 +18,11 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 
 from gradfuse.dialects import kernel as K
-from gradfuse.dialects import tg
 from gradfuse.provenance import provenance_of
 
 
 def dump_kernels(module: ModuleOp) -> str:
-    """The listing of every function of a `tg-fuse`d module."""
+    """The listing of every function of a module in the kernel dialect."""
     lines: list[str] = []
     for f in module.ops:
         if isinstance(f, func.FuncOp):
@@ -74,7 +73,7 @@ class _Dumper:
             elif isinstance(op, K.ReceiveOp):
                 names = ", ".join(self.name(b) for b in op.buffers)
                 self.lines.append(f'{pad}receive "{op.key.data}" <- {names}')
-            elif isinstance(op, tg.ForOp):
+            elif isinstance(op, K.ForOp):
                 lo, hi, st = op.lower.value.data, op.upper.value.data, op.step.value.data
                 self.lines.append(f"{pad}for {lo} to {hi} step {st}:")
                 self.block(op.body.block.ops, depth + 1)

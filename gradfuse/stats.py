@@ -17,7 +17,7 @@ from xdsl.dialects.builtin import IntegerAttr, ModuleOp
 from xdsl.ir import Block, Operation
 
 from gradfuse.dialects import kernel as kd
-from gradfuse.dialects.tg_program import ForOp
+from gradfuse.dialects.kernel import ForOp
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def _constant(value: object) -> int | None:
 
 
 def trip_count(op: Operation) -> int:
-    """Iterations of a `tg.for` or of an `scf.for` with constant bounds (else 1)."""
+    """Iterations of a `kernel.for` or of an `scf.for` with constant bounds (else 1)."""
     if isinstance(op, ForOp):
         return op.trip_count
     assert isinstance(op, scf.ForOp)

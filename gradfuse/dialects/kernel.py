@@ -1,7 +1,8 @@
 """The `kernel` dialect: fused kernels over buffers, with affine access maps.
 
-`tg-fuse` turns a tg program into host code over buffers (`kernel.param`,
-`kernel.alloc`, `kernel.feed`, ...) and `kernel.kernel` ops, one per launch.
+`convert-tg-to-kernel` turns a tg program (its `tg.fusion`s, from `tg-fuse`) into host
+code over buffers (`kernel.param`, `kernel.alloc`, `kernel.feed`, `kernel.for`, ...)
+and `kernel.kernel` ops, one per launch.
 A kernel iterates over its domain: the leading `parallel` dims, then the
 reduction dims. Its body loads and stores through affine maps from the domain
 to buffer indices and computes with `arith`/`math` on scalars. Ops before the
@@ -368,8 +369,10 @@ from gradfuse.dialects.kernel_host import (  # noqa: E402
     AllocOp,
     ConstantOp,
     FeedOp,
+    ForOp,
     ParamOp,
     ReceiveOp,
+    YieldOp,
 )
 from gradfuse.dialects.kernel_rows import RowsOp  # noqa: E402
 
@@ -393,6 +396,8 @@ KERNEL = Dialect(
         ConstantOp,
         FeedOp,
         ReceiveOp,
+        ForOp,
+        YieldOp,
     ],  # fmt: skip
     [],
 )

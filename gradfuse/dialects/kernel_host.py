@@ -1,8 +1,13 @@
-"""Host ops of the `kernel` dialect: named params, temporaries, constants, host callbacks.
+"""Host ops of the `kernel` dialect: named params, temporaries, constants, host
+callbacks and the counted loop around them.
 
 %w = kernel.param "fc.weight" : memref<4x4xf32>
-%t = kernel.alloc : memref<2x4xf32>
-kernel.feed "x", %t : memref<2x4xf32>
+"kernel.for"() <{lower = 0 : i64, upper = 1000 : i64, step = 1 : i64}> ({
+^bb0(%i: index):
+  %t = kernel.alloc : memref<2x4xf32>
+  kernel.feed "x", %t : memref<2x4xf32>
+  "kernel.yield"() : () -> ()
+}) : () -> ()
 """
 
 from __future__ import annotations
@@ -12,23 +17,34 @@ from collections.abc import Sequence
 from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
     FloatAttr,
+    IndexType,
     IntegerAttr,
     MemRefType,
     StringAttr,
+    i64,
 )
-from xdsl.ir import Attribute, SSAValue
+from xdsl.ir import Attribute, Block, Region, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     ParsePropInAttrDict,
     irdl_op_definition,
+    lazy_traits_def,
     operand_def,
     opt_prop_def,
     prop_def,
+    region_def,
     result_def,
     traits_def,
     var_operand_def,
 )
-from xdsl.traits import MemoryWriteEffect, Pure
+from xdsl.traits import (
+    HasParent,
+    IsTerminator,
+    MemoryWriteEffect,
+    Pure,
+    RecursiveMemoryEffect,
+)
+from xdsl.utils.exceptions import VerifyException
 
 
 @irdl_op_definition
@@ -120,3 +136,67 @@ class ReceiveOp(IRDLOperation):
 
     def __init__(self, key: str, buffers: Sequence[SSAValue]):
         super().__init__(operands=[buffers], properties={"key": StringAttr(key)})
+
+
+@irdl_op_definition
+class YieldOp(IRDLOperation):
+    """Ends a `kernel.for` body (host loops carry no values at kernel level).
+
+    `"kernel.yield"() : () -> ()`
+    """
+
+    name = "kernel.yield"
+    traits = lazy_traits_def(lambda: (IsTerminator(), HasParent(ForOp), Pure()))
+
+    def __init__(self) -> None:
+        super().__init__()
+
+
+@irdl_op_definition
+class ForOp(IRDLOperation):
+    """Runs its body (host ops and launches) for `lower <= i < upper` by `step`.
+
+    The body's one argument is the induction variable; it ends with `kernel.yield`:
+
+    ```
+    "kernel.for"() <{lower = 0 : i64, upper = 1000 : i64, step = 1 : i64}> ({
+    ^bb0(%i: index):
+      kernel.feed "x", %x : memref<2x8xf32>
+      "kernel.yield"() : () -> ()
+    }) : () -> ()
+    ```
+    """
+
+    name = "kernel.for"
+    lower = prop_def(IntegerAttr)
+    upper = prop_def(IntegerAttr)
+    step = prop_def(IntegerAttr)
+    body = region_def("single_block")
+    traits = traits_def(RecursiveMemoryEffect())
+
+    def __init__(self, lower: int, upper: int, step: int, body: Region | None = None):
+        super().__init__(
+            regions=[body or Region(Block(arg_types=[IndexType()]))],
+            properties={
+                "lower": IntegerAttr(lower, i64),
+                "upper": IntegerAttr(upper, i64),
+                "step": IntegerAttr(step, i64),
+            },
+        )
+
+    @property
+    def trip_count(self) -> int:
+        lo, hi, st = self.lower.value.data, self.upper.value.data, self.step.value.data
+        return max(0, -(-(hi - lo) // st))
+
+    def verify_(self) -> None:
+        if self.step.value.data < 1:
+            raise VerifyException(f"kernel.for: step must be positive, got {self.step.value.data}")
+        block = self.body.block
+        if [a.type for a in block.args] != [IndexType()]:
+            raise VerifyException(
+                "kernel.for: the body's one argument must be the induction variable (index),"
+                f" got {len(block.args)} arguments"
+            )
+        if not isinstance(block.last_op, YieldOp):
+            raise VerifyException("kernel.for: body must end with kernel.yield")

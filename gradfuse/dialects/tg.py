@@ -3,7 +3,8 @@
 Ops live in files by family and are all re-exported here: `tg_elementwise`
 (arithmetic, with `SEMANTICS`, the table of what each op means), `tg_compute`
 (masks, composites, dot, reductions), `tg_data` (constants and movement), `tg_conv`,
-`tg_sparse` and `tg_program` (params, feeders, receivers, loops, grad). `TG` is
+`tg_sparse`, `tg_program` (params, feeders, receivers, loops, grad) and `tg_fusion`
+(`tg-fuse`'s decisions: one region per future kernel). `TG` is
 every op of those files, so a new op is registered by being defined there.
 
     %w = tg.param "fc.weight" : tensor<4x4xf32>
@@ -15,7 +16,15 @@ from types import ModuleType
 from xdsl.ir import Dialect
 from xdsl.irdl import IRDLOperation
 
-from gradfuse.dialects import tg_compute, tg_conv, tg_data, tg_elementwise, tg_program, tg_sparse
+from gradfuse.dialects import (
+    tg_compute,
+    tg_conv,
+    tg_data,
+    tg_elementwise,
+    tg_fusion,
+    tg_program,
+    tg_sparse,
+)
 from gradfuse.dialects.tg_base import (  # noqa: F401 (re-exported)
     FLOAT_TYPES,
     TgCanonicalize,
@@ -29,10 +38,11 @@ from gradfuse.dialects.tg_compute import *  # noqa: F403
 from gradfuse.dialects.tg_conv import *  # noqa: F403
 from gradfuse.dialects.tg_data import *  # noqa: F403
 from gradfuse.dialects.tg_elementwise import *  # noqa: F403
+from gradfuse.dialects.tg_fusion import *  # noqa: F403
 from gradfuse.dialects.tg_program import *  # noqa: F403
 from gradfuse.dialects.tg_sparse import *  # noqa: F403
 
-FAMILIES = (tg_elementwise, tg_compute, tg_data, tg_conv, tg_sparse, tg_program)
+FAMILIES = (tg_elementwise, tg_compute, tg_data, tg_conv, tg_sparse, tg_program, tg_fusion)
 
 
 def ops_of(module: ModuleType) -> list[type[IRDLOperation]]:

@@ -131,8 +131,8 @@ class _Printer:
             vals = f" {self.names_of(op.arguments)}" if op.arguments else ""
             self.out.append(f"{pad}return{vals}{self.loc(op)}\n")
             return
-        if not op.name.startswith("tg."):
-            raise _unprintable(op)
+        if not op.name.startswith("tg.") or isinstance(op, tg.FusionOp):
+            raise _unprintable(op)  # tg-fuse's decisions print as MLIR
         results = f"{self.names_of(op.results)} = " if op.results else ""
         if isinstance(op, tg.ForOp):
             self.for_op(op, pad, results, depth)

@@ -43,6 +43,12 @@ def _tg_fuse() -> type[ModulePass]:
     return TgFusePass
 
 
+def _convert_tg_to_kernel() -> type[ModulePass]:
+    from gradfuse.passes.convert_tg_to_kernel import ConvertTgToKernelPass
+
+    return ConvertTgToKernelPass
+
+
 def _kernel_squeeze() -> type[ModulePass]:
     from gradfuse.passes.kernel_squeeze import KernelSqueezePass
 
@@ -98,6 +104,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "tg-lower-access": _tg_lower_access,
     "tg-loop-state": _tg_loop_state,
     "tg-fuse": _tg_fuse,
+    "convert-tg-to-kernel": _convert_tg_to_kernel,
     "kernel-squeeze": _kernel_squeeze,
     "kernel-fuse-rows": _kernel_fuse_rows,
     "kernel-tile": _kernel_tile,
@@ -113,7 +120,10 @@ canonicalize, cse and dce through `cleanup`: the same passes, faster)."""
 
 PIPELINES: dict[str, str] = {
     "tg": "tg-autodiff,tg-decompose,canonicalize,cse,dce",
-    "kernels": "tg,tg-loop-state,tg-lower-access,cse,dce,tg-fuse,kernel-squeeze,kernel-fuse-rows",
+    "kernels": (
+        "tg,tg-loop-state,tg-lower-access,cse,dce,tg-fuse,convert-tg-to-kernel,"
+        "kernel-squeeze,kernel-fuse-rows"
+    ),
     "default": "kernels,kernel-plan-buffers,convert-kernel-to-gpu",
     "cuda": "kernels,kernel-tile,kernel-block-reduce,kernel-plan-buffers,convert-kernel-to-gpu",
 }

@@ -1,6 +1,6 @@
 """Buffer planning: every `kernel.alloc` of a function gets an offset in one arena.
 
-Host ops are numbered in program order (a `tg.for` spans its body). A temporary
+Host ops are numbered in program order (a `kernel.for` spans its body). A temporary
 lives from its first use to its last; where its value may cross a loop's back
 edge (it is used inside a loop it is not defined in, and the loop's first
 access to it is not a write of the whole buffer) it lives over the whole loop.
@@ -33,7 +33,7 @@ from xdsl.passes import ModulePass
 
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import kernel as kd
-from gradfuse.dialects.tg_program import ForOp
+from gradfuse.dialects.kernel import ForOp
 
 ALIGNMENT = 64
 """Byte alignment of every buffer in the arena."""

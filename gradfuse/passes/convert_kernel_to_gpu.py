@@ -14,7 +14,7 @@ kernel.receive "out", %h             ->  func.call @gradfuse_receive_0(%h) {grad
 kernel.kernel "k0" ... (%x, %w, %h)  ->  gpu.launch_func @gradfuse_kernels::@k0
                                             blocks in (%c1, %c1, %c1) threads in (%c32, %c1, %c1)
                                             args(%x : ..., %w : ..., %h : ...)
-tg.for %i = 0 to 10 step 1 { ... }   ->  scf.for %i = %c0 to %c10 step %c1 { ... }
+kernel.for %i = 0 to 10 step 1 { ... }   ->  scf.for %i = %c0 to %c10 step %c1 { ... }
 ```
 
 Temporaries share one arena at the offsets that `kernel-plan-buffers` gave their
@@ -49,7 +49,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import kernel as kd
-from gradfuse.dialects.tg_program import ForOp, YieldOp
+from gradfuse.dialects.kernel import ForOp, YieldOp
 from gradfuse.passes import fast_ops as fast
 from gradfuse.passes.buffer_planning import ALIGNMENT, nbytes
 from gradfuse.passes.gpu_func import build_gpu_func
@@ -176,6 +176,8 @@ class HostLowering:
             elif isinstance(op, ForOp):
                 self.lower_block(op.body.block, arena, offsets)
                 new = self.loop(op)
+            elif isinstance(op, YieldOp):
+                continue  # a loop body's end: `loop` replaces it by scf.yield
             elif op.dialect_name() == "kernel":
                 raise GradfuseError(
                     f"convert-kernel-to-gpu: {op.name} cannot stand on the host",
@@ -254,11 +256,6 @@ class HostLowering:
         return [*consts.values(), launch]
 
     def loop(self, op: ForOp) -> list[Operation]:
-        if op.inits:
-            raise GradfuseError(
-                "convert-kernel-to-gpu: a tg.for may not carry values at kernel level",
-                position_of(op.location),
-            )
         bounds = [fast.constant(a.value.data) for a in (op.lower, op.upper, op.step)]
         old = op.body.block
         body = Block(arg_types=[fast.INDEX])

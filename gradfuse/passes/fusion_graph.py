@@ -52,6 +52,7 @@ class Member:
     operand_maps: tuple[AffineMap, ...] | None = None
     fill: bool = False  # stores zeros into the op's result (before a scatter_add)
     views: list[SSAValue] = field(default_factory=list)  # also stored laid out as these
+    stored: bool = False  # read outside the group: the kernel stores it (see `stores`)
 
 
 @dataclass(eq=False)
@@ -78,13 +79,22 @@ class Host(Node):
     op: Operation
 
 
+def inner(value: SSAValue) -> SSAValue:
+    """The value inside a `tg.fusion` that `value`, a result of it, is (else `value`)."""
+    while isinstance(value.owner, tg.FusionOp):
+        value = value.owner.yielded(value)
+    return value
+
+
 @cache
 def resolve(value: SSAValue) -> tuple[SSAValue, AffineMap]:
-    """The non-view value behind `value`, and the map from `value`'s indices to it."""
+    """The non-view value behind `value`, and the map from `value`'s indices to it
+    (looking through views and the results of `tg.fusion`s)."""
     map = affine.identity_map(len(shape_of(value)))
+    value = inner(value)
     while isinstance(value.owner, tg.ViewAccessOp):
         map = value.owner.map.data.compose(map)
-        value = value.owner.input
+        value = inner(value.owner.input)
     return value, map
 
 
@@ -94,13 +104,45 @@ def resolve_guard(value: SSAValue) -> AffineSet | None:
     where it fails, `value` is 0 (padding)."""
     guard: AffineSet | None = None
     map = affine.identity_map(len(shape_of(value)))
+    value = inner(value)
     while isinstance(value.owner, tg.ViewAccessOp):
         view = value.owner
         if view.guard is not None:
             guard = affine.join_guards(guard, affine.compose_guard(view.guard.data, map))
         map = view.map.data.compose(map)
-        value = view.input
+        value = inner(view.input)
     return guard
+
+
+HOST_READS = (tg.ReceiverOp, func.ReturnOp)  # host ops that read a value's laid-out copy
+
+
+def stores(g: Group) -> None:
+    """Marks the members whose value is read outside `g` (so its kernel stores them)."""
+    members = {m.op for m in g.members}
+    for m in g.members:
+        if not m.fill and m.op.results:
+            m.stored = stored(members, m.op.results[0], m.views)
+
+
+def stored(
+    members: set[Operation],
+    value: SSAValue,
+    views: list[SSAValue],
+    plain_copy: bool = False,
+) -> bool:
+    """Whether some op outside `members` reads `value` (other than a host op reading
+    one of `views`, which the group stores laid out on their own: `plain_copy` says
+    that `value` is such a view). Kernels read through views to the base value, so
+    a view that is both received and read by a kernel needs the base stored too."""
+    for use in value.uses:
+        user = use.operation
+        if isinstance(user, tg.ViewAccessOp):
+            if stored(members, user.result, views, user.result in views):
+                return True
+        elif user not in members and not (plain_copy and isinstance(user, HOST_READS)):
+            return True
+    return False
 
 
 @lru_cache(maxsize=4096)

@@ -1,4 +1,4 @@
-"""Kernel bodies for `tg-fuse`: one fused group's members as scalar ops over loads and
+"""Kernel bodies for `convert-tg-to-kernel`: one fused group's members as scalar ops over loads and
 stores through access maps.
 
 `KernelBody(fuser, group, host).member(m)` for each member, then `.finish(name, root)`:
@@ -13,11 +13,10 @@ stores through access maps.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from xdsl.dialects import arith, func
+from xdsl.dialects import arith
 from xdsl.dialects.builtin import (
     AffineMapAttr,
     FloatAttr,
@@ -45,10 +44,9 @@ from gradfuse.passes.fusion_graph import (
 )
 
 if TYPE_CHECKING:
-    from gradfuse.passes.tg_fuse import _FunctionFuser
+    from gradfuse.passes.convert_tg_to_kernel import _FunctionFuser
 
 
-HOST_READS = (tg.ReceiverOp, func.ReturnOp)  # host ops that read a value's laid-out copy
 
 
 class KernelBody:
@@ -157,30 +155,13 @@ class KernelBody:
         return self.g.domain if m.prologue else self.g.domain[: self.g.parallel]
 
     def finish_member(self, m: Member, result: SSAValue) -> None:
-        """Records a member's scalar; stores it when others need it (a prologue member
-        only when its map visits each point once: see `Planner.one_to_one`)."""
+        """Records a member's scalar; stores it when others need it (`Member.stored`),
+        and the views of it that host ops read (`Member.views`)."""
         self.scalars[m.op.results[0]] = result
-        if self.stored(m.op.results[0], m.views):
+        if m.stored:
             self.store(result, self.fuser.alloc(m.op.results[0], self.host), m.map)
         for view in m.views:  # a host op's view of this value, laid out plainly
             self.store(result, self.fuser.alloc(view, self.host))
-
-    def stored(
-        self, value: SSAValue, views: Sequence[SSAValue] = (), plain_copy: bool = False
-    ) -> bool:
-        """Whether some op outside the group reads `value` (other than a host op reading
-        one of `views`, which the group stores laid out on their own: `plain_copy` says
-        that `value` is such a view). Kernels read through views to the base value, so
-        a view that is both received and read by a kernel needs the base stored too."""
-        members = {m.op for m in self.g.members}
-        for use in value.uses:
-            user = use.operation
-            if isinstance(user, tg.ViewAccessOp):
-                if self.stored(user.result, views, user.result in views):
-                    return True
-            elif user not in members and not (plain_copy and isinstance(user, HOST_READS)):
-                return True
-        return False
 
     def store(self, value: SSAValue, buffer: SSAValue, map: AffineMap | None = None) -> None:
         map = map or affine.identity_map(self.g.parallel)
@@ -209,7 +190,7 @@ class KernelBody:
             if prod is None:
                 prod = self.add(fast.float_op(arith.MulfOp, args[0], args[1]), op)
             return self.add(_reduce("add", prod), op)
-        raise AssertionError(f"tg-fuse: no kernel form for {op.name}")
+        raise AssertionError(f"convert-tg-to-kernel: no kernel form for {op.name}")
 
     def cast(self, op: tg.CastOp, x: SSAValue) -> SSAValue:
         src, dst = x.type, op.result.type.element_type  # type: ignore[attr-defined]

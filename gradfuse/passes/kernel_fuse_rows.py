@@ -36,7 +36,6 @@ from xdsl.passes import ModulePass
 
 from gradfuse.dialects import kernel as K
 from gradfuse.dialects.kernel_rows import RowAlignment, RowsOp
-from gradfuse.dialects.tg_program import ForOp
 from gradfuse.passes.rows_lowering import MAX_BLOCK
 
 MAX_ROW_POINTS = 1024
@@ -89,7 +88,7 @@ def fuse_rows(block: Block) -> int:
     made = 0
     run: _Run | None = None
     for op in list(block.ops):
-        if isinstance(op, ForOp):
+        if isinstance(op, K.ForOp):
             made += fuse_rows(op.body.block)
         if isinstance(op, K.AllocOp):
             continue

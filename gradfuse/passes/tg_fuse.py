@@ -1,198 +1,205 @@
-"""`tg-fuse`: forms fused kernels and turns tensors into buffers.
+"""`tg-fuse`: decides which tg ops share a kernel, and in which order kernels launch.
 
-`fusion.Planner` decides the groups (vertical, reduction/contraction prologue
-and epilogue, in-place updates) and `plan_levels` the launches (horizontal
-fusion). This pass writes them out: every function becomes host code over
-buffers (`kernel.param`, `kernel.alloc`, `kernel.feed`, ...) around one
-`kernel.kernel` (or `kernel.group`) per launch:
+`fusion.Planner` decides the groups (vertical, reduction/contraction prologue and
+epilogue, in-place updates) and `plan_levels` the launches (horizontal fusion). This
+pass writes the decisions into the IR and nothing else: each group's ops move into
+a `tg.fusion` region (see `dialects/tg_fusion.py`) that yields what the kernel stores,
+placed in launch order among the host ops; `convert-tg-to-kernel` then writes them out.
 
     %y = tg.dot %x, %w : tensor<2x4xf32>
     %z = tg.add %y, %b2 : tensor<2x4xf32>    // b2 = tg.view of a bias
-    // becomes one contraction kernel with the add as its epilogue
+    // becomes
+    %z = "tg.fusion"() <{kind = "contraction", domain = array<i64: 2, 4, 8>, ...}> ({
+      %y = "tg.dot"(%x, %w) {fuse.operand_maps = [...]} : ... -> tensor<2x4xf32>
+      %z = "tg.add"(%y, %b2) : ... -> tensor<2x4xf32>
+      "tg.fusion_yield"(%z) : (tensor<2x4xf32>) -> ()
+    }) : () -> tensor<2x4xf32>
 """
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
-from functools import lru_cache
 
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import (
-    MemRefType,
-    ModuleOp,
-    TensorType,
-)
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
-from gradfuse import affine
-from gradfuse.dialects import kernel as K
 from gradfuse.dialects import tg
-from gradfuse.dialects.tg_base import shape_of
+from gradfuse.dialects.tg_fusion import annotate
 from gradfuse.passes.fusion import Planner
-from gradfuse.passes.fusion_graph import Group, Host, resolve, resolve_guard
+from gradfuse.passes.fusion_graph import (
+    HOST_READS,
+    Group,
+    Host,
+    Node,
+    resolve,
+    resolve_guard,
+    stores,
+)
 from gradfuse.passes.fusion_levels import plan_levels
-from gradfuse.passes.kernel_body import KernelBody
-
-MAX_GROUP = 64
-"""At most this many kernels share one launch (horizontal fusion)."""
-
-
-@lru_cache(maxsize=4096)
-def memref_of(ty: Attribute) -> MemRefType:
-    """The buffer type of a tensor type: `tensor<2x4xf32>` -> `memref<2x4xf32>`."""
-    assert isinstance(ty, TensorType)
-    return MemRefType(ty.element_type, ty.get_shape())
 
 
 @dataclass(frozen=True)
 class TgFusePass(ModulePass):
-    """Fuses every function's tg ops into kernels over buffers."""
+    """Groups every function's tg ops into `tg.fusion`s, in launch order.
+
+    `ir-opt model.tg -p tg-fuse -t mlir` prints the decisions."""
 
     name = "tg-fuse"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         resolve.cache_clear()  # views are looked through once per run
         resolve_guard.cache_clear()
-        names = itertools.count()
         for f in list(op.ops):
             if isinstance(f, func.FuncOp):
-                _FunctionFuser(f, names).run()
+                plans: dict[Block, list[list[Node]]] = {}
+                _decide(f.body.block, plans)  # every block's, before the IR changes
+                _Former(plans).block(f.body.block)
         resolve.cache_clear()
         resolve_guard.cache_clear()
 
 
-class _FunctionFuser:
-    def __init__(self, f: func.FuncOp, names: itertools.count):
-        self.f, self.names = f, names
-        self.buffers: dict[SSAValue, SSAValue] = {}
-        self.params: dict[str, SSAValue] = {}
+def _decide(block: Block, plans: dict[Block, list[list[Node]]]) -> None:
+    """The launch levels of `block` and of the loops in it, with what each group stores."""
+    levels = plan_levels(Planner(block).plan())
+    plans[block] = levels
+    for level in levels:
+        for node in level:
+            if isinstance(node, Group):
+                stores(node)
+    for op in block.ops:
+        if isinstance(op, tg.ForOp):
+            _decide(op.body.block, plans)
 
-    def run(self) -> None:
-        old = self.f.body.block
-        entry = Block(arg_types=[memref_of(a.type) for a in old.args])
-        for a, b in zip(old.args, entry.args):
-            self.buffers[a] = b
-            b.name_hint = a.name_hint
-        self.hoist(old, entry)
-        self.block(old, entry)
-        outs = [memref_of(t) for t in self.f.function_type.outputs]
-        new = func.FuncOp(self.f.sym_name.data, ([a.type for a in entry.args], outs), Region(entry))
-        new.location = self.f.location
-        parent = self.f.parent
-        assert parent is not None
-        parent.insert_op_before(new, self.f)
-        parent.detach_op(self.f)
 
-    def hoist(self, old: Block, entry: Block) -> None:
-        """Params and dense constants become buffers at the function's entry."""
-        ops = list(old.walk())
-        inits = {op.key.data: op.init for op in ops if isinstance(op, tg.ParamOp) and op.init}
-        for op in ops:
-            if isinstance(op, tg.ParamOp):
-                key = op.key.data
-                if key not in self.params:
-                    p = K.ParamOp(key, memref_of(op.result.type), inits.get(key))
-                    p.location = op.location
-                    p.result.name_hint = _hint(key)
-                    entry.add_op(p)
-                    self.params[key] = p.result
-                self.buffers[op.result] = self.params[key]
-            elif isinstance(op, tg.ConstantOp) and (not op.is_splat or _read_padded(op.result)):
-                c = K.ConstantOp(op.value, memref_of(op.result.type))
-                c.location = op.location
-                entry.add_op(c)
-                self.buffers[op.result] = c.result
+class _Former:
+    """Rebuilds a block in launch order: per level its host ops, then its fusions.
 
-    # --- host code --------------------------------------------------------------------
+    Params and constants keep their order (between the loops they were between);
+    views outside fusions follow the value they read; a view of a fusion's own value
+    that its members read is cloned into it."""
 
-    def block(self, old: Block, new: Block) -> None:
-        planner = Planner(old).plan()
-        order = {op: i for i, op in enumerate(old.ops)}
-        for level in plan_levels(planner):
-            hosts = sorted((n for n in level if isinstance(n, Host)), key=lambda h: order[h.op])
-            for h in hosts:
-                self.host(h.op, new)
-            kernels = [self.kernel(g, new) for g in level if isinstance(g, Group)]
-            for start in range(0, len(kernels), MAX_GROUP):
-                chunk = kernels[start : start + MAX_GROUP]
-                if len(chunk) == 1:
-                    new.add_op(chunk[0])
+    def __init__(self, plans: dict[Block, list[list[Node]]]):
+        self.plans = plans
+        self.zeros: dict[Operation, SSAValue] = {}  # scatter_add -> its fill's zeros
+        self.launches = 0
+
+    def block(self, block: Block) -> None:
+        levels = self.plans[block]
+        old = list(block.ops)
+        placed = {n.op for lv in levels for n in lv if isinstance(n, Host)}
+        placed |= {m.op for lv in levels for n in lv if isinstance(n, Group) for m in n.members}
+        sections: list[list[Operation]] = [[]]  # params and constants, between loops
+        self.waiting: dict[SSAValue, list[tg.ViewAccessOp]] = {}
+        ready: list[tg.ViewAccessOp] = []
+        mine = set(old)
+        for op in old:
+            if isinstance(op, tg.ForOp):
+                sections.append([])
+            elif isinstance(op, tg.ViewAccessOp):
+                source = op.input.owner
+                if isinstance(source, Operation) and source in mine:
+                    self.waiting.setdefault(op.input, []).append(op)
                 else:
-                    group = K.GroupOp(f"g{next(self.names)}", chunk)
-                    group.location = chunk[0].location
-                    new.add_op(group)
+                    ready.append(op)
+            elif op not in placed:
+                sections[-1].append(op)
+            op.detach()
+        self.out = block
+        section = iter(sections)
+        self.emit(*next(section), *ready)
+        order = {op: i for i, op in enumerate(old)}
+        for level in levels:
+            hosts = sorted((n.op for n in level if isinstance(n, Host)), key=order.__getitem__)
+            for host in hosts:
+                self.emit(host)
+                if isinstance(host, tg.ForOp):
+                    waiting = self.waiting
+                    self.block(host.body.block)
+                    self.out, self.waiting = block, waiting
+                    self.emit(*next(section))
+            groups = [n for n in level if isinstance(n, Group)]
+            for g in groups:
+                self.emit(self.fusion(g))
+            self.launches += bool(groups)
+        for op in reversed(list(block.ops)):  # views no one reads any more
+            if isinstance(op, tg.ViewAccessOp) and not op.result.uses:
+                block.erase_op(op)
+        unread = [v for views in self.waiting.values() for v in views]
+        for view in sorted(unread, key=order.__getitem__, reverse=True):
+            assert not view.result.uses, "tg-fuse: a view of a value no kernel stores is read"
+            view.erase()  # a view of a value only its fusion has (its copy is inside)
 
-    def host(self, op: Operation, new: Block) -> None:
-        if isinstance(op, tg.FeederOp):
-            buf = self.alloc(op.result, new)
-            feed = K.FeedOp(op.key.data, buf)
-            feed.location = op.location
-            new.add_op(feed)
-        elif isinstance(op, tg.ReceiverOp):
-            bufs = [self.materialized(v, new) for v in op.inputs]
-            recv = K.ReceiveOp(op.key.data, bufs)
-            recv.location = op.location
-            new.add_op(recv)
-        elif isinstance(op, tg.ForOp):
-            loop = tg.ForOp(op.lower.value.data, op.upper.value.data, op.step.value.data, [])
-            loop.location = op.location
-            new.add_op(loop)
-            self.block(op.body.block, loop.body.block)
-            loop.body.block.add_op(tg.YieldOp())
-        elif isinstance(op, func.ReturnOp):
-            ret = func.ReturnOp(*[self.materialized(v, new) for v in op.arguments])
-            ret.location = op.location
-            new.add_op(ret)
+    def emit(self, *ops: Operation) -> None:
+        """Appends `ops`, then the views waiting for their results."""
+        for op in ops:
+            self.out.add_op(op)
+            for r in op.results:
+                self.emit(*self.waiting.pop(r, []))
 
-    def alloc(self, value: SSAValue, new: Block) -> SSAValue:
-        if value not in self.buffers:
-            a = K.AllocOp.create(result_types=[memref_of(value.type)])
-            if value.name_hint:
-                a.result.name_hint = value.name_hint
-            new.add_op(a)
-            self.buffers[value] = a.result
-        return self.buffers[value]
+    def fusion(self, g: Group) -> tg.FusionOp:
+        body = Block()
+        local: dict[SSAValue, SSAValue] = {}
+        bases = {r for m in g.members if not m.fill for r in m.op.results}
 
-    def materialized(self, value: SSAValue, new: Block) -> SSAValue:
-        """A buffer holding `value` laid out plainly (a copy kernel for views and splats)."""
-        if value in self.buffers:  # stored laid out by the kernel that made it
-            return self.buffers[value]
-        base, vmap = resolve(value)
-        shape = shape_of(value)
-        plain = vmap == affine.identity_map(len(shape)) and shape_of(base) == shape
-        if base in self.buffers and plain and resolve_guard(value) is None:
-            return self.buffers[base]
-        g = Group(-1, "elementwise", shape, len(shape))
-        out = K.AllocOp(memref_of(value.type))
-        new.add_op(out)
-        body = KernelBody(self, g, new)
-        body.store(body.operand(value, affine.identity_map(len(shape)), prologue=False), out.result)
-        new.add_op(body.finish(f"k{next(self.names)}", value.owner))
-        return out.result
+        def inside(value: SSAValue) -> SSAValue:
+            """`value`, or a clone inside of the view chain it is over a value of g."""
+            view = value.owner
+            if not isinstance(view, tg.ViewAccessOp) or resolve(value)[0] not in bases:
+                return value
+            if value not in local:
+                clone = view.clone()
+                clone.operands = (inside(view.input),)
+                clone.result.name_hint = value.name_hint
+                body.add_op(clone)
+                local[value] = clone.result
+            return local[value]
 
-    # --- kernels ----------------------------------------------------------------------
-
-    def kernel(self, g: Group, new: Block) -> K.KernelOp:
-        body = KernelBody(self, g, new)
+        yields: list[SSAValue] = []
+        zeros: list[SSAValue] = []
+        copies: list[tuple[SSAValue, int]] = []  # a view a host op reads: its kernel stores it
+        fill: Operation | None = None
         for m in g.members:
-            body.member(m)
-        root = next((m.op for m in g.members if m.operand_maps), g.members[-1].op)
-        return body.finish(f"k{next(self.names)}", root)
+            op = m.op
+            if m.fill:
+                assert isinstance(op.results[0].type, TensorType)
+                zero = tg.ConstantOp(0.0, op.results[0].type)
+                zero.location = op.location
+                zero.result.name_hint = op.results[0].name_hint
+                body.add_op(zero)
+                yields.append(zero.result)
+                fill = op
+                continue
+            op.operands = tuple(inside(v) for v in op.operands)
+            sizes = len(g.domain) if m.prologue else g.parallel
+            annotate(op, m.map, m.prologue, m.operand_maps, sizes)
+            body.add_op(op)
+            if isinstance(op, tg.ScatterAddOp):
+                zeros.append(self.zeros.pop(op))
+                yields.append(op.result)
+            elif m.stored:
+                yields.append(op.results[0])
+            for view in m.views:
+                copies.append((view, len(yields)))
+                yields.append(inside(view))
+        body.add_op(tg.FusionYieldOp(yields))
+        f = tg.FusionOp(g.kind, g.domain, g.parallel, self.launches, body, zeros)
+        f.location = g.members[-1].op.location
+        if fill is not None:
+            self.zeros[fill] = f.outs[0]
+        for value, result in zip(yields, f.outs):
+            if value.owner.parent is body and value not in local.values():
+                value.replace_uses_with_if(result, lambda use: _outside(use.operation, f))
+                result.name_hint = None  # the name stays inside, with the buffer it names
+                self.waiting[result] = self.waiting.pop(value, [])
+        for view, index in copies:
+            copy = f.outs[index]
+            view.replace_uses_with_if(copy, lambda use: isinstance(use.operation, HOST_READS))
+            copy.name_hint = None
+        return f
 
 
-def _read_padded(value: SSAValue) -> bool:
-    """Whether some op reads `value` through a guarded view (so it needs a buffer)."""
-    for use in value.uses:
-        view = use.operation
-        if isinstance(view, tg.ViewAccessOp):
-            if view.guard is not None or _read_padded(view.result):
-                return True
-    return False
-
-
-def _hint(key: str) -> str | None:
-    name = "".join(c if c.isalnum() or c == "_" else "_" for c in key)
-    return name if SSAValue.is_valid_name(name) else None
+def _outside(op: Operation, f: tg.FusionOp) -> bool:
+    return not f.is_ancestor(op)

@@ -44,7 +44,7 @@ MAX_ELEMENTS = 2_000_000
 """ir-run is skipped (ir-opt runs instead) when a program would touch more elements."""
 PIPELINES = [
     ["-p", "tg"], ["-p", "kernels", "-t", "kernels"], ["-p", "default", "-t", "c"],
-    ["-p", "cuda", "-t", "cuda"], ["-p", "tg-fuse,kernel-plan-buffers", "-t", "mlir"],
+    ["-p", "cuda", "-t", "cuda"], ["-p", "tg-fuse,convert-tg-to-kernel,kernel-plan-buffers", "-t", "mlir"],
     ["-t", "mlir"],
 ]  # fmt: skip
 LOCATED = re.compile(r"^(?P<file>.+?):(?P<line>\d+):(?P<col>\d+): error: \S")

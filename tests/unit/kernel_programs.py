@@ -52,11 +52,11 @@ def kernel(
 
 
 def loop(n: int, body: str, iv: str = "%it") -> str:
-    """A `tg.for iv = 0 to n step 1` without carried values, in generic syntax."""
+    """A `kernel.for iv = 0 to n step 1` without carried values, in generic syntax."""
     return (
-        f'  "tg.for"() <{{lower = 0 : i64, upper = {n} : i64, step = 1 : i64}}> ({{\n'
+        f'  "kernel.for"() <{{lower = 0 : i64, upper = {n} : i64, step = 1 : i64}}> ({{\n'
         f"  ^bb0({iv}: index):\n{body}"
-        f'\n  "tg.yield"() : () -> ()\n  }}) : () -> ()\n'
+        f'\n  "kernel.yield"() : () -> ()\n  }}) : () -> ()\n'
     )
 
 

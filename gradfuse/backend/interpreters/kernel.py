@@ -1,4 +1,4 @@
-"""Runs kernel-dialect programs (the output of `tg-fuse`) on NumPy, whole grids at once.
+"""Runs kernel-dialect programs (the output of `convert-tg-to-kernel`) on NumPy, whole grids at once.
 
 Each kernel body op is evaluated once on arrays over the kernel's domain: a load
 gathers `buffer[map(every point)]`, arith/math ops work elementwise, a
@@ -32,7 +32,6 @@ from gradfuse.backend.runner import (
 )
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import kernel as K
-from gradfuse.dialects import tg
 from gradfuse.dialects.tg_elementwise import KERNEL_NUMPY
 from gradfuse.philox import uniform
 
@@ -75,7 +74,7 @@ def run_kernels(
     try:
         with np.errstate(all="ignore"):
             results = machine.block(block, outer=True)
-            state.after_run(state.params, any(isinstance(op, tg.ForOp) for op in block.ops))
+            state.after_run(state.params, any(isinstance(op, K.ForOp) for op in block.ops))
     except KeyboardInterrupt as stop:  # the params of the last finished iteration
         raise interrupted(machine.snapshot, stop) from None
     except GradfuseError as err:
@@ -136,14 +135,14 @@ class _Machine:
             # a row-by-row run equals its kernels one after another (`row_conflict`)
             for k in op.body.block.ops:
                 self.kernel(k)  # type: ignore[arg-type]
-        elif isinstance(op, tg.ForOp):
+        elif isinstance(op, K.ForOp):
             self.loop(op, outer)
-        elif not isinstance(op, tg.YieldOp):
+        elif not isinstance(op, K.YieldOp):
             raise GradfuseError(
                 f"kernel_numpy: unexpected host op {op.name}", position_of(op.location)
             )
 
-    def loop(self, op: tg.ForOp, outer: bool) -> None:
+    def loop(self, op: K.ForOp, outer: bool) -> None:
         lo, hi, st = op.lower.value.data, op.upper.value.data, op.step.value.data
         for i in range(lo, hi, st):
             try:

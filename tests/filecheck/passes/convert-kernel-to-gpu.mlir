@@ -82,7 +82,7 @@ func.func @main() {
 func.func @main() {
   %a = kernel.param "a" : memref<2xf32>
   %b = kernel.param "b" : memref<3xf32>
-  "tg.for"() <{lower = 0 : i64, upper = 10 : i64, step = 2 : i64}> ({
+  "kernel.for"() <{lower = 0 : i64, upper = 10 : i64, step = 2 : i64}> ({
   ^bb0(%it: index):
     "kernel.group"() <{sym_name = "update"}> ({
       "kernel.kernel"(%a) <{sym_name = "ua", kind = "elementwise", domain = array<i64: 2>, parallel = 1 : i64}> ({
@@ -97,7 +97,7 @@ func.func @main() {
         kernel.store %v, %bb[affine_map<(d0) -> (d0)>] : f32, memref<3xf32>
       }) : (memref<3xf32>) -> ()
     }) : () -> ()
-    "tg.yield"() : () -> ()
+    "kernel.yield"() : () -> ()
   }) : () -> ()
   func.return
 }

@@ -129,7 +129,7 @@ def test_value_read_across_iterations_lives_over_the_whole_loop() -> None:
     )
     _, fn, t = allocs(main(body))
     plan = plan_buffers(fn)
-    for_start, for_end = 4, 8  # tg.for, kernel, feed, receive, tg.yield
+    for_start, for_end = 4, 8  # kernel.for, kernel, feed, receive, kernel.yield
     lo, hi = plan.ranges[t["t0"]]
     assert lo <= for_start and hi >= for_end
     assert plan.ranges[t["t1"]] == (6, 7)  # fed each iteration: not carried

@@ -17,7 +17,7 @@ REFERENCE = "tg" if "tg" in PIPELINES else "default"
 LOWER = (
     "default"
     if "convert-kernel-to-gpu" in expand("default")
-    else "default,tg-lower-access,cse,dce,tg-fuse,convert-kernel-to-gpu"
+    else "default,tg-lower-access,cse,dce,tg-fuse,convert-tg-to-kernel,convert-kernel-to-gpu"
 )
 """The pipeline down to gpu/scf/memref IR."""
 

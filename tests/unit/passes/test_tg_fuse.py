@@ -66,7 +66,7 @@ def both(src: str, feeders: dict) -> tuple:
 
 
 def launches_in_loop(module) -> int:
-    loop = next(op for op in module.walk() if op.name == "tg.for")
+    loop = next(op for op in module.walk() if op.name == "kernel.for")
     return sum(isinstance(op, K.KernelOp | K.GroupOp | K.RowsOp) for op in loop.body.block.ops)
 
 

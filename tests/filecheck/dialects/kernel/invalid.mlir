@@ -308,3 +308,31 @@ func.func @rows_empty(%x: memref<4xf32>) {
 // CHECK:       "kernel.rows"() <{sym_name = "rows_empty"
 // CHECK-NEXT:  ^^^
 // CHECK-NEXT:  | Operation does not verify: kernel.rows: bad rows []
+
+// -----
+
+func.func @loop_step(%x: memref<2xf32>) {
+  "kernel.for"() <{lower = 0 : i64, upper = 6 : i64, step = 0 : i64}> ({
+  ^bb0(%it: index):
+    "kernel.yield"() : () -> ()
+  }) : () -> ()
+  func.return
+}
+// CHECK-LABEL: "func.func"() <{sym_name = "loop_step"
+// CHECK:       "kernel.for"() <{lower = 0 : i64, upper = 6 : i64, step = 0 : i64}>
+// CHECK-NEXT:  ^^^
+// CHECK-NEXT:  | Operation does not verify: kernel.for: step must be positive, got 0
+
+// -----
+
+func.func @loop_args(%x: memref<2xf32>) {
+  "kernel.for"() <{lower = 0 : i64, upper = 6 : i64, step = 1 : i64}> ({
+  ^bb0(%it: index, %y: f32):
+    "kernel.yield"() : () -> ()
+  }) : () -> ()
+  func.return
+}
+// CHECK-LABEL: "func.func"() <{sym_name = "loop_args"
+// CHECK:       "kernel.for"() <{lower = 0 : i64, upper = 6 : i64, step = 1 : i64}>
+// CHECK-NEXT:  ^^^
+// CHECK-NEXT:  | Operation does not verify: kernel.for: the body's one argument must be the induction variable (index), got 2 arguments

@@ -78,6 +78,23 @@ func.func @contraction(%x: memref<2x3xf32>, %w: memref<4x3xf32>, %b: memref<4xf3
 // CHECK-NEXT:      %e = math.exp2 %z : f32
 // CHECK-NEXT:      kernel.store %e, %bh[affine_map<(d0, d1) -> (d0, d1)>] : f32, memref<2x4xf32>
 
+// A host loop: its body (host ops, launches) runs for i = 0, 2, 4; it ends with
+// kernel.yield (kernel-level loops carry no values).
+func.func @loop(%x: memref<2xf32>) {
+  "kernel.for"() <{lower = 0 : i64, upper = 6 : i64, step = 2 : i64}> ({
+  ^bb0(%it: index):
+    kernel.feed "x", %x : memref<2xf32>
+    "kernel.yield"() : () -> ()
+  }) : () -> ()
+  func.return
+}
+// CHECK-LABEL: func.func @loop
+// CHECK-NEXT:    "kernel.for"() <{lower = 0 : i64, upper = 6 : i64, step = 2 : i64}> ({
+// CHECK-NEXT:    ^bb0(%it: index):
+// CHECK-NEXT:      kernel.feed "x", %x : memref<2xf32>
+// CHECK-NEXT:      "kernel.yield"() : () -> ()
+// CHECK-NEXT:    }) : () -> ()
+
 // A full reduction to a 0-d buffer (max), and a gather/scatter_add kernel: two
 // independent kernels launched as one group.
 func.func @group(%x: memref<5x3xf32>, %i: memref<4x3xf32>, %m: memref<f32>, %g: memref<4x3xf32>, %s: memref<5x3xf32>) {
