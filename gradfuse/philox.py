@@ -17,7 +17,7 @@ import numpy as np
 if TYPE_CHECKING:
     from xdsl.ir import Attribute, Operation, SSAValue
 
-    from gradfuse.passes.kernel_lowering import KernelBuilder
+    from gradfuse.passes.lib.kernel_lowering import KernelBuilder
 
 MULTIPLIER = 0xD256D193
 WEYL = 0x9E3779B9

@@ -35,7 +35,7 @@ class KernelStats:
     launches: int
     """Launches one run executes (loops unrolled by their trip counts)."""
     peak_bytes: int
-    """Bytes of the arena that holds every temporary (see `buffer_planning`)."""
+    """Bytes of the arena that holds every temporary (see `passes.kernel.plan_buffers`)."""
 
 
 def _is_launch(op: Operation) -> bool:
@@ -82,7 +82,7 @@ def _peak_bytes(module: ModuleOp) -> int:
     attr = module.attributes.get("gradfuse.peak_bytes")
     if isinstance(attr, IntegerAttr):
         return attr.value.data
-    from gradfuse.passes.buffer_planning import module_peak_bytes
+    from gradfuse.passes.kernel.plan_buffers import module_peak_bytes
 
     return module_peak_bytes(module)
 

@@ -95,7 +95,7 @@ class Program:
     entries: dict[str, Signature] | None = None  # the source's functions
 
     def run(self, **kwargs: Any) -> Any:
-        """Runs the program: `args`, `feeders`, `receivers`, `params` as `reference.run`.
+        """Runs the program: `args`, `feeders`, `receivers`, `params` as `interpreters.tg.run`.
 
         The arguments are checked first, the same way on every backend (`check_args`).
         The result's params are those of the source program, as the reference gives

@@ -1,12 +1,12 @@
 """What every runner shares: the protocol, the result, and the run state.
 
-Five runners run a program: the interpreters `reference.run` (tg on NumPy),
-`kernel_numpy.run_kernels` and `lowered.run_lowered`, and the compiled programs'
+Five runners run a program: the interpreters (`backend.interpreters`) `tg.run`,
+`kernel.run_kernels` and `lowered.run_lowered`, and the compiled programs'
 `CProgram.run` and `CudaProgram.run`. Each takes the same keywords and gives a
 `RunResult`; the interpreters also take the module (`Interpreter`), a compiled
 program already holds it (`Executable`):
 
-    result = reference.run(module, feeders={"x": xs}, params={"w": w})
+    result = interpreters.tg.run(module, feeders={"x": xs}, params={"w": w})
     result = compile_c(module).run(feeders={"x": xs}, params={"w": w})
     result.results, result.params, result.received["loss"]
 
@@ -80,7 +80,7 @@ class Executable(Protocol):
 
 
 class Interpreter(Protocol):
-    """An interpreter of a module (`reference.run`, `run_kernels`, `run_lowered`)."""
+    """An interpreter of a module (`interpreters.tg.run`, `run_kernels`, `run_lowered`)."""
 
     def __call__(
         self,

@@ -5,7 +5,7 @@ stage reads the row and has no per-op code of its own: the reference interpreter
 both NumPy runners call `numpy`, canonicalization folds splats with `fold` and drops
 `identity`, the kernel-body builder emits `kernel` (after a constant `first` operand),
 and the C and CUDA renderers call the function `c`. Derivative rules stay in
-`gradfuse.passes.derivatives.RULES`, keyed by the same classes. For `tg.exp2`:
+`gradfuse.passes.lib.derivatives.RULES`, keyed by the same classes. For `tg.exp2`:
 
     %y = tg.exp2 %x : tensor<4xf32>       // reference: np.exp2(x); fold: 2.0 ** a
     %0 = math.exp2 %a : f32               // in a kernel body; C and CUDA: exp2f(a)

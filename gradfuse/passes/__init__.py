@@ -14,73 +14,73 @@ from xdsl.passes import ModulePass, PassPipeline
 
 
 def _tg_autodiff() -> type[ModulePass]:
-    from gradfuse.passes.tg_autodiff import TgAutodiffPass
+    from gradfuse.passes.tg.autodiff import TgAutodiffPass
 
     return TgAutodiffPass
 
 
 def _tg_decompose() -> type[ModulePass]:
-    from gradfuse.passes.tg_decompose import TgDecomposePass
+    from gradfuse.passes.tg.decompose import TgDecomposePass
 
     return TgDecomposePass
 
 
 def _tg_lower_access() -> type[ModulePass]:
-    from gradfuse.passes.tg_lower_access import TgLowerAccessPass
+    from gradfuse.passes.tg.lower_access import TgLowerAccessPass
 
     return TgLowerAccessPass
 
 
 def _tg_loop_state() -> type[ModulePass]:
-    from gradfuse.passes.tg_loop_state import TgLoopStatePass
+    from gradfuse.passes.tg.loop_state import TgLoopStatePass
 
     return TgLoopStatePass
 
 
 def _tg_fuse() -> type[ModulePass]:
-    from gradfuse.passes.tg_fuse import TgFusePass
+    from gradfuse.passes.tg.fuse import TgFusePass
 
     return TgFusePass
 
 
 def _convert_tg_to_kernel() -> type[ModulePass]:
-    from gradfuse.passes.convert_tg_to_kernel import ConvertTgToKernelPass
+    from gradfuse.passes.kernel.convert_tg_to_kernel import ConvertTgToKernelPass
 
     return ConvertTgToKernelPass
 
 
 def _kernel_squeeze() -> type[ModulePass]:
-    from gradfuse.passes.kernel_squeeze import KernelSqueezePass
+    from gradfuse.passes.kernel.squeeze import KernelSqueezePass
 
     return KernelSqueezePass
 
 
 def _kernel_fuse_rows() -> type[ModulePass]:
-    from gradfuse.passes.kernel_fuse_rows import KernelFuseRowsPass
+    from gradfuse.passes.kernel.fuse_rows import KernelFuseRowsPass
 
     return KernelFuseRowsPass
 
 
 def _kernel_tile() -> type[ModulePass]:
-    from gradfuse.passes.kernel_tile import KernelTilePass
+    from gradfuse.passes.kernel.tile import KernelTilePass
 
     return KernelTilePass
 
 
 def _kernel_block_reduce() -> type[ModulePass]:
-    from gradfuse.passes.kernel_block_reduce import KernelBlockReducePass
+    from gradfuse.passes.kernel.block_reduce import KernelBlockReducePass
 
     return KernelBlockReducePass
 
 
 def _kernel_plan_buffers() -> type[ModulePass]:
-    from gradfuse.passes.buffer_planning import KernelPlanBuffersPass
+    from gradfuse.passes.kernel.plan_buffers import KernelPlanBuffersPass
 
     return KernelPlanBuffersPass
 
 
 def _convert_kernel_to_gpu() -> type[ModulePass]:
-    from gradfuse.passes.convert_kernel_to_gpu import ConvertKernelToGpuPass
+    from gradfuse.passes.gpu.convert_kernel_to_gpu import ConvertKernelToGpuPass
 
     return ConvertKernelToGpuPass
 

@@ -31,7 +31,7 @@ from xdsl.transforms.common_subexpression_elimination import (
 )
 from xdsl.transforms.dead_code_elimination import DeadCodeElimination
 
-from gradfuse.passes.op_facts import FactsApplier, OpFacts
+from gradfuse.passes.lib.op_facts import FactsApplier, OpFacts
 
 
 class _Canonicalization(RewritePattern):

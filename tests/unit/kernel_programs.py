@@ -20,8 +20,8 @@ from xdsl.parser import Parser
 
 from gradfuse.backend.interpreters.tg import RunResult
 from gradfuse.passes import make_context
-from gradfuse.passes.buffer_planning import KernelPlanBuffersPass
-from gradfuse.passes.convert_kernel_to_gpu import ConvertKernelToGpuPass
+from gradfuse.passes.gpu.convert_kernel_to_gpu import ConvertKernelToGpuPass
+from gradfuse.passes.kernel.plan_buffers import KernelPlanBuffersPass
 
 Arrays = dict[str, np.ndarray]
 

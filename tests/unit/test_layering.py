@@ -73,7 +73,7 @@ LAYERS = {"dialects", "passes", "backend", "frontend", "tools"}
 
 
 def layer(module: str) -> str:
-    """`gradfuse.passes.tg_fuse` -> "passes"; a top-level helper (`gradfuse.affine`) -> ""."""
+    """`gradfuse.passes.tg.fuse` -> "passes"; a top-level helper (`gradfuse.affine`) -> ""."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 and parts[1] in LAYERS else ""
 

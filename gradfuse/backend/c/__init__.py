@@ -113,7 +113,7 @@ class CProgram:
         entry: str = "main",
         check_finite: bool = False,
     ) -> RunResult:
-        """Runs the program; the API and the errors are `reference.run`'s."""
+        """Runs the program; the API and the errors are `interpreters.tg.run`'s."""
         if entry_function(self.module, entry) is not self.main:
             raise GradfuseError(
                 f"the c backend compiled @{self.main.sym_name.data}, not @{entry}:"

@@ -90,7 +90,7 @@ class CudaProgram:
         entry: str = "main",
         check_finite: bool = False,
     ) -> RunResult:
-        """Runs the program; the API and the errors are `reference.run`'s. Ctrl-C stops
+        """Runs the program; the API and the errors are `interpreters.tg.run`'s. Ctrl-C stops
         it at the next iteration of the outermost loop (as the c backend: a flag, set by
         a SIGINT handler installed around the run, checked once per iteration) with the
         params of the finished iterations in the `KeyboardInterrupt`."""

@@ -57,7 +57,7 @@ def run_kernels(
     entry: str = "main",
     check_finite: bool = False,
 ) -> RunResult:
-    """Runs `entry` of a fused module; the API and the errors are `reference.run`'s."""
+    """Runs `entry` of a fused module; the API and the errors are `interpreters.tg.run`'s."""
     fn = entry_function(module, entry)
     types = {
         op.key.data: tensor_of(op.result.type) for op in fn.walk() if isinstance(op, K.ParamOp)
@@ -139,7 +139,7 @@ class _Machine:
             self.loop(op, outer)
         elif not isinstance(op, K.YieldOp):
             raise GradfuseError(
-                f"kernel_numpy: unexpected host op {op.name}", position_of(op.location)
+                f"kernel interpreter: unexpected host op {op.name}", position_of(op.location)
             )
 
     def loop(self, op: K.ForOp, outer: bool) -> None:
@@ -223,7 +223,7 @@ class _Machine:
             env[op.result] = np.asarray(env[op.input]).astype(dtype_of(op.result.type))
         else:
             raise GradfuseError(
-                f"kernel_numpy: no NumPy form for {op.name}", position_of(op.location)
+                f"kernel interpreter: no NumPy form for {op.name}", position_of(op.location)
             )
         for r in op.results:  # keep float32 semantics as a device would
             v = env[r]

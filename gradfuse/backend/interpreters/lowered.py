@@ -12,7 +12,7 @@ ids, `memref` on NumPy (arena views included) and the missing arith/math ops.
 Params are the `memref.global`s with a `gradfuse.key`: seeded from `params`,
 else from their initial value. The external functions with a `gradfuse.key`
 are the host callbacks: `@gradfuse_feed_<n>` fills its buffer from the feeder
-(as in `reference.run`), `@gradfuse_receive_<n>` hands its buffers to the
+(as in `interpreters.tg.run`), `@gradfuse_receive_<n>` hands its buffers to the
 receiver and records them in `RunResult.received`.
 """
 
@@ -178,13 +178,13 @@ def run_lowered(
 ) -> RunResult:
     """Runs the entry function of a lowered module and returns what it produced.
 
-    `feeders`, `receivers` and `params` work as in `reference.run`; `args` are the
+    `feeders`, `receivers` and `params` work as in `interpreters.tg.run`; `args` are the
     entry function's memref arguments (copied). `results` are copies of the
     returned memrefs, `params` the final value of every param by key.
 
     An error, a non-finite value (`check_finite`) or Ctrl-C inside an outermost loop
     leaves the params of the last finished iteration (the error's or the
-    `KeyboardInterrupt`'s `params`), as `reference.run`.
+    `KeyboardInterrupt`'s `params`), as `interpreters.tg.run`.
 
     `run_lowered(module, feeders={"x": x}).received["out"][0][0]`
     """

@@ -38,7 +38,7 @@ from gradfuse.backend.interpreters.lowered_lockstep import Lockstep, has_barrier
 from gradfuse.backend.runner import dtype_of, impls_for
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects.tg_elementwise import KERNEL_NUMPY
-from gradfuse.passes.fast_ops import WORKGROUP
+from gradfuse.passes.lib.fast_ops import WORKGROUP
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The reference interpreter: runs a `tg` program on NumPy (the numeric oracle).
 
 Every other backend is tested against it. It uses xDSL's interpreter framework:
-`TgFunctions` (in `reference_ops`) implements each tg op, xDSL's `FuncFunctions`
+`TgFunctions` (in `tg_ops`) implements each tg op, xDSL's `FuncFunctions`
 runs `func.func`, `func.call` and `func.return`.
 
     result = run(module, args=[x], feeders={"images": batch}, params={"w": w0})

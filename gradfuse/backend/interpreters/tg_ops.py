@@ -1,4 +1,4 @@
-"""NumPy implementations of every tg op for xDSL's interpreter (see `reference`).
+"""NumPy implementations of every tg op for xDSL's interpreter (see `tg`).
 
 Values are NumPy arrays of the op's result type (`dtype_of`); ops never write
 into their operands, so arrays may be shared freely (params, loop values).
@@ -53,7 +53,7 @@ def _run_elementwise(self: TgFunctions, interp: Interpreter, op: Operation, args
 @register_impls
 class TgFunctions(impls_for(SEMANTICS, _run_elementwise), InterpreterFunctions):  # type: ignore[misc]
     """One `@impl` per tg op (the arithmetic from `SEMANTICS`); `state` is shared
-    with `reference.run`."""
+    with `interpreters.tg.run`."""
 
     def __init__(self, state: RunState):
         self.state = state

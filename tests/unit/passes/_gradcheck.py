@@ -21,8 +21,8 @@ from gradfuse.backend.interpreters.tg import run
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import tensor
 from gradfuse.dialects.tg_builder import Emitter
-from gradfuse.passes.tg_autodiff import TgAutodiffPass
-from gradfuse.passes.tg_decompose import TgDecomposePass
+from gradfuse.passes.tg.autodiff import TgAutodiffPass
+from gradfuse.passes.tg.decompose import TgDecomposePass
 
 Body = Callable[..., SSAValue]
 Shape = Sequence[int]

@@ -25,7 +25,7 @@ from xdsl.ir import SSAValue
 from gradfuse.backend.interpreters.lowered import run_lowered
 from gradfuse.dialects import kernel as kd
 from gradfuse.passes import make_context
-from gradfuse.passes.buffer_planning import (
+from gradfuse.passes.kernel.plan_buffers import (
     ALIGNMENT,
     BufferPlan,
     KernelPlanBuffersPass,

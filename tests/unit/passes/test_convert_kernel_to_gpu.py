@@ -15,7 +15,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Operation
 
 from gradfuse.diagnostics import GradfuseError
-from gradfuse.passes.convert_kernel_to_gpu import launch_shape
+from gradfuse.passes.gpu.convert_kernel_to_gpu import launch_shape
 from gradfuse.provenance import Provenance
 from gradfuse.stats import kernel_stats
 

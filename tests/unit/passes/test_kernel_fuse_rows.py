@@ -9,7 +9,7 @@ from kernel_programs import kernel, load, main, parse, store
 from gradfuse.backend import compile_module
 from gradfuse.dialects import kernel as K
 from gradfuse.passes import run_pipeline
-from gradfuse.passes.kernel_fuse_rows import fuse_rows
+from gradfuse.passes.kernel.fuse_rows import fuse_rows
 
 W4, Y44 = "memref<4xf32>", "memref<4x4xf32>"
 ROW = "affine_map<(d0) -> (d0)>"

@@ -15,7 +15,7 @@ from gradfuse.diagnostics import GradfuseError
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of, tensor
 from gradfuse.dialects.tg_builder import Emitter
-from gradfuse.passes.tg_autodiff import TgAutodiffPass
+from gradfuse.passes.tg.autodiff import TgAutodiffPass
 from gradfuse.provenance import provenance_of
 
 

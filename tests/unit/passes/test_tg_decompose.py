@@ -11,7 +11,7 @@ from xdsl.ir import SSAValue
 
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_builder import Emitter
-from gradfuse.passes.tg_decompose import TgDecomposePass, populate_tg_decompose_patterns
+from gradfuse.passes.tg.decompose import TgDecomposePass, populate_tg_decompose_patterns
 
 PRIMITIVES = {
     "tg.add", "tg.sub", "tg.mul", "tg.div", "tg.neg", "tg.max", "tg.exp2", "tg.log2",

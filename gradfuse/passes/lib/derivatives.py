@@ -25,7 +25,7 @@ from xdsl.ir import Operation, SSAValue
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import FLOAT_TYPES, ints, shape_of
 from gradfuse.dialects.tg_builder import Emitter, element_type
-from gradfuse.passes import conv
+from gradfuse.passes.lib import conv
 
 Cotangents = Sequence[SSAValue | None]
 Rule = Callable[[Emitter, Any, SSAValue], Cotangents]

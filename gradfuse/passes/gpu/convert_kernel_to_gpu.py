@@ -50,11 +50,11 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import kernel as kd
 from gradfuse.dialects.kernel import ForOp, YieldOp
-from gradfuse.passes import fast_ops as fast
-from gradfuse.passes.buffer_planning import ALIGNMENT, nbytes
-from gradfuse.passes.gpu_func import build_gpu_func
-from gradfuse.passes.rows_lowering import build_rows_func
-from gradfuse.passes.tile_lowering import build_tiled_func, tile_sizes
+from gradfuse.passes.kernel.plan_buffers import ALIGNMENT, nbytes
+from gradfuse.passes.lib import fast_ops as fast
+from gradfuse.passes.lib.gpu_func import build_gpu_func
+from gradfuse.passes.lib.rows_lowering import build_rows_func
+from gradfuse.passes.lib.tile_lowering import build_tiled_func, tile_sizes
 
 KERNEL_MODULE = "gradfuse_kernels"
 MAX_BLOCK = 256

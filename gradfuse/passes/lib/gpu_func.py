@@ -16,8 +16,8 @@ from xdsl.dialects.builtin import FusedLoc, StringAttr, UnitAttr, UnknownLoc, i6
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from gradfuse.dialects import kernel as kd
-from gradfuse.passes import fast_ops as fast
-from gradfuse.passes.kernel_lowering import KernelBuilder
+from gradfuse.passes.lib import fast_ops as fast
+from gradfuse.passes.lib.kernel_lowering import KernelBuilder
 
 
 def kernel_location(op: Operation) -> Attribute:

@@ -41,15 +41,15 @@ from xdsl.dialects.builtin import i64
 from xdsl.ir import Block, SSAValue
 
 from gradfuse.dialects import kernel as kd
-from gradfuse.passes import fast_ops as fast
-from gradfuse.passes.block_reduce import (
+from gradfuse.passes.lib import fast_ops as fast
+from gradfuse.passes.lib.block_reduce_lowering import (
     BLOCK_REDUCE_ATTR,
     THREADS,
     cooperative,
     lower_cooperative,
 )
-from gradfuse.passes.gpu_func import func_frame, kernel_func
-from gradfuse.passes.kernel_lowering import KernelBuilder
+from gradfuse.passes.lib.gpu_func import func_frame, kernel_func
+from gradfuse.passes.lib.kernel_lowering import KernelBuilder
 
 MAX_BLOCK = 256
 WARP = 32

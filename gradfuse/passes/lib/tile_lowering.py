@@ -39,10 +39,10 @@ from xdsl.dialects import arith, gpu
 from xdsl.ir import Block, SSAValue
 
 from gradfuse.dialects import kernel as kd
-from gradfuse.passes import fast_ops as fast
-from gradfuse.passes.gpu_func import func_frame, kernel_func
-from gradfuse.passes.kernel_lowering import KernelBuilder, combine
-from gradfuse.passes.kernel_tile import TILE_ATTR, load_dims
+from gradfuse.passes.kernel.tile import TILE_ATTR, load_dims
+from gradfuse.passes.lib import fast_ops as fast
+from gradfuse.passes.lib.gpu_func import func_frame, kernel_func
+from gradfuse.passes.lib.kernel_lowering import KernelBuilder, combine
 
 
 def tile_sizes(k: kd.KernelOp) -> tuple[int, ...] | None:

@@ -34,8 +34,8 @@ from gradfuse.dialects import kernel as K
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import FLOAT_TYPES, i64_array, ints, shape_of
 from gradfuse.dialects.tg_elementwise import SEMANTICS
-from gradfuse.passes import fast_ops as fast
-from gradfuse.passes.fusion_graph import (
+from gradfuse.passes.lib import fast_ops as fast
+from gradfuse.passes.lib.fusion_graph import (
     Group,
     Member,
     is_splat,
@@ -44,7 +44,7 @@ from gradfuse.passes.fusion_graph import (
 )
 
 if TYPE_CHECKING:
-    from gradfuse.passes.convert_tg_to_kernel import _FunctionFuser
+    from gradfuse.passes.kernel.convert_tg_to_kernel import _FunctionFuser
 
 
 

@@ -26,8 +26,8 @@ from xdsl.passes import ModulePass
 
 from gradfuse.dialects import kernel as K
 from gradfuse.dialects.kernel_rows import row_conflict
-from gradfuse.passes.block_reduce import BLOCK_REDUCE_ATTR, cooperative
-from gradfuse.passes.kernel_tile import TILE_ATTR
+from gradfuse.passes.kernel.tile import TILE_ATTR
+from gradfuse.passes.lib.block_reduce_lowering import BLOCK_REDUCE_ATTR, cooperative
 
 
 def alone_in_rows(k: K.KernelOp) -> None:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import bisect
 from typing import TYPE_CHECKING
 
-from gradfuse.passes.fusion_graph import Node
+from gradfuse.passes.lib.fusion_graph import Node
 
 if TYPE_CHECKING:
-    from gradfuse.passes.fusion import Planner
+    from gradfuse.passes.lib.fusion import Planner
 
 
 def plan_levels(planner: Planner) -> list[list[Node]]:

@@ -49,7 +49,7 @@ from xdsl.ir.affine import (
 
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import kernel as kd
-from gradfuse.passes import fast_ops as fast
+from gradfuse.passes.lib import fast_ops as fast
 from gradfuse.philox import emit_uniform
 
 _INIT = {"add": 0.0, "max": float("-inf")}

@@ -31,8 +31,8 @@ from xdsl.pattern_rewriter import (
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import ints, shape_of
 from gradfuse.dialects.tg_builder import Emitter
-from gradfuse.passes import conv
-from gradfuse.passes.op_facts import rewrite_walker
+from gradfuse.passes.lib import conv
+from gradfuse.passes.lib.op_facts import rewrite_walker
 
 LOG2_E = math.log2(math.e)
 
@@ -121,7 +121,7 @@ class DecomposeSoftmax(RewritePattern):
 
 
 class DecomposeConv2d(RewritePattern):
-    """`tg.conv2d` -> a batched dot of guarded views (`gradfuse.passes.conv`)."""
+    """`tg.conv2d` -> a batched dot of guarded views (`gradfuse.passes.lib.conv`)."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: tg.Conv2dOp, rewriter: PatternRewriter, /):

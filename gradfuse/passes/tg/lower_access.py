@@ -31,7 +31,7 @@ from gradfuse import affine
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import ints, shape_of
 from gradfuse.dialects.tg_builder import element_type, tensor_type
-from gradfuse.passes.op_facts import rewrite_walker
+from gradfuse.passes.lib.op_facts import rewrite_walker
 
 
 def _replace_with_view(

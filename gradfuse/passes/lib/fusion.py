@@ -27,7 +27,7 @@ from gradfuse import affine
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import ints, shape_of
-from gradfuse.passes.fusion_graph import (
+from gradfuse.passes.lib.fusion_graph import (
     ELEMENTWISE,
     HOST,
     NOT_FUSED,

@@ -31,11 +31,11 @@ from xdsl.dialects import arith, gpu
 from xdsl.ir import Block, SSAValue
 
 from gradfuse.dialects import kernel as kd
-from gradfuse.passes import fast_ops as fast
-from gradfuse.passes.kernel_lowering import combine
+from gradfuse.passes.lib import fast_ops as fast
+from gradfuse.passes.lib.kernel_lowering import combine
 
 if TYPE_CHECKING:
-    from gradfuse.passes.rows_lowering import RowsBuilder
+    from gradfuse.passes.lib.rows_lowering import RowsBuilder
 
 BLOCK_REDUCE_ATTR = "gradfuse.block_reduce"
 THREADS = 256

@@ -3,7 +3,7 @@
 `%g = tg.grad %out wrt %x` is d sum(out) / d x: the cotangent of `out` is seeded
 with ones (PyTorch's `backward()` with a gradient of ones), pushed backwards
 through the ops of the grad's block that lie on a path from a wrt value to `out`
-(rules in `gradfuse.passes.derivatives`), and summed with `tg.add` where a value
+(rules in `gradfuse.passes.lib.derivatives`), and summed with `tg.add` where a value
 is used several times. The gradient program is inserted just before the grad,
 whose results it replaces:
 
@@ -42,8 +42,8 @@ from xdsl.pattern_rewriter import (
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_builder import Emitter
-from gradfuse.passes.derivatives import RULES, is_differentiable
-from gradfuse.passes.op_facts import rewrite_walker
+from gradfuse.passes.lib.derivatives import RULES, is_differentiable
+from gradfuse.passes.lib.op_facts import rewrite_walker
 from gradfuse.provenance import provenance_of
 
 INDEPENDENT = (

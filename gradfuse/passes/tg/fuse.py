@@ -28,8 +28,8 @@ from xdsl.passes import ModulePass
 
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_fusion import annotate
-from gradfuse.passes.fusion import Planner
-from gradfuse.passes.fusion_graph import (
+from gradfuse.passes.lib.fusion import Planner
+from gradfuse.passes.lib.fusion_graph import (
     HOST_READS,
     Group,
     Host,
@@ -38,7 +38,7 @@ from gradfuse.passes.fusion_graph import (
     resolve_guard,
     stores,
 )
-from gradfuse.passes.fusion_levels import plan_levels
+from gradfuse.passes.lib.fusion_levels import plan_levels
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,8 @@ from gradfuse import affine
 from gradfuse.dialects import kernel as K
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of
-from gradfuse.passes.fusion_graph import Group, Member, inner, resolve, resolve_guard
-from gradfuse.passes.kernel_body import KernelBody
+from gradfuse.passes.lib.fusion_graph import Group, Member, inner, resolve, resolve_guard
+from gradfuse.passes.lib.kernel_body import KernelBody
 
 HOST_OPS = (tg.FeederOp, tg.ReceiverOp, tg.ForOp, tg.YieldOp, func.ReturnOp)
 
