@@ -6,6 +6,7 @@ ir-opt model.tg --pipeline default
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 
 from xdsl.context import Context
@@ -13,107 +14,28 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass, PassPipeline
 
 
-def _tg_autodiff() -> type[ModulePass]:
-    from gradfuse.passes.tg.autodiff import TgAutodiffPass
-
-    return TgAutodiffPass
-
-
-def _tg_decompose() -> type[ModulePass]:
-    from gradfuse.passes.tg.decompose import TgDecomposePass
-
-    return TgDecomposePass
-
-
-def _tg_lower_access() -> type[ModulePass]:
-    from gradfuse.passes.tg.lower_access import TgLowerAccessPass
-
-    return TgLowerAccessPass
-
-
-def _tg_loop_state() -> type[ModulePass]:
-    from gradfuse.passes.tg.loop_state import TgLoopStatePass
-
-    return TgLoopStatePass
-
-
-def _tg_fuse() -> type[ModulePass]:
-    from gradfuse.passes.tg.fuse import TgFusePass
-
-    return TgFusePass
-
-
-def _convert_tg_to_kernel() -> type[ModulePass]:
-    from gradfuse.passes.kernel.convert_tg_to_kernel import ConvertTgToKernelPass
-
-    return ConvertTgToKernelPass
-
-
-def _kernel_squeeze() -> type[ModulePass]:
-    from gradfuse.passes.kernel.squeeze import KernelSqueezePass
-
-    return KernelSqueezePass
-
-
-def _kernel_fuse_rows() -> type[ModulePass]:
-    from gradfuse.passes.kernel.fuse_rows import KernelFuseRowsPass
-
-    return KernelFuseRowsPass
-
-
-def _kernel_tile() -> type[ModulePass]:
-    from gradfuse.passes.kernel.tile import KernelTilePass
-
-    return KernelTilePass
-
-
-def _kernel_block_reduce() -> type[ModulePass]:
-    from gradfuse.passes.kernel.block_reduce import KernelBlockReducePass
-
-    return KernelBlockReducePass
-
-
-def _kernel_plan_buffers() -> type[ModulePass]:
-    from gradfuse.passes.kernel.plan_buffers import KernelPlanBuffersPass
-
-    return KernelPlanBuffersPass
-
-
-def _convert_kernel_to_gpu() -> type[ModulePass]:
-    from gradfuse.passes.gpu.convert_kernel_to_gpu import ConvertKernelToGpuPass
-
-    return ConvertKernelToGpuPass
-
-
-def _cleanup(name: str) -> Callable[[], type[ModulePass]]:
-    def get() -> type[ModulePass]:
-        from gradfuse.passes import cleanup
-
-        return {
-            "canonicalize": cleanup.FastCanonicalizePass,
-            "cse": cleanup.FastCSEPass,
-            "dce": cleanup.FastDCEPass,
-        }[name]
-
-    return get
+def _lazy(module: str, name: str) -> Callable[[], type[ModulePass]]:
+    """The pass class `name` of `gradfuse.passes.<module>`, imported when first asked for
+    (`ir-opt -p tg-autodiff` loads no lowering)."""
+    return lambda: getattr(importlib.import_module(f"gradfuse.passes.{module}"), name)
 
 
 PASSES: dict[str, Callable[[], type[ModulePass]]] = {
-    "tg-autodiff": _tg_autodiff,
-    "tg-decompose": _tg_decompose,
-    "tg-lower-access": _tg_lower_access,
-    "tg-loop-state": _tg_loop_state,
-    "tg-fuse": _tg_fuse,
-    "convert-tg-to-kernel": _convert_tg_to_kernel,
-    "kernel-squeeze": _kernel_squeeze,
-    "kernel-fuse-rows": _kernel_fuse_rows,
-    "kernel-tile": _kernel_tile,
-    "kernel-block-reduce": _kernel_block_reduce,
-    "kernel-plan-buffers": _kernel_plan_buffers,
-    "convert-kernel-to-gpu": _convert_kernel_to_gpu,
-    "canonicalize": _cleanup("canonicalize"),
-    "cse": _cleanup("cse"),
-    "dce": _cleanup("dce"),
+    "tg-autodiff": _lazy("tg.autodiff", "TgAutodiffPass"),
+    "tg-decompose": _lazy("tg.decompose", "TgDecomposePass"),
+    "tg-lower-access": _lazy("tg.lower_access", "TgLowerAccessPass"),
+    "tg-loop-state": _lazy("tg.loop_state", "TgLoopStatePass"),
+    "tg-fuse": _lazy("tg.fuse", "TgFusePass"),
+    "convert-tg-to-kernel": _lazy("kernel.convert_tg_to_kernel", "ConvertTgToKernelPass"),
+    "kernel-squeeze": _lazy("kernel.squeeze", "KernelSqueezePass"),
+    "kernel-fuse-rows": _lazy("kernel.fuse_rows", "KernelFuseRowsPass"),
+    "kernel-tile": _lazy("kernel.tile", "KernelTilePass"),
+    "kernel-block-reduce": _lazy("kernel.block_reduce", "KernelBlockReducePass"),
+    "kernel-plan-buffers": _lazy("kernel.plan_buffers", "KernelPlanBuffersPass"),
+    "convert-kernel-to-gpu": _lazy("gpu.convert_kernel_to_gpu", "ConvertKernelToGpuPass"),
+    "canonicalize": _lazy("cleanup", "FastCanonicalizePass"),
+    "cse": _lazy("cleanup", "FastCSEPass"),
+    "dce": _lazy("cleanup", "FastDCEPass"),
 }
 """gradfuse's own passes and the xDSL passes its pipelines use, by flag (xDSL's
 canonicalize, cse and dce through `cleanup`: the same passes, faster)."""

@@ -9,6 +9,7 @@ into their operands, so arrays may be shared freely (params, loop values).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -45,15 +46,64 @@ def _in_iteration(err: GradfuseError, op: tg.ForOp, iteration: int, index: int) 
     return new
 
 
-def _run_elementwise(self: TgFunctions, interp: Interpreter, op: Operation, args: PythonValues):
-    """Every elementwise arithmetic op: its row of `SEMANTICS` on arrays."""
+def _result_shape(op: Any) -> tuple[int, ...]:
+    return tuple(op.result.type.get_shape())
+
+
+def _sigmoid(op: Any, x: np.ndarray) -> np.ndarray:
+    one = np.ones((), dtype=x.dtype)
+    return one / (one + np.exp(-x))
+
+
+def _softmax(op: tg.SoftmaxOp, x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - np.max(x, axis=op.dim.value.data, keepdims=True))
+    return e / np.sum(e, axis=op.dim.value.data, keepdims=True)
+
+
+NUMPY: dict[type[Operation], Callable[..., Any]] = {
+    tg.CmpLtOp: lambda op, a, b: np.less(a, b),
+    tg.WhereOp: lambda op, c, a, b: np.where(c, a, b),
+    tg.SigmoidOp: _sigmoid,
+    tg.TanhOp: lambda op, x: np.tanh(x),
+    tg.ReluOp: lambda op, x: np.maximum(x, np.zeros((), dtype=x.dtype)),
+    tg.SoftmaxOp: _softmax,
+    tg.StopGradientOp: lambda op, x: x,
+    tg.DotOp: lambda op, a, b: np.matmul(a, b),
+    tg.ReduceSumOp: lambda op, x: np.sum(x, axis=ints(op.dims)),
+    tg.ReduceMaxOp: lambda op, x: np.max(x, axis=ints(op.dims)),
+    tg.ReduceMeanOp: lambda op, x: np.mean(x, axis=ints(op.dims)),
+    tg.ReshapeOp: lambda op, x: np.reshape(x, _result_shape(op)),
+    tg.PermuteOp: lambda op, x: np.transpose(x, ints(op.perm)),
+    tg.BroadcastOp: lambda op, x: np.broadcast_to(x, _result_shape(op)),
+    tg.SliceOp: lambda op, x: x[
+        tuple(map(slice, ints(op.starts), ints(op.limits), ints(op.strides)))
+    ],
+    tg.PadOp: lambda op, x: np.pad(
+        x, list(zip(ints(op.low), ints(op.high))), constant_values=op.value.value.data
+    ),
+    tg.ConcatOp: lambda op, *xs: np.concatenate(xs, axis=op.dim.value.data),
+}
+"""The reference semantics of the tg ops that only compute (no state, no regions) and
+are not elementwise arithmetic (`SEMANTICS`): `NUMPY[type(op)](op, *arrays)`."""
+
+
+def _run_arithmetic(self: TgFunctions, interp: Interpreter, op: Operation, args: PythonValues):
     return self.out(op, SEMANTICS[type(op)].numpy(*args))
 
 
+def _run_numpy(self: TgFunctions, interp: Interpreter, op: Operation, args: PythonValues):
+    return self.out(op, NUMPY[type(op)](op, *args))
+
+
 @register_impls
-class TgFunctions(impls_for(SEMANTICS, _run_elementwise), InterpreterFunctions):  # type: ignore[misc]
-    """One `@impl` per tg op (the arithmetic from `SEMANTICS`); `state` is shared
-    with `interpreters.tg.run`."""
+class TgFunctions(
+    impls_for(SEMANTICS, _run_arithmetic),  # type: ignore[misc]
+    impls_for(NUMPY, _run_numpy),  # type: ignore[misc]
+    InterpreterFunctions,
+):
+    """One `@impl` per tg op: the arithmetic from `SEMANTICS`, the other pure ops from
+    `NUMPY`, state, host I/O, loops and grad here; `state` is shared with
+    `interpreters.tg.run`."""
 
     def __init__(self, state: RunState):
         self.state = state
@@ -65,80 +115,12 @@ class TgFunctions(impls_for(SEMANTICS, _run_elementwise), InterpreterFunctions):
             for v, r in zip(values, op.results, strict=True)
         )
 
-    # --- elementwise -----------------------------------------------------------------
-
-    @impl(tg.CmpLtOp)
-    def run_cmplt(self, interp: Interpreter, op: tg.CmpLtOp, args: PythonValues) -> PythonValues:
-        return self.out(op, np.less(*args))
-
-    @impl(tg.WhereOp)
-    def run_where(self, interp: Interpreter, op: tg.WhereOp, args: PythonValues) -> PythonValues:
-        return self.out(op, np.where(*args))
-
     @impl(tg.CastOp)
     def run_cast(self, interp: Interpreter, op: tg.CastOp, args: PythonValues) -> PythonValues:
         (x,) = args
         if dtype_of(op.result.type, self.state.dtype) == np.bool_:
             return self.out(op, x != 0)
         return self.out(op, x)
-
-    # --- composites (reference semantics; tg-decompose expands them) ----------------------
-
-    @impl(tg.SigmoidOp)
-    def run_sigmoid(
-        self, interp: Interpreter, op: tg.SigmoidOp, args: PythonValues
-    ) -> PythonValues:
-        (x,) = args
-        one = np.ones((), dtype=x.dtype)
-        return self.out(op, one / (one + np.exp(-x)))
-
-    @impl(tg.TanhOp)
-    def run_tanh(self, interp: Interpreter, op: tg.TanhOp, args: PythonValues) -> PythonValues:
-        return self.out(op, np.tanh(args[0]))
-
-    @impl(tg.ReluOp)
-    def run_relu(self, interp: Interpreter, op: tg.ReluOp, args: PythonValues) -> PythonValues:
-        (x,) = args
-        return self.out(op, np.maximum(x, np.zeros((), dtype=x.dtype)))
-
-    @impl(tg.SoftmaxOp)
-    def run_softmax(
-        self, interp: Interpreter, op: tg.SoftmaxOp, args: PythonValues
-    ) -> PythonValues:
-        (x,) = args
-        dim = op.dim.value.data
-        e = np.exp(x - np.max(x, axis=dim, keepdims=True))
-        return self.out(op, e / np.sum(e, axis=dim, keepdims=True))
-
-    # --- contraction and reductions ---------------------------------------------------
-
-    @impl(tg.DotOp)
-    def run_dot(self, interp: Interpreter, op: tg.DotOp, args: PythonValues) -> PythonValues:
-        return self.out(op, np.matmul(*args))
-
-    @impl(tg.ReduceSumOp)
-    def run_reduce_sum(
-        self, interp: Interpreter, op: tg.ReduceSumOp, args: PythonValues
-    ) -> PythonValues:
-        return self.out(op, np.sum(args[0], axis=ints(op.dims)))
-
-    @impl(tg.ReduceMaxOp)
-    def run_reduce_max(
-        self, interp: Interpreter, op: tg.ReduceMaxOp, args: PythonValues
-    ) -> PythonValues:
-        return self.out(op, np.max(args[0], axis=ints(op.dims)))
-
-    @impl(tg.StopGradientOp)
-    def run_stop_gradient(
-        self, interp: Interpreter, op: tg.StopGradientOp, args: PythonValues
-    ) -> PythonValues:
-        return self.out(op, args[0])
-
-    @impl(tg.ReduceMeanOp)
-    def run_reduce_mean(
-        self, interp: Interpreter, op: tg.ReduceMeanOp, args: PythonValues
-    ) -> PythonValues:
-        return self.out(op, np.mean(args[0], axis=ints(op.dims)))
 
     # --- constants and data movement ---------------------------------------------------
 
@@ -149,20 +131,6 @@ class TgFunctions(impls_for(SEMANTICS, _run_elementwise), InterpreterFunctions):
         ty = op.result.type
         assert isinstance(ty, TensorType)
         return (attr_array(op.value, ty, self.state.dtype),)
-
-    @impl(tg.ReshapeOp)
-    def run_reshape(
-        self, interp: Interpreter, op: tg.ReshapeOp, args: PythonValues
-    ) -> PythonValues:
-        ty = op.result.type
-        assert isinstance(ty, TensorType)
-        return self.out(op, np.reshape(args[0], tuple(ty.get_shape())))
-
-    @impl(tg.PermuteOp)
-    def run_permute(
-        self, interp: Interpreter, op: tg.PermuteOp, args: PythonValues
-    ) -> PythonValues:
-        return self.out(op, np.transpose(args[0], ints(op.perm)))
 
     @impl(tg.ViewAccessOp)
     def run_view(
@@ -176,31 +144,6 @@ class TgFunctions(impls_for(SEMANTICS, _run_elementwise), InterpreterFunctions):
         mask = eval_guard(op.guard.data, shape)
         clipped = tuple(np.where(mask, w, 0) for w in where)  # outside reads index 0
         return self.out(op, np.where(mask, x[clipped], np.zeros((), x.dtype)))
-
-    @impl(tg.BroadcastOp)
-    def run_broadcast(
-        self, interp: Interpreter, op: tg.BroadcastOp, args: PythonValues
-    ) -> PythonValues:
-        ty = op.result.type
-        assert isinstance(ty, TensorType)
-        return self.out(op, np.broadcast_to(args[0], tuple(ty.get_shape())))
-
-    @impl(tg.SliceOp)
-    def run_slice(self, interp: Interpreter, op: tg.SliceOp, args: PythonValues) -> PythonValues:
-        window = tuple(
-            slice(lo, hi, st)
-            for lo, hi, st in zip(ints(op.starts), ints(op.limits), ints(op.strides), strict=True)
-        )
-        return self.out(op, args[0][window])
-
-    @impl(tg.PadOp)
-    def run_pad(self, interp: Interpreter, op: tg.PadOp, args: PythonValues) -> PythonValues:
-        widths = list(zip(ints(op.low), ints(op.high), strict=True))
-        return self.out(op, np.pad(args[0], widths, constant_values=op.value.value.data))
-
-    @impl(tg.ConcatOp)
-    def run_concat(self, interp: Interpreter, op: tg.ConcatOp, args: PythonValues) -> PythonValues:
-        return self.out(op, np.concatenate(args, axis=op.dim.value.data))
 
     # --- program: params, host I/O, loops, grad ----------------------------------------------
 
