@@ -11,7 +11,7 @@ type); every operation on it records tg ops into the current program:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -22,7 +22,7 @@ from xdsl.dialects.builtin import (
     IntegerType,
     TensorType,
 )
-from xdsl.ir import Attribute, SSAValue
+from xdsl.ir import Attribute, Operation, SSAValue
 
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of, tensor
@@ -75,6 +75,17 @@ def _operand(x: object) -> SSAValue | Scalar:
 
 
 F32 = Float32Type()
+
+
+def _unary(cls: type[Operation], doc: str) -> Callable[[Tensor], Tensor]:
+    """A `Tensor` method that records the elementwise op `cls` on `self`:
+    `exp2 = _unary(tg.Exp2Op, "...")` makes `x.exp2()` record `tg.exp2`."""
+
+    def method(self: Tensor) -> Tensor:
+        return Tensor(B.unary(cls, self.value))
+
+    method.__doc__ = doc
+    return method
 
 
 class Tensor:
@@ -233,13 +244,8 @@ class Tensor:
     def _element(self) -> Attribute:
         return element_type(self.value)
 
-    def exp2(self) -> Tensor:
-        """`2 ** self` (`tg.exp2`)."""
-        return Tensor(B.unary(tg.Exp2Op, self.value))
-
-    def log2(self) -> Tensor:
-        """`log2(self)` (`tg.log2`)."""
-        return Tensor(B.unary(tg.Log2Op, self.value))
+    exp2 = _unary(tg.Exp2Op, "`2 ** self` (`tg.exp2`).")
+    log2 = _unary(tg.Log2Op, "`log2(self)` (`tg.log2`).")
 
     def exp(self) -> Tensor:
         """`e ** self`, recorded as `exp2(self * log2(e))`."""
@@ -249,25 +255,11 @@ class Tensor:
         """Natural log, recorded as `log2(self) * ln(2)`."""
         return self.log2() * LN_2
 
-    def expm1(self) -> Tensor:
-        """`e ** self - 1` (`tg.expm1`), exact for small `self`."""
-        return Tensor(B.unary(tg.Expm1Op, self.value))
-
-    def log1p(self) -> Tensor:
-        """`ln(1 + self)` (`tg.log1p`), exact for small `self`."""
-        return Tensor(B.unary(tg.Log1pOp, self.value))
-
-    def sqrt(self) -> Tensor:
-        """`sqrt(self)` (`tg.sqrt`)."""
-        return Tensor(B.unary(tg.SqrtOp, self.value))
-
-    def reciprocal(self) -> Tensor:
-        """`1 / self` (`tg.recip`)."""
-        return Tensor(B.unary(tg.RecipOp, self.value))
-
-    def sin(self) -> Tensor:
-        """`sin(self)` (`tg.sin`)."""
-        return Tensor(B.unary(tg.SinOp, self.value))
+    expm1 = _unary(tg.Expm1Op, "`e ** self - 1` (`tg.expm1`), exact for small `self`.")
+    log1p = _unary(tg.Log1pOp, "`ln(1 + self)` (`tg.log1p`), exact for small `self`.")
+    sqrt = _unary(tg.SqrtOp, "`sqrt(self)` (`tg.sqrt`).")
+    reciprocal = _unary(tg.RecipOp, "`1 / self` (`tg.recip`).")
+    sin = _unary(tg.SinOp, "`sin(self)` (`tg.sin`).")
 
     def abs(self) -> Tensor:
         """`|self|`, recorded as `max(self, -self)`."""
@@ -277,17 +269,9 @@ class Tensor:
         """Elementwise maximum (`tg.max`)."""
         return Tensor(B.binary(tg.MaxOp, self.value, _operand(other)))
 
-    def relu(self) -> Tensor:
-        """`max(self, 0)` (the `tg.relu` composite)."""
-        return Tensor(B.unary(tg.ReluOp, self.value))
-
-    def sigmoid(self) -> Tensor:
-        """`1 / (1 + exp(-self))` (the `tg.sigmoid` composite)."""
-        return Tensor(B.unary(tg.SigmoidOp, self.value))
-
-    def tanh(self) -> Tensor:
-        """`tanh(self)` (the `tg.tanh` composite)."""
-        return Tensor(B.unary(tg.TanhOp, self.value))
+    relu = _unary(tg.ReluOp, "`max(self, 0)` (the `tg.relu` composite).")
+    sigmoid = _unary(tg.SigmoidOp, "`1 / (1 + exp(-self))` (the `tg.sigmoid` composite).")
+    tanh = _unary(tg.TanhOp, "`tanh(self)` (the `tg.tanh` composite).")
 
     def softmax(self, dim: int = -1) -> Tensor:
         """Softmax along `dim` (the `tg.softmax` composite)."""
@@ -299,9 +283,7 @@ class Tensor:
         shifted = self - self.max(dim, keepdim=True)
         return shifted - shifted.exp().sum(dim, keepdim=True).log()
 
-    def erf(self) -> Tensor:
-        """The error function (`tg.erf`)."""
-        return Tensor(emit(tg.ErfOp(self.value)).result)
+    erf = _unary(tg.ErfOp, "The error function (`tg.erf`).")
 
     def gather(self, dim: int, index: Tensor) -> Tensor:
         """`torch.gather` along `dim` (`tg.gather`); `index` holds integers as floats."""
