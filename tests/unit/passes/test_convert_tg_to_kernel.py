@@ -34,6 +34,10 @@ def _text(module: ModuleOp) -> str:
     return out.getvalue()
 
 
+def parse_mlir(text: str) -> ModuleOp:
+    return Parser(make_context(), text).parse_module()
+
+
 def _both_ways(source: str) -> tuple[str, str]:
     """(kernels from the module in memory, kernels from tg-fuse's printed output)."""
     module = parse_tg(source)
@@ -62,6 +66,7 @@ def test_printed_decisions_give_the_same_kernels(name):
 def test_random_programs_give_the_same_kernels(source):
     memory, text = _both_ways(source)
     assert memory == text
+    assert not any(op.dialect_name() == "tg" for op in parse_mlir(memory).walk())
 
 
 def test_fusion_verifier_speaks_of_the_fusion():
