@@ -125,11 +125,6 @@ class SGD(Optimizer):
         self.momentum = momentum
         self.weight_decay = weight_decay
 
-    @property
-    def buffers(self) -> dict[int, Parameter]:
-        """The momentum buffers by `id` of their parameter."""
-        return {k: s["momentum_buffer"] for k, s in self.state.items() if "momentum_buffer" in s}
-
     def update(self, p: Parameter, grad: Tensor) -> None:
         g = -grad if self.maximize else grad
         if self.weight_decay:
