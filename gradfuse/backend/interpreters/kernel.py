@@ -238,9 +238,6 @@ def _with_symbol(map: AffineMap, index: np.ndarray, shape: tuple[int, ...]) -> t
 
 
 def _predicate(op: arith.CmpfOp | arith.CmpiOp) -> str:
-    names = {
-        arith.CmpfOp: ["false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt",
-                       "uge", "ult", "ule", "une", "uno", "true"],
-        arith.CmpiOp: ["eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"],
-    }  # fmt: skip
-    return names[type(op)][op.predicate.value.data]
+    if isinstance(op, arith.CmpfOp):
+        return arith.CMPF_COMPARISON_OPERATIONS[op.predicate.value.data]
+    return arith.CMPI_COMPARISON_OPERATIONS[op.predicate.value.data]
