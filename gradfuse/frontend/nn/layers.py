@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from gradfuse.frontend.functional import linear
 from gradfuse.frontend.functional_conv import flatten
 from gradfuse.frontend.nn.module import Module
 from gradfuse.frontend.nn.options import device_and_dtype, legacy_softmax_dim
@@ -58,8 +59,7 @@ class Linear(Module):
         )
 
     def forward(self, x: Tensor) -> Tensor:
-        y = x @ self.weight.T
-        return y + self.bias if self.bias is not None else y
+        return linear(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
