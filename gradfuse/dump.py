@@ -77,19 +77,13 @@ class _Dumper:
                 lo, hi, st = op.lower.value.data, op.upper.value.data, op.step.value.data
                 self.lines.append(f"{pad}for {lo} to {hi} step {st}:")
                 self.block(op.body.block.ops, depth + 1)
-            elif isinstance(op, K.GroupOp):
+            elif isinstance(op, K.GroupOp | K.RowsOp):
                 n = len(list(op.body.block.ops))
-                self.lines.append(
-                    f"{pad}{op.sym_name.data}: horizontal fusion of {n} kernels, one launch"
-                )
-                for k in op.body.block.ops:
-                    self.kernel(k, depth + 1)  # type: ignore[arg-type]
-            elif isinstance(op, K.RowsOp):
-                n = len(list(op.body.block.ops))
-                rows = ", ".join(map(str, op.row_sizes))
-                self.lines.append(
-                    f"{pad}{op.sym_name.data}: {n} kernels row by row over [{rows}], one launch"
-                )
+                if isinstance(op, K.GroupOp):
+                    how = f"horizontal fusion of {n} kernels"
+                else:
+                    how = f"{n} kernels row by row over [{', '.join(map(str, op.row_sizes))}]"
+                self.lines.append(f"{pad}{op.sym_name.data}: {how}, one launch")
                 for k in op.body.block.ops:
                     self.kernel(k, depth + 1)  # type: ignore[arg-type]
             elif isinstance(op, K.KernelOp):

@@ -40,25 +40,6 @@ CMP = {
     "ugt": ">", "uge": ">=", "ult": "<", "ule": "<=", "une": "!=", "eq": "==", "ne": "!=",
     "slt": "<", "sle": "<=", "sgt": ">", "sge": ">=",
 }  # fmt: skip
-CMPF = [
-    "false",
-    "oeq",
-    "ogt",
-    "oge",
-    "olt",
-    "ole",
-    "one",
-    "ord",
-    "ueq",
-    "ugt",
-    "uge",
-    "ult",
-    "ule",
-    "une",
-    "uno",
-    "true",
-]
-CMPI = ["eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"]
 CASTS = (
     arith.UIToFPOp,
     arith.SIToFPOp,
@@ -267,7 +248,11 @@ class Renderer:
         elif isinstance(op, arith.NegfOp):
             self.emit(f"{decl}-{a[0]};", depth)
         elif isinstance(op, arith.CmpfOp | arith.CmpiOp):
-            names = CMPF if isinstance(op, arith.CmpfOp) else CMPI
+            names = (
+                arith.CMPF_COMPARISON_OPERATIONS
+                if isinstance(op, arith.CmpfOp)
+                else arith.CMPI_COMPARISON_OPERATIONS
+            )
             self.emit(f"{decl}{a[0]} {CMP[names[op.predicate.value.data]]} {a[1]};", depth)
         elif isinstance(op, arith.SelectOp):
             self.emit(f"{decl}{a[0]} ? {a[1]} : {a[2]};", depth)

@@ -16,12 +16,14 @@ call counters, what receivers got); every runner reads and writes it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from math import prod
 from typing import Any, Protocol
 
 import numpy as np
+from xdsl import interpreter as xdsl_interpreter
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     BFloat16Type,
@@ -36,11 +38,11 @@ from xdsl.dialects.builtin import (
     ModuleOp,
     TensorType,
 )
-from xdsl.interpreter import impl
+from xdsl.interpreter import OpImplResult, PythonValues, impl
 from xdsl.ir import Attribute, Operation
 
-from gradfuse.backend.run_control import check_fed_finite, check_params_finite
-from gradfuse.diagnostics import GradfuseError, Position
+from gradfuse.backend.run_control import check_fed_finite, check_params_finite, interrupted
+from gradfuse.diagnostics import GradfuseError, Position, position_of
 from gradfuse.dialects.tg_base import fmt_shape
 
 Feeder = Callable[[], np.ndarray] | np.ndarray
@@ -95,6 +97,18 @@ class Interpreter(Protocol):
     ) -> RunResult:
         """As `Executable.run`, for `module`."""
         ...
+
+
+class NamingInterpreter(xdsl_interpreter.Interpreter):
+    """An xDSL interpreter that turns any non-diagnostic error into a `GradfuseError`."""
+
+    def _run_op(self, op: Operation, inputs: PythonValues) -> OpImplResult:
+        try:
+            return super()._run_op(op, inputs)
+        except GradfuseError:
+            raise
+        except Exception as err:  # a bug or an unverified module: name the op
+            raise GradfuseError(f"{op.name}: {err}", position_of(op.location)) from err
 
 
 def tensor_of(ty: MemRefType) -> TensorType:
@@ -190,6 +204,22 @@ class RunState:
     check_finite: bool = False
     """Stop at the first NaN or infinity a feeder returns or a param holds after an
     iteration of the outermost loop (`execute(check_finite=True)`)."""
+
+    @contextmanager
+    def keeping(self, finished: Callable[[], Mapping[str, np.ndarray]]) -> Iterator[None]:
+        """Around an interpreter's run, NumPy's warnings off: Ctrl-C and a `GradfuseError`
+        leave with copies of the params that the last finished iteration of the outermost
+        loop left (`finished()`), the error also with what the receivers got."""
+        try:
+            with np.errstate(all="ignore"):
+                yield
+        except KeyboardInterrupt as stop:
+            raise interrupted(finished(), stop) from None
+        except GradfuseError as err:
+            err.__notes__ = []  # xDSL's interpreter attaches the whole printed module to it
+            err.params = {k: np.array(v) for k, v in finished().items()}  # type: ignore[attr-defined]
+            err.received = self.received  # type: ignore[attr-defined]
+            raise
 
     def check_param_value(self, key: str, value: Any) -> np.ndarray:
         """A copy of a given param value, checked against and cast to the param's type."""

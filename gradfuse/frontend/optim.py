@@ -125,11 +125,6 @@ class SGD(Optimizer):
         self.momentum = momentum
         self.weight_decay = weight_decay
 
-    @property
-    def buffers(self) -> dict[int, Parameter]:
-        """The momentum buffers by `id` of their parameter."""
-        return {k: s["momentum_buffer"] for k, s in self.state.items() if "momentum_buffer" in s}
-
     def update(self, p: Parameter, grad: Tensor) -> None:
         g = -grad if self.maximize else grad
         if self.weight_decay:
@@ -150,8 +145,6 @@ class Adam(Optimizer):
     `b^t = exp2(t log2 b)` is computed on the device. `Adam(model.parameters(), lr=1e-3)`
     """
 
-    decoupled = False
-
     def __init__(
         self,
         params: Iterable[Parameter],
@@ -171,7 +164,7 @@ class Adam(Optimizer):
         super().__init__(params)
         what = type(self).__name__
         _harmless(what, differentiable)
-        self.decoupled = self.decoupled or decoupled_weight_decay  # True: AdamW's decay
+        self.decoupled = decoupled_weight_decay  # True: AdamW's decay
         _check(what, lr=lr, eps=eps, weight_decay=weight_decay)
         if not all(0.0 <= b < 1.0 for b in betas) or len(betas) != 2:
             raise error(f"{what}: betas must be two numbers in [0, 1), got {betas}")
@@ -240,8 +233,6 @@ class AdamW(Adam):
 
     `AdamW(model.parameters(), lr=1e-3, weight_decay=1e-2)`
     """
-
-    decoupled = True
 
     def __init__(
         self,

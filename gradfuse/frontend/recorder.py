@@ -195,12 +195,6 @@ def direction_scope(direction: str) -> Iterator[None]:
         _program.directions.pop()
 
 
-def current_module_path() -> str | None:
-    """The path of the module whose forward is running, if any."""
-    paths = _program.module_paths
-    return paths[-1] if paths else None
-
-
 # --- insertion ------------------------------------------------------------------------
 
 

@@ -21,7 +21,6 @@ from xdsl.ir.affine import AffineExpr, AffineMap
 
 from gradfuse import affine
 from gradfuse.affine import eval_grid
-from gradfuse.backend.run_control import interrupted
 from gradfuse.backend.runner import (
     RunResult,
     RunState,
@@ -71,16 +70,9 @@ def run_kernels(
     block = fn.body.block
     for arg, value in zip(block.args, args):
         machine.env[arg] = np.array(value, dtype=dtype_of(tensor_of(arg.type)))  # type: ignore[arg-type]
-    try:
-        with np.errstate(all="ignore"):
-            results = machine.block(block, outer=True)
-            state.after_run(state.params, any(isinstance(op, K.ForOp) for op in block.ops))
-    except KeyboardInterrupt as stop:  # the params of the last finished iteration
-        raise interrupted(machine.snapshot, stop) from None
-    except GradfuseError as err:
-        err.params = {k: np.array(v) for k, v in machine.snapshot.items()}  # type: ignore[attr-defined]
-        err.received = state.received  # type: ignore[attr-defined]
-        raise
+    with state.keeping(lambda: machine.snapshot):
+        results = machine.block(block, outer=True)
+        state.after_run(state.params, any(isinstance(op, K.ForOp) for op in block.ops))
     return RunResult([np.array(r) for r in results], dict(state.params), state.received)
 
 
@@ -246,9 +238,6 @@ def _with_symbol(map: AffineMap, index: np.ndarray, shape: tuple[int, ...]) -> t
 
 
 def _predicate(op: arith.CmpfOp | arith.CmpiOp) -> str:
-    names = {
-        arith.CmpfOp: ["false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt",
-                       "uge", "ult", "ule", "une", "uno", "true"],
-        arith.CmpiOp: ["eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"],
-    }  # fmt: skip
-    return names[type(op)][op.predicate.value.data]
+    if isinstance(op, arith.CmpfOp):
+        return arith.CMPF_COMPARISON_OPERATIONS[op.predicate.value.data]
+    return arith.CMPI_COMPARISON_OPERATIONS[op.predicate.value.data]

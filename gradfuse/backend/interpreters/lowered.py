@@ -30,7 +30,6 @@ from xdsl.dialects.builtin import (
 from xdsl.interpreter import (
     Interpreter,
     InterpreterFunctions,
-    OpImplResult,
     PythonValues,
     impl,
     register_impls,
@@ -45,9 +44,9 @@ from gradfuse.backend.interpreters.lowered_ops import (
     LoweredState,
     ScalarFunctions,
 )
-from gradfuse.backend.run_control import interrupted
 from gradfuse.backend.runner import (
     Feeder,
+    NamingInterpreter,
     RunResult,
     RunState,
     attr_array,
@@ -58,18 +57,10 @@ from gradfuse.backend.runner import (
 from gradfuse.diagnostics import GradfuseError, position_of
 
 
-class _LoweredInterpreter(Interpreter):
+class _LoweredInterpreter(NamingInterpreter):
     """Calls host callbacks for external functions; names the op of any error."""
 
     host: RunState
-
-    def _run_op(self, op: Operation, inputs: PythonValues) -> OpImplResult:
-        try:
-            return super()._run_op(op, inputs)
-        except GradfuseError:
-            raise
-        except Exception as err:
-            raise GradfuseError(f"{op.name}: {err}", position_of(op.location)) from err
 
     def call_external(
         self, sym_name: str, op: Operation, inputs: PythonValues = ()
@@ -214,17 +205,9 @@ def run_lowered(
     loops = HostLoops(host, state.globals, keys)
     interp.register_implementations(loops, override=True)
     call_args = tuple(np.array(a) for a in args)
-    try:
-        with np.errstate(all="ignore"):
-            results = interp.call_op(fn, call_args)
-            host.after_run(loops.current(), any(isinstance(op, scf.ForOp) for op in fn.body.ops))
-    except KeyboardInterrupt as stop:
-        raise interrupted(loops.finished, stop) from None
-    except GradfuseError as err:
-        err.__notes__ = []  # xDSL attaches the whole printed module to it
-        err.params = loops.finished  # type: ignore[attr-defined]
-        err.received = host.received  # type: ignore[attr-defined]
-        raise
+    with host.keeping(lambda: loops.finished):
+        results = interp.call_op(fn, call_args)
+        host.after_run(loops.current(), any(isinstance(op, scf.ForOp) for op in fn.body.ops))
     return RunResult(
         results=[np.array(r) for r in results],
         params={k: np.array(state.globals[name]) for k, name in keys.items()},

@@ -131,8 +131,17 @@ def _check_bounds(op: Operation, array: np.ndarray, indices: tuple[int, ...]) ->
         )
 
 
+def _run_id(self: Any, interp: Interpreter, op: Any, args: PythonValues) -> PythonValues:
+    """`gpu.thread_id x` and the like: the `LoweredState` field named as the op
+    (`thread_id`, `block_id`, `block_dim`, `grid_dim`), in the op's dimension."""
+    return (getattr(self.state, op.name.removeprefix("gpu."))[_DIMS[op.dimension.data]],)
+
+
+_IDS = (gpu.ThreadIdOp, gpu.BlockIdOp, gpu.BlockDimOp, gpu.GridDimOp)
+
+
 @register_impls
-class GpuMemrefFunctions(InterpreterFunctions):
+class GpuMemrefFunctions(impls_for(_IDS, _run_id), InterpreterFunctions):  # type: ignore[misc]
     """`gpu.launch_func` and the thread ids it sets; `memref` on NumPy arrays."""
 
     def __init__(self, state: LoweredState):
@@ -173,22 +182,6 @@ class GpuMemrefFunctions(InterpreterFunctions):
         finally:
             st.kernel = None
         return ()
-
-    @impl(gpu.ThreadIdOp)
-    def run_thread_id(self, interp: Interpreter, op: gpu.ThreadIdOp, args: PythonValues):
-        return (self.state.thread_id[_DIMS[op.dimension.data]],)
-
-    @impl(gpu.BlockIdOp)
-    def run_block_id(self, interp: Interpreter, op: gpu.BlockIdOp, args: PythonValues):
-        return (self.state.block_id[_DIMS[op.dimension.data]],)
-
-    @impl(gpu.BlockDimOp)
-    def run_block_dim(self, interp: Interpreter, op: gpu.BlockDimOp, args: PythonValues):
-        return (self.state.block_dim[_DIMS[op.dimension.data]],)
-
-    @impl(gpu.GridDimOp)
-    def run_grid_dim(self, interp: Interpreter, op: gpu.GridDimOp, args: PythonValues):
-        return (self.state.grid_dim[_DIMS[op.dimension.data]],)
 
     @impl_terminator(gpu.ReturnOp)
     def run_return(

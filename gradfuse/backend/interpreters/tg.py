@@ -21,30 +21,16 @@ from typing import Any
 import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, TensorType
-from xdsl.interpreter import Interpreter, OpImplResult, PythonValues
 from xdsl.interpreters.func import FuncFunctions
-from xdsl.ir import Attribute, Operation
+from xdsl.ir import Attribute
 
 from gradfuse.backend.interpreters.tg_conv import ConvFunctions
 from gradfuse.backend.interpreters.tg_ops import RunState, TgFunctions, dtype_of
 from gradfuse.backend.interpreters.tg_sparse import SparseFunctions
-from gradfuse.backend.run_control import interrupted
-from gradfuse.backend.runner import Feeder, RunResult, entry_function
+from gradfuse.backend.runner import Feeder, NamingInterpreter, RunResult, entry_function
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import fmt_shape
-
-
-class _TgInterpreter(Interpreter):
-    """An xDSL interpreter that turns any non-diagnostic error into a `GradfuseError`."""
-
-    def _run_op(self, op: Operation, inputs: PythonValues) -> OpImplResult:
-        try:
-            return super()._run_op(op, inputs)
-        except GradfuseError:
-            raise
-        except Exception as err:  # a bug or an unverified module: name the op
-            raise GradfuseError(f"{op.name}: {err}", position_of(op.location)) from err
 
 
 def _collect_params(module: ModuleOp) -> tuple[dict[str, TensorType], dict[str, Attribute]]:
@@ -136,26 +122,18 @@ def run(
         state.params[key] = state.check_param_value(key, value)
     initial = dict(state.params)
     call_args = _check_args(fn, args, dtype)
-    interpreter = _TgInterpreter(module)
+    interpreter = NamingInterpreter(module)
     interpreter.register_implementations(FuncFunctions())
     interpreter.register_implementations(TgFunctions(state))
     interpreter.register_implementations(SparseFunctions(state))
     interpreter.register_implementations(ConvFunctions(state))
-    try:
-        with np.errstate(all="ignore"):
-            results = interpreter.call_op(fn, tuple(call_args))
+    with state.keeping(lambda: state.params):
+        results = interpreter.call_op(fn, tuple(call_args))
         try:
             state.after_run(state.params, any(isinstance(op, tg.ForOp) for op in fn.body.ops))
         except GradfuseError:
             state.params = dict(initial)  # the run finished no iteration: nothing kept
             raise
-    except KeyboardInterrupt as stop:
-        raise interrupted(state.params, stop) from None
-    except GradfuseError as err:
-        err.__notes__ = []  # xDSL attaches the whole printed module to it
-        err.params = {k: np.array(v) for k, v in state.params.items()}  # type: ignore[attr-defined]
-        err.received = state.received  # type: ignore[attr-defined]
-        raise
     return RunResult(
         results=[np.array(r) for r in results],
         params={k: np.array(v) for k, v in state.params.items()},

@@ -10,21 +10,14 @@ the bias, drawn from `gradfuse.manual_seed`'s generator:
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-import numpy as np
-
 from gradfuse.frontend import functional_conv as F
+from gradfuse.frontend.nn.layers import kaiming_uniform
 from gradfuse.frontend.nn.module import Module
 from gradfuse.frontend.nn.options import device_and_dtype, only
-from gradfuse.frontend.parameter import Parameter
-from gradfuse.frontend.recorder import error, rng
+from gradfuse.frontend.recorder import error
 from gradfuse.frontend.tensor import Tensor
-
-
-def _uniform(bound: float, shape: tuple[int, ...]) -> np.ndarray:
-    return rng().uniform(-bound, bound, size=shape).astype(np.float32)
 
 
 class _ConvNd(Module):
@@ -61,10 +54,7 @@ class _ConvNd(Module):
             shape = (in_channels, out_channels // groups, kh, kw)
         else:
             shape = (out_channels, in_channels // groups, kh, kw)
-        fan_in = shape[1] * kh * kw  # PyTorch's fan_in: size(1) times the receptive field
-        bound = 1.0 / math.sqrt(fan_in) if fan_in else 0.0
-        self.weight = Parameter(_uniform(bound, shape))
-        self.bias = Parameter(_uniform(bound, (out_channels,))) if bias else None
+        self.weight, self.bias = kaiming_uniform(shape, out_channels if bias else None)
 
     def extra_repr(self) -> str:
         return (

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from gradfuse.frontend.functional import linear
 from gradfuse.frontend.functional_conv import flatten
 from gradfuse.frontend.nn.module import Module
 from gradfuse.frontend.nn.options import device_and_dtype, legacy_softmax_dim
@@ -20,8 +21,19 @@ from gradfuse.frontend.recorder import rng
 from gradfuse.frontend.tensor import Tensor
 
 
-def _uniform(bound: float, shape: tuple[int, ...]) -> np.ndarray:
-    return rng().uniform(-bound, bound, size=shape).astype(np.float32)
+def uniform(bound: float, shape: tuple[int, ...]) -> Parameter:
+    """A float32 parameter of `shape` drawn from U(-bound, bound) (`manual_seed`'s generator)."""
+    return Parameter(rng().uniform(-bound, bound, size=shape).astype(np.float32))
+
+
+def kaiming_uniform(shape: tuple[int, ...], bias: int | None) -> tuple[Parameter, Parameter | None]:
+    """PyTorch's init of linear and conv layers: weight `shape`, bias `bias` long (None: none),
+    both U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = shape[1] times the receptive field.
+    `kaiming_uniform((out_features, in_features), out_features)`"""
+    fan_in = math.prod(shape[1:])
+    bound = 1.0 / math.sqrt(fan_in) if fan_in else 0.0
+    weight = uniform(bound, shape)
+    return weight, uniform(bound, (bias,)) if bias is not None else None
 
 
 class Linear(Module):
@@ -42,28 +54,19 @@ class Linear(Module):
         device_and_dtype("Linear", device, dtype)
         self.in_features = in_features
         self.out_features = out_features
-        bound = 1.0 / math.sqrt(in_features) if in_features else 0.0
-        self.weight = Parameter(_uniform(bound, (out_features, in_features)))
-        self.bias = Parameter(_uniform(bound, (out_features,))) if bias else None
+        self.weight, self.bias = kaiming_uniform(
+            (out_features, in_features), out_features if bias else None
+        )
 
     def forward(self, x: Tensor) -> Tensor:
-        y = x @ self.weight.T
-        return y + self.bias if self.bias is not None else y
+        return linear(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-class Sequential(Module):
-    """Applies its children in order; they are named "0", "1", ...
-
-    `Sequential(Linear(4, 8), ReLU(), Linear(8, 1))`
-    """
-
-    def __init__(self, *modules: Module):
-        super().__init__()
-        for i, m in enumerate(modules):
-            setattr(self, str(i), m)
+class _Numbered(Module):
+    """Children named "0", "1", ..., indexed, counted and iterated as a list."""
 
     def __getitem__(self, index: int) -> Module:
         return list(self.children())[index]
@@ -73,6 +76,18 @@ class Sequential(Module):
 
     def __iter__(self) -> Iterator[Module]:
         return self.children()
+
+
+class Sequential(_Numbered):
+    """Applies its children in order; they are named "0", "1", ...
+
+    `Sequential(Linear(4, 8), ReLU(), Linear(8, 1))`
+    """
+
+    def __init__(self, *modules: Module):
+        super().__init__()
+        for i, m in enumerate(modules):
+            setattr(self, str(i), m)
 
     def forward(self, x: Any) -> Any:
         for m in self.children():
@@ -132,7 +147,7 @@ class Softmax(Module):
         return x.softmax(legacy_softmax_dim(self.dim, x.ndim))
 
 
-class ModuleList(Module):
+class ModuleList(_Numbered):
     """A list of modules named "0", "1", ... (PyTorch's `ModuleList`); it has no forward.
 
     `layers = ModuleList([Linear(4, 4) for _ in range(3)]); layers[1]`
@@ -147,15 +162,6 @@ class ModuleList(Module):
         """Adds `module` at the end, named by its index."""
         setattr(self, str(len(self._modules)), module)
         return self
-
-    def __getitem__(self, index: int) -> Module:
-        return list(self.children())[index]
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self) -> Iterator[Module]:
-        return self.children()
 
 
 class Identity(Module):

@@ -20,12 +20,12 @@ import numpy as np
 from gradfuse.dialects.tg_base import fmt_shape
 from gradfuse.frontend import functional as F
 from gradfuse.frontend.nn.activation import Dropout
-from gradfuse.frontend.nn.layers import Linear, ModuleList
+from gradfuse.frontend.nn.layers import Linear, ModuleList, uniform
 from gradfuse.frontend.nn.module import Module
 from gradfuse.frontend.nn.normalization import LayerNorm
 from gradfuse.frontend.nn.options import device_and_dtype, only
 from gradfuse.frontend.parameter import Parameter
-from gradfuse.frontend.recorder import error, rng
+from gradfuse.frontend.recorder import error
 from gradfuse.frontend.tensor import Tensor
 
 _MASKED = -1e30  # added to the scores of masked positions (PyTorch adds -inf)
@@ -103,8 +103,7 @@ class MultiheadAttention(Module):
         self.dropout = dropout
         self.batch_first = batch_first
         bound = math.sqrt(6.0 / (embed_dim + 3 * embed_dim))
-        weight = rng().uniform(-bound, bound, (3 * embed_dim, embed_dim))
-        self.in_proj_weight = Parameter(weight.astype(np.float32))
+        self.in_proj_weight = uniform(bound, (3 * embed_dim, embed_dim))
         self.in_proj_bias = Parameter(np.zeros(3 * embed_dim, np.float32)) if bias else None
         self.out_proj = Linear(embed_dim, embed_dim, bias=bias)
         if self.out_proj.bias is not None:
