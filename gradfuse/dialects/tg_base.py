@@ -12,12 +12,13 @@ from xdsl.dialects.builtin import (
     Float16Type,
     Float32Type,
     Float64Type,
+    IntegerAttr,
     IntegerType,
     TensorType,
     i64,
 )
-from xdsl.ir import Attribute, SSAValue
-from xdsl.irdl import IRDLOperation
+from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.irdl import IRDLOperation, prop_def
 from xdsl.pattern_rewriter import RewritePattern
 from xdsl.traits import HasCanonicalizationPatternsTrait
 from xdsl.utils.exceptions import VerifyException
@@ -80,6 +81,11 @@ def tensor_type_problem(ty: Attribute) -> str | None:
     return None
 
 
+def fail(op: Operation, message: str) -> VerifyException:
+    """A verifier error that names the op: `tg.dot: inner dimensions differ: 2x3 @ 4x5`."""
+    return VerifyException(f"{op.name}: {message}")
+
+
 class TgOp(IRDLOperation):
     """Base of all tg ops: helpers that make verifier messages name the op.
 
@@ -105,7 +111,7 @@ class TgOp(IRDLOperation):
         super().verify(verify_nested_ops)
 
     def fail(self, message: str) -> VerifyException:
-        return VerifyException(f"{self.name}: {message}")
+        return fail(self, message)
 
     def expect_shape(self, what: str, got: Sequence[int], want: Sequence[int]):
         if tuple(got) != tuple(want):
@@ -115,6 +121,42 @@ class TgOp(IRDLOperation):
         if not isinstance(value.type, TensorType):
             raise self.fail(f"{what} must be a tensor, got {value.type}")
         return value.type
+
+    def expect_splat(self, what: str, value: float, ty: Attribute) -> None:
+        """A splat value of an `i1` tensor must be 0 or 1."""
+        if isinstance(ty, TensorType) and ty.element_type == IntegerType(1) and value not in (0, 1):
+            raise self.fail(f"{what} of an i1 tensor must be 0 or 1, got {value}")
+
+
+class CountedLoop(IRDLOperation):
+    """The bounds of a counted loop `lower <= i < upper` by `step`: `tg.for` and `kernel.for`."""
+
+    lower = prop_def(IntegerAttr)
+    upper = prop_def(IntegerAttr)
+    step = prop_def(IntegerAttr)
+
+    @staticmethod
+    def bound_properties(lower: int, upper: int, step: int) -> dict[str, Attribute]:
+        """The `lower`, `upper` and `step` properties of a loop."""
+        return {
+            "lower": IntegerAttr(lower, i64),
+            "upper": IntegerAttr(upper, i64),
+            "step": IntegerAttr(step, i64),
+        }
+
+    @property
+    def bounds(self) -> tuple[int, int, int]:
+        """(lower, upper, step)."""
+        return self.lower.value.data, self.upper.value.data, self.step.value.data
+
+    @property
+    def trip_count(self) -> int:
+        lo, hi, st = self.bounds
+        return max(0, -(-(hi - lo) // st))
+
+    def verify_step(self) -> None:
+        if self.step.value.data < 1:
+            raise fail(self, f"step must be positive, got {self.step.value.data}")
 
 
 ELEMENT_TYPES: dict[str, Attribute] = {

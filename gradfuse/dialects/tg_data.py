@@ -14,7 +14,6 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     TensorType,
     f64,
-    i1,
     i64,
 )
 from xdsl.ir import Attribute, SSAValue
@@ -71,10 +70,8 @@ class ConstantOp(TgOp):
         return isinstance(self.value, FloatAttr)
 
     def verify_(self) -> None:
-        ty = self.result.type
-        if isinstance(self.value, FloatAttr) and isinstance(ty, TensorType):
-            if ty.element_type == i1 and self.value.value.data not in (0.0, 1.0):
-                raise self.fail(f"a splat of an i1 tensor must be 0 or 1, got {self.value.value.data}")
+        if isinstance(self.value, FloatAttr):
+            self.expect_splat("a splat", self.value.value.data, self.result.type)
         if isinstance(self.value, DenseIntOrFPElementsAttr):
             got = tuple(self.value.get_shape())
             self.expect_shape("dense value shape", got, shape_of(self.result))

@@ -158,7 +158,7 @@ class _FunctionFuser:
             recv.location = op.location
             new.add_op(recv)
         elif isinstance(op, tg.ForOp):
-            loop = K.ForOp(op.lower.value.data, op.upper.value.data, op.step.value.data)
+            loop = K.ForOp(*op.bounds)
             loop.location = op.location
             new.add_op(loop)
             self.block(op.body.block, loop.body.block)
