@@ -69,9 +69,6 @@ class Planner:
         owner = resolve(value)[0].owner  # the op behind any views
         return self.node_of.get(owner) if isinstance(owner, Operation) else None
 
-    def deps(self, node: Node) -> set[Node]:
-        return node.deps
-
     def link(self, node: Node, dep: Node, ordering: bool = False) -> None:
         """Makes `node` run after `dep`."""
         if dep is node:
