@@ -334,15 +334,8 @@ class KernelBuilder:
             else:
                 self.add(fast.store(vm[operands[0]], vm[operands[1]], idx), loc)
             return
-        if isinstance(op, kd.LoadOp) and op.guard is not None:
+        if isinstance(op, kd.LoadOp):  # a guarded load (kernel.store has no guard)
             vm[op.result] = self.guarded_load(op, vm, point, loc)
-            return
-        if isinstance(op, kd.LoadOp | kd.StoreOp):
-            idx = [self.expand(e, point, loc) for e in op.map.data.results]
-            if isinstance(op, kd.LoadOp):
-                vm[op.result] = self.add(fast.load(vm[op.buffer], idx), loc)
-            else:
-                self.add(fast.store(vm[op.value], vm[op.buffer], idx), loc)
             return
         if isinstance(op, kd.GatherOp | kd.ScatterAddOp):
             symbol = self.to_index(vm[op.index], loc)
