@@ -40,7 +40,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     i64,
 )
-from xdsl.ir import Attribute, Block, Dialect, Region, SSAValue
+from xdsl.ir import Attribute, Block, Dialect, Operation, Region, SSAValue
 from xdsl.ir.affine import AffineMap, AffineSet
 from xdsl.irdl import (
     AnyAttr,
@@ -118,6 +118,17 @@ class KernelOp(IRDLOperation):
     @property
     def buffer_args(self) -> tuple[SSAValue, ...]:
         return tuple(self.body.block.args[len(self.domain_sizes) :])
+
+    def phases(self) -> tuple[list[Operation], list[ReduceOp], list[Operation]]:
+        """The body's prologue, its `kernel.reduce`s and its epilogue (all the ops when
+        there is no reduce)."""
+        ops = list(self.body.block.ops)
+        reduces = [i for i, op in enumerate(ops) if isinstance(op, ReduceOp)]
+        if not reduces:
+            return [], [], ops
+        first, split = reduces[0], reduces[-1] + 1
+        reds = [op for op in ops[first:split] if isinstance(op, ReduceOp)]
+        return ops[:first], reds, ops[split:]
 
     def verify_(self) -> None:
         if self.kind.data not in KINDS:

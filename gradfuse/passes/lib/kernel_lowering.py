@@ -221,23 +221,18 @@ class KernelBuilder:
         self, k: kd.KernelOp, point: list[SSAValue], args: dict[SSAValue, SSAValue]
     ) -> None:
         """The body of `k` at the parallel indices `point`."""
-        ops = list(k.body.block.ops)
         npar, sizes = k.num_parallel, k.domain_sizes
         block_args = k.body.block.args  # one index per domain dim, then the buffers
         index_args = block_args[: len(sizes)]
         vm: dict[SSAValue, SSAValue] = {a: args[a] for a in block_args[len(sizes) :]}
         vm.update(zip(index_args[:npar], point))
-        reduces = [i for i, op in enumerate(ops) if isinstance(op, kd.ReduceOp)]
-        epilogue = ops
-        if reduces:
-            first, split = reduces[0], reduces[-1] + 1
-            reds = [op for op in ops[first:split] if isinstance(op, kd.ReduceOp)]
+        prologue, reds, epilogue = k.phases()
+        if reds:
             accs = [self._init(r) for r in reds]
-            done = self._loops(k, sizes, ops[:first], reds, accs, vm, point, npar)
+            done = self._loops(k, sizes, prologue, reds, accs, vm, point, npar)
             vm.update((r.result, v) for r, v in zip(reds, done))
-            for gone in [*index_args[npar:], *(v for op in ops[:first] for v in op.results)]:
+            for gone in [*index_args[npar:], *(v for op in prologue for v in op.results)]:
                 vm.pop(gone, None)  # only defined inside the reduction loops
-            epilogue = ops[split:]
         for op in epilogue:
             self.lower_op(op, k, vm, point)
 
