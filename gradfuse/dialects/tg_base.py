@@ -47,6 +47,18 @@ def tensor(shape: Sequence[int], element: Attribute | None = None) -> TensorType
     return TensorType(element or Float32Type(), list(shape))
 
 
+def element_type(value: SSAValue) -> Attribute:
+    """The element type of a tensor value (`f32` for `tensor<2x3xf32>`)."""
+    ty = value.type
+    assert isinstance(ty, TensorType)
+    return ty.element_type
+
+
+def tensor_like(value: SSAValue, shape: Sequence[int]) -> TensorType:
+    """Builds a tensor of `shape` with the element type of tensor `value`."""
+    return tensor(shape, element_type(value))
+
+
 def i64_array(values: Sequence[int]) -> DenseArrayBase:
     """An `array<i64: ...>` property."""
     return DenseArrayBase.from_list(i64, list(values))

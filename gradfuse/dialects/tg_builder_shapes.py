@@ -20,14 +20,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 
 from gradfuse.dialects import tg_compute as C
 from gradfuse.dialects import tg_data as D
-from gradfuse.dialects.tg_base import fmt_shape, i64_array, shape_of, tensor
-
-
-def element_type(value: SSAValue) -> Attribute:
-    """The element type of a tensor value (`f32` for `tensor<2x3xf32>`)."""
-    ty = value.type
-    assert isinstance(ty, TensorType)
-    return ty.element_type
+from gradfuse.dialects.tg_base import element_type, fmt_shape, i64_array, shape_of, tensor
 
 
 def _f64(value: float) -> FloatAttr:

@@ -17,7 +17,7 @@ from xdsl.ir import SSAValue
 from xdsl.irdl import irdl_op_definition, operand_def, prop_def, result_def, traits_def
 from xdsl.traits import Pure
 
-from gradfuse.dialects.tg_base import TgOp, fmt_shape, i64_array, ints, shape_of, tensor
+from gradfuse.dialects.tg_base import TgOp, fmt_shape, i64_array, ints, shape_of, tensor_like
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ class Conv2dOp(ConvOp):
         )  # type: ignore[arg-type]
         super().__init__(
             operands=[x, w],
-            result_types=[tensor((n, o, geo.oh, geo.ow), x.type.element_type)],  # type: ignore[attr-defined]
+            result_types=[tensor_like(x, (n, o, geo.oh, geo.ow))],
             properties=_props(stride, padding, dilation, groups),
         )
 
@@ -181,7 +181,7 @@ class ConvTranspose2dOp(ConvOp):
         ow = (wd - 1) * stride[1] - 2 * padding[1] + dilation[1] * (kw - 1) + output_padding[1] + 1
         super().__init__(
             operands=[x, w],
-            result_types=[tensor((n, og * groups, oh, ow), x.type.element_type)],  # type: ignore[attr-defined]
+            result_types=[tensor_like(x, (n, og * groups, oh, ow))],
             properties=_props(stride, padding, dilation, groups, output_padding=output_padding),
         )
 
@@ -239,7 +239,7 @@ class WindowsOp(TgOp):
         )  # type: ignore[arg-type]
         super().__init__(
             operands=[x],
-            result_types=[tensor((n, c, geo.oh, geo.ow, *kernel), x.type.element_type)],  # type: ignore[attr-defined]
+            result_types=[tensor_like(x, (n, c, geo.oh, geo.ow, *kernel))],
             properties={
                 "kernel": i64_array(kernel), "stride": i64_array(stride),
                 "padding": i64_array(padding), "dilation": i64_array(dilation),

@@ -36,7 +36,7 @@ from gradfuse.dialects.tg_base import (
     i64_array,
     ints,
     shape_of,
-    tensor,
+    tensor_like,
 )
 
 
@@ -100,7 +100,7 @@ class ReshapeOp(ViewOp):
     name = "tg.reshape"
 
     def __init__(self, input: SSAValue, shape: Sequence[int]):
-        super().__init__(operands=[input], result_types=[tensor(shape, input.type.element_type)])  # type: ignore[attr-defined]
+        super().__init__(operands=[input], result_types=[tensor_like(input, shape)])
 
     def verify_(self) -> None:
         self.verify_element_type()
@@ -125,7 +125,7 @@ class PermuteOp(ViewOp):
         shape = shape_of(input)
         super().__init__(
             operands=[input],
-            result_types=[tensor([shape[p] for p in perm], input.type.element_type)],  # type: ignore[attr-defined]
+            result_types=[tensor_like(input, [shape[p] for p in perm])],
             properties={"perm": i64_array(perm)},
         )
 
@@ -147,7 +147,7 @@ class BroadcastOp(ViewOp):
     name = "tg.broadcast"
 
     def __init__(self, input: SSAValue, shape: Sequence[int]):
-        super().__init__(operands=[input], result_types=[tensor(shape, input.type.element_type)])  # type: ignore[attr-defined]
+        super().__init__(operands=[input], result_types=[tensor_like(input, shape)])
 
     def verify_(self) -> None:
         self.verify_element_type()
@@ -177,7 +177,7 @@ class SliceOp(ViewOp):
         shape = [ceil((hi - lo) / st) for lo, hi, st in zip(starts, limits, strides)]
         super().__init__(
             operands=[input],
-            result_types=[tensor(shape, input.type.element_type)],  # type: ignore[attr-defined]
+            result_types=[tensor_like(input, shape)],
             properties={
                 "starts": i64_array(starts),
                 "limits": i64_array(limits),
@@ -216,7 +216,7 @@ class PadOp(ViewOp):
         shape = [n + lo + hi for n, lo, hi in zip(shape_of(input), low, high)]
         super().__init__(
             operands=[input],
-            result_types=[tensor(shape, input.type.element_type)],  # type: ignore[attr-defined]
+            result_types=[tensor_like(input, shape)],
             properties={
                 "low": i64_array(low),
                 "high": i64_array(high),
@@ -251,7 +251,7 @@ class ConcatOp(TgOp):
         shape[dim] = sum(s[dim] for s in shapes)
         super().__init__(
             operands=[inputs],
-            result_types=[tensor(shape, inputs[0].type.element_type)],  # type: ignore[attr-defined]
+            result_types=[tensor_like(inputs[0], shape)],
             properties={"dim": IntegerAttr(dim, i64)},
         )
 
@@ -298,7 +298,7 @@ class ViewAccessOp(ViewOp):
             props["guard"] = AffineSetAttr(guard)
         super().__init__(
             operands=[input],
-            result_types=[tensor(shape, input.type.element_type)],  # type: ignore[attr-defined]
+            result_types=[tensor_like(input, shape)],
             properties=props,
         )
 

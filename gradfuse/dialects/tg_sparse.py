@@ -20,7 +20,7 @@ from xdsl.ir import SSAValue
 from xdsl.irdl import irdl_op_definition, operand_def, prop_def, result_def, traits_def
 from xdsl.traits import Pure
 
-from gradfuse.dialects.tg_base import TgOp, fmt_shape, shape_of, tensor
+from gradfuse.dialects.tg_base import TgOp, fmt_shape, shape_of, tensor, tensor_like
 
 
 class IndexedOp(TgOp):
@@ -63,7 +63,7 @@ class GatherOp(IndexedOp):
     def __init__(self, input: SSAValue, index: SSAValue, dim: int):
         super().__init__(
             operands=[input, index],
-            result_types=[tensor(shape_of(index), input.type.element_type)],  # type: ignore[attr-defined]
+            result_types=[tensor_like(input, shape_of(index))],
             properties={"dim": IntegerAttr(dim, i64)},
         )
 
@@ -91,7 +91,7 @@ class ScatterAddOp(IndexedOp):
     def __init__(self, index: SSAValue, src: SSAValue, dim: int, shape: Sequence[int]):
         super().__init__(
             operands=[index, src],
-            result_types=[tensor(shape, src.type.element_type)],  # type: ignore[attr-defined]
+            result_types=[tensor_like(src, shape)],
             properties={"dim": IntegerAttr(dim, i64)},
         )
 
