@@ -31,7 +31,6 @@ def kernel_location(op: Operation) -> Attribute:
     return unique[0] if len(unique) == 1 else FusedLoc(unique)
 
 
-
 def build_gpu_func(
     name: str, launch: kd.KernelOp | kd.GroupOp
 ) -> tuple[gpu.FuncOp, list[SSAValue], int]:
