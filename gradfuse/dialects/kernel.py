@@ -384,22 +384,9 @@ LAUNCH_GROUPS = (GroupOp, RowsOp)
 KERNEL = Dialect(
     "kernel",
     [
-        KernelOp,
-        GroupOp,
-        RowsOp,
-        LoadOp,
-        StoreOp,
-        GatherOp,
-        ScatterAddOp,
-        RandomOp,
-        ReduceOp,
-        ParamOp,
-        AllocOp,
-        ConstantOp,
-        FeedOp,
-        ReceiveOp,
-        ForOp,
-        YieldOp,
-    ],  # fmt: skip
+        KernelOp, GroupOp, RowsOp,  # launches
+        LoadOp, StoreOp, GatherOp, ScatterAddOp, RandomOp, ReduceOp,  # kernel bodies
+        ParamOp, AllocOp, ConstantOp, FeedOp, ReceiveOp, ForOp, YieldOp,  # host code
+    ],
     [],
-)
+)  # fmt: skip
