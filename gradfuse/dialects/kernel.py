@@ -40,7 +40,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     i64,
 )
-from xdsl.ir import Attribute, Block, Dialect, Operation, Region, SSAValue
+from xdsl.ir import Block, Dialect, Operation, Region, SSAValue
 from xdsl.ir.affine import AffineMap, AffineSet
 from xdsl.irdl import (
     AnyAttr,
@@ -64,7 +64,7 @@ from xdsl.traits import (
     Pure,
 )
 
-from gradfuse.dialects.tg_base import fail, i64_array, ints
+from gradfuse.dialects.tg_base import access_properties, fail, i64_array, ints
 
 KINDS = ("elementwise", "reduction", "contraction")
 REDUCTIONS = ("add", "max")
@@ -223,18 +223,14 @@ class LoadOp(_AccessOp):
     def build_fast(cls, buffer: SSAValue, map: AffineMap, guard: AffineSet | None = None) -> LoadOp:
         """The same as the constructor, without its generic argument checks (hot path)."""
         assert isinstance(buffer.type, MemRefType)
-        props: dict[str, Attribute] = {"map": AffineMapAttr(map)}
-        if guard is not None:
-            props["guard"] = AffineSetAttr(guard)
+        props = access_properties(map, guard)
         return cls.create(
             operands=[buffer], result_types=[buffer.type.element_type], properties=props
         )
 
     def __init__(self, buffer: SSAValue, map: AffineMap, guard: AffineSet | None = None):
         assert isinstance(buffer.type, MemRefType)
-        props: dict[str, Attribute] = {"map": AffineMapAttr(map)}
-        if guard is not None:
-            props["guard"] = AffineSetAttr(guard)
+        props = access_properties(map, guard)
         super().__init__(
             operands=[buffer], result_types=[buffer.type.element_type], properties=props
         )

@@ -7,6 +7,8 @@ from math import prod
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
+    AffineMapAttr,
+    AffineSetAttr,
     BFloat16Type,
     DenseArrayBase,
     Float16Type,
@@ -18,6 +20,7 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir.affine import AffineMap, AffineSet
 from xdsl.irdl import IRDLOperation, prop_def
 from xdsl.pattern_rewriter import RewritePattern
 from xdsl.traits import HasCanonicalizationPatternsTrait
@@ -57,6 +60,14 @@ def element_type(value: SSAValue) -> Attribute:
 def tensor_like(value: SSAValue, shape: Sequence[int]) -> TensorType:
     """Builds a tensor of `shape` with the element type of tensor `value`."""
     return tensor(shape, element_type(value))
+
+
+def access_properties(map: AffineMap, guard: AffineSet | None = None) -> dict[str, Attribute]:
+    """The `map` and optional `guard` properties of an access (`tg.view`, `kernel.load`)."""
+    props: dict[str, Attribute] = {"map": AffineMapAttr(map)}
+    if guard is not None:
+        props["guard"] = AffineSetAttr(guard)
+    return props
 
 
 def i64_array(values: Sequence[int]) -> DenseArrayBase:

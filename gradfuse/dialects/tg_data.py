@@ -32,6 +32,7 @@ from xdsl.traits import ConstantLike, Pure
 from gradfuse.dialects.tg_base import (
     TgCanonicalize,
     TgOp,
+    access_properties,
     fmt_shape,
     i64_array,
     ints,
@@ -293,13 +294,10 @@ class ViewAccessOp(ViewOp):
     def __init__(
         self, input: SSAValue, map: AffineMap, shape: Sequence[int], guard: AffineSet | None = None
     ):
-        props: dict[str, Attribute] = {"map": AffineMapAttr(map)}
-        if guard is not None:
-            props["guard"] = AffineSetAttr(guard)
         super().__init__(
             operands=[input],
             result_types=[tensor_like(input, shape)],
-            properties=props,
+            properties=access_properties(map, guard),
         )
 
     def verify_(self) -> None:

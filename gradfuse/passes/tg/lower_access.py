@@ -19,8 +19,7 @@ from typing import Any
 
 from xdsl.context import Context
 from xdsl.dialects import builtin
-from xdsl.dialects.builtin import AffineMapAttr, AffineSetAttr
-from xdsl.ir import Attribute, Operation
+from xdsl.ir import Operation
 from xdsl.ir.affine import AffineMap, AffineSet
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -31,7 +30,7 @@ from xdsl.pattern_rewriter import (
 
 from gradfuse import affine
 from gradfuse.dialects import tg
-from gradfuse.dialects.tg_base import ints, shape_of
+from gradfuse.dialects.tg_base import access_properties, ints, shape_of
 from gradfuse.dialects.tg_builder import element_type, tensor_type
 from gradfuse.passes.lib.op_facts import rewrite_walker
 
@@ -52,9 +51,7 @@ def _replace_with_view(
     if guard is None and source.type == op.results[0].type and _is_identity(map, shape):
         rewriter.replace(op, [], [source])
     else:
-        props: dict[str, Attribute] = {"map": AffineMapAttr(map)}  # as its constructor does
-        if guard is not None:
-            props["guard"] = AffineSetAttr(guard)
+        props = access_properties(map, guard)  # as its constructor does
         ty = tensor_type(shape, element_type(source))
         view = tg.ViewAccessOp.create(operands=[source], result_types=[ty], properties=props)
         view.location = op.location
