@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from functools import lru_cache
 from math import prod
 from typing import ClassVar
 
@@ -14,6 +16,7 @@ from xdsl.dialects.builtin import (
     Float16Type,
     Float32Type,
     Float64Type,
+    FloatAttr,
     IntegerAttr,
     IntegerType,
     TensorType,
@@ -68,6 +71,20 @@ def access_properties(map: AffineMap, guard: AffineSet | None = None) -> dict[st
     if guard is not None:
         props["guard"] = AffineSetAttr(guard)
     return props
+
+
+def scalar_attr(value: int | float, ty: Attribute) -> Attribute:
+    """A shared `FloatAttr` (float `value`) or `IntegerAttr` of type `ty` (constants repeat)."""
+    if isinstance(value, float):  # 0.0 == -0.0, but they are different attributes
+        return _scalar_attr(value, ty, math.copysign(1.0, value))
+    return _scalar_attr(value, ty, None)
+
+
+@lru_cache(maxsize=4096, typed=True)
+def _scalar_attr(value: int | float, ty: Attribute, sign: float | None) -> Attribute:
+    if isinstance(value, float):
+        return FloatAttr(value, ty)  # type: ignore[arg-type]
+    return IntegerAttr(value, ty)  # type: ignore[arg-type]
 
 
 def i64_array(values: Sequence[int]) -> DenseArrayBase:
