@@ -186,7 +186,8 @@ class KernelBuilder:
             lid = gid
         else:
             lid = self.add(fast.index_op(arith.SubiOp, gid, self.const(start), flags=True))
-        self.lower_kernel(k, lid, args)
+        point = self.delinearize(lid, k.domain_sizes[: k.num_parallel], k.location)
+        self.lower_kernel_at(k, point, args)
         self.add(fast.scf_yield())
         if rest:
             self.block = else_block
@@ -212,15 +213,11 @@ class KernelBuilder:
 
     # --- kernel bodies ---------------------------------------------------------------
 
-    def lower_kernel(self, k: kd.KernelOp, lid: SSAValue, args: dict[SSAValue, SSAValue]) -> None:
-        """The body of `k` at parallel point `lid`: reduction loops, then the epilogue."""
-        point = self.delinearize(lid, k.domain_sizes[: k.num_parallel], k.location)
-        self.lower_kernel_at(k, point, args)
-
     def lower_kernel_at(
         self, k: kd.KernelOp, point: list[SSAValue], args: dict[SSAValue, SSAValue]
     ) -> None:
-        """The body of `k` at the parallel indices `point`."""
+        """The body of `k` at the parallel indices `point`: reduction loops, then the
+        epilogue."""
         npar, sizes = k.num_parallel, k.domain_sizes
         block_args = k.body.block.args  # one index per domain dim, then the buffers
         index_args = block_args[: len(sizes)]
