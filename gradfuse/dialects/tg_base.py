@@ -162,6 +162,13 @@ class TgOp(IRDLOperation):
             raise self.fail(f"{what} must be a tensor, got {value.type}")
         return value.type
 
+    def check_dim(self, rank: int) -> int:
+        """The op's `dim` property, which must lie within `rank`."""
+        dim = self.dim.value.data  # type: ignore[attr-defined]
+        if not 0 <= dim < rank:
+            raise self.fail(f"dim {dim} is outside rank {rank}")
+        return dim
+
     def expect_splat(self, what: str, value: float, ty: Attribute) -> None:
         """A splat value of an `i1` tensor must be 0 or 1."""
         if isinstance(ty, TensorType) and ty.element_type == IntegerType(1) and value not in (0, 1):

@@ -232,8 +232,6 @@ class SoftmaxOp(TgOp):
         )
 
     def verify_(self) -> None:
-        rank = len(shape_of(self.input))
-        if not 0 <= self.dim.value.data < rank:
-            raise self.fail(f"dim {self.dim.value.data} is outside rank {rank}")
+        self.check_dim(len(shape_of(self.input)))
         if self.result.type != self.input.type:
             raise self.fail(f"result type {self.result.type} differs from {self.input.type}")

@@ -260,9 +260,8 @@ class ConcatOp(TgOp):
         if not self.inputs:
             raise self.fail("needs at least one input")
         shapes = [shape_of(v) for v in self.inputs]
-        dim, rank = self.dim.value.data, len(shapes[0])
-        if not 0 <= dim < rank:
-            raise self.fail(f"dim {dim} is outside rank {rank}")
+        rank = len(shapes[0])
+        dim = self.check_dim(rank)
         for s, v in zip(shapes, self.inputs):
             if len(s) != rank or any(
                 a != b for i, (a, b) in enumerate(zip(s, shapes[0])) if i != dim

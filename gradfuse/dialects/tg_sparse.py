@@ -28,12 +28,6 @@ class IndexedOp(TgOp):
 
     FLOAT_OPERANDS: ClassVar[bool] = True
 
-    def check_dim(self, rank: int) -> int:
-        dim = self.dim.value.data  # type: ignore[attr-defined]
-        if not 0 <= dim < rank:
-            raise self.fail(f"dim {dim} is outside rank {rank}")
-        return dim
-
     def check_index(self, index: SSAValue, other: Sequence[int], dim: int, what: str) -> None:
         shape = shape_of(index)
         if len(shape) != len(other):
