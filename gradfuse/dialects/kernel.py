@@ -38,6 +38,7 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     MemRefType,
     StringAttr,
+    f32,
     i64,
 )
 from xdsl.ir import Block, Dialect, Operation, Region, SSAValue
@@ -325,8 +326,6 @@ class RandomOp(IRDLOperation):
     )
 
     def __init__(self, counter: SSAValue, map: AffineMap, seed: int):
-        from xdsl.dialects.builtin import f32
-
         super().__init__(
             operands=[counter],
             result_types=[f32],
