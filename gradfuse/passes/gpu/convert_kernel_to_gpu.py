@@ -52,19 +52,11 @@ from gradfuse.dialects import kernel as kd
 from gradfuse.dialects.kernel import ForOp, YieldOp
 from gradfuse.passes.kernel.plan_buffers import ALIGNMENT, align, nbytes
 from gradfuse.passes.lib import fast_ops as fast
-from gradfuse.passes.lib.gpu_func import build_gpu_func
+from gradfuse.passes.lib.gpu_func import build_gpu_func, launch_shape
 from gradfuse.passes.lib.rows_lowering import build_rows_func
 from gradfuse.passes.lib.tile_lowering import build_tiled_func, tile_sizes
 
 KERNEL_MODULE = "gradfuse_kernels"
-MAX_BLOCK = 256
-WARP = 32
-
-
-def launch_shape(threads: int) -> tuple[int, int]:
-    """(blocks, threads per block) for `threads` threads: 100 -> (1, 128), 1000 -> (4, 256)."""
-    block = min(MAX_BLOCK, max(WARP, -(-threads // WARP) * WARP))
-    return -(-threads // block), block
 
 
 def _symbol(prefix: str, key: str) -> str:
