@@ -38,9 +38,10 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     MemRefType,
     StringAttr,
+    f32,
     i64,
 )
-from xdsl.ir import Attribute, Block, Dialect, Region, SSAValue
+from xdsl.ir import Block, Dialect, Operation, Region, SSAValue
 from xdsl.ir.affine import AffineMap, AffineSet
 from xdsl.irdl import (
     AnyAttr,
@@ -63,16 +64,11 @@ from xdsl.traits import (
     NoTerminator,
     Pure,
 )
-from xdsl.utils.exceptions import VerifyException
 
-from gradfuse.dialects.tg_base import i64_array, ints
+from gradfuse.dialects.tg_base import access_properties, fail, i64_array, ints
 
 KINDS = ("elementwise", "reduction", "contraction")
 REDUCTIONS = ("add", "max")
-
-
-def _fail(op: IRDLOperation, message: str) -> VerifyException:
-    return VerifyException(f"{op.name}: {message}")
 
 
 @irdl_op_definition
@@ -124,35 +120,46 @@ class KernelOp(IRDLOperation):
     def buffer_args(self) -> tuple[SSAValue, ...]:
         return tuple(self.body.block.args[len(self.domain_sizes) :])
 
+    def phases(self) -> tuple[list[Operation], list[ReduceOp], list[Operation]]:
+        """The body's prologue, its `kernel.reduce`s and its epilogue (all the ops when
+        there is no reduce)."""
+        ops = list(self.body.block.ops)
+        reduces = [i for i, op in enumerate(ops) if isinstance(op, ReduceOp)]
+        if not reduces:
+            return [], [], ops
+        first, split = reduces[0], reduces[-1] + 1
+        reds = [op for op in ops[first:split] if isinstance(op, ReduceOp)]
+        return ops[:first], reds, ops[split:]
+
     def verify_(self) -> None:
         if self.kind.data not in KINDS:
-            raise _fail(self, f"kind must be one of {', '.join(KINDS)}, got {self.kind.data}")
+            raise fail(self, f"kind must be one of {', '.join(KINDS)}, got {self.kind.data}")
         dims = self.domain_sizes
         if not 0 <= self.num_parallel <= len(dims) or any(d < 1 for d in dims):
-            raise _fail(self, f"bad domain {list(dims)} with {self.num_parallel} parallel dims")
+            raise fail(self, f"bad domain {list(dims)} with {self.num_parallel} parallel dims")
         args = self.body.block.args
         want = [IndexType()] * len(dims) + [b.type for b in self.buffers]
         if [a.type for a in args] != want:
-            raise _fail(self, "body arguments must be one index per domain dim, then the buffers")
+            raise fail(self, "body arguments must be one index per domain dim, then the buffers")
         reduced = self.num_parallel < len(dims)
         ops = list(self.body.block.ops)
         reduces = [i for i, op in enumerate(ops) if isinstance(op, ReduceOp)]
         if reduced != bool(reduces):
-            raise _fail(self, "a kernel has kernel.reduce ops exactly when it has reduction dims")
+            raise fail(self, "a kernel has kernel.reduce ops exactly when it has reduction dims")
         split = reduces[-1] + 1 if reduces else 0
         prologue = set(ops[: reduces[0]] if reduces else [])
         for i, op in enumerate(ops):
             if reduces and reduces[0] <= i < split and not isinstance(op, ReduceOp):
-                raise _fail(
+                raise fail(
                     self, "kernel.reduce ops must stand together between prologue and epilogue"
                 )
             epilogue = i >= split
             if isinstance(op, LoadOp | StoreOp | GatherOp | ScatterAddOp | RandomOp):
                 rank = self.num_parallel if epilogue else len(dims)
                 if op.map.data.num_dims != rank:
-                    raise _fail(op, f"access map {op.map.data} must take {rank} dims here")
+                    raise fail(op, f"access map {op.map.data} must take {rank} dims here")
             if epilogue and any(o.owner in prologue for o in op.operands):
-                raise _fail(op, "an epilogue op may only use reductions, not prologue values")
+                raise fail(op, "an epilogue op may only use reductions, not prologue values")
 
 
 @irdl_op_definition
@@ -175,18 +182,26 @@ class GroupOp(IRDLOperation):
     def verify_(self) -> None:
         for op in self.body.block.ops:
             if not isinstance(op, KernelOp):
-                raise _fail(self, f"may only hold kernel.kernel ops, found {op.name}")
+                raise fail(self, f"may only hold kernel.kernel ops, found {op.name}")
 
 
 class _AccessOp(IRDLOperation):
-    def verify_map(self, buffer: SSAValue) -> None:
-        assert isinstance(buffer.type, MemRefType)
-        if len(self.map.data.results) != buffer.type.get_num_dims():  # type: ignore[attr-defined]
-            raise _fail(
+    """A read or write of `buffer` through `map`; an indexed one (gather, scatter_add)
+    takes the value of its `index` operand as the map's one symbol s0."""
+
+    INDEXED: ClassVar[bool] = False
+
+    def verify_(self) -> None:
+        buffer, map = self.buffer.type, self.map.data  # type: ignore[attr-defined]
+        assert isinstance(buffer, MemRefType)
+        if len(map.results) != buffer.get_num_dims():
+            raise fail(
                 self,
-                f"access map {self.map.data} gives {len(self.map.data.results)} indices"  # type: ignore[attr-defined]
-                f" for a rank-{buffer.type.get_num_dims()} buffer",
+                f"access map {map} gives {len(map.results)} indices"
+                f" for a rank-{buffer.get_num_dims()} buffer",
             )
+        if self.INDEXED and map.num_symbols != 1:
+            raise fail(self, "the access map needs one symbol (s0) for the index")
 
 
 @irdl_op_definition
@@ -209,22 +224,17 @@ class LoadOp(_AccessOp):
     def build_fast(cls, buffer: SSAValue, map: AffineMap, guard: AffineSet | None = None) -> LoadOp:
         """The same as the constructor, without its generic argument checks (hot path)."""
         assert isinstance(buffer.type, MemRefType)
-        props: dict[str, Attribute] = {"map": AffineMapAttr(map)}
-        if guard is not None:
-            props["guard"] = AffineSetAttr(guard)
-        return cls.create(operands=[buffer], result_types=[buffer.type.element_type], properties=props)
-
-    def __init__(self, buffer: SSAValue, map: AffineMap, guard: AffineSet | None = None):
-        assert isinstance(buffer.type, MemRefType)
-        props: dict[str, Attribute] = {"map": AffineMapAttr(map)}
-        if guard is not None:
-            props["guard"] = AffineSetAttr(guard)
-        super().__init__(
+        props = access_properties(map, guard)
+        return cls.create(
             operands=[buffer], result_types=[buffer.type.element_type], properties=props
         )
 
-    def verify_(self) -> None:
-        self.verify_map(self.buffer)
+    def __init__(self, buffer: SSAValue, map: AffineMap, guard: AffineSet | None = None):
+        assert isinstance(buffer.type, MemRefType)
+        props = access_properties(map, guard)
+        super().__init__(
+            operands=[buffer], result_types=[buffer.type.element_type], properties=props
+        )
 
 
 @irdl_op_definition
@@ -244,9 +254,6 @@ class StoreOp(_AccessOp):
     def __init__(self, value: SSAValue, buffer: SSAValue, map: AffineMap):
         super().__init__(operands=[value, buffer], properties={"map": AffineMapAttr(map)})
 
-    def verify_(self) -> None:
-        self.verify_map(self.buffer)
-
 
 @irdl_op_definition
 class GatherOp(_AccessOp):
@@ -257,6 +264,7 @@ class GatherOp(_AccessOp):
     """
 
     name = "kernel.gather"
+    INDEXED: ClassVar[bool] = True
     buffer = operand_def(MemRefType)
     index = operand_def()
     map = prop_def(AffineMapAttr)
@@ -275,11 +283,6 @@ class GatherOp(_AccessOp):
             properties={"map": AffineMapAttr(map)},
         )
 
-    def verify_(self) -> None:
-        self.verify_map(self.buffer)
-        if self.map.data.num_symbols != 1:
-            raise _fail(self, "the access map needs one symbol (s0) for the index")
-
 
 @irdl_op_definition
 class ScatterAddOp(_AccessOp):
@@ -289,6 +292,7 @@ class ScatterAddOp(_AccessOp):
     """
 
     name = "kernel.scatter_add"
+    INDEXED: ClassVar[bool] = True
     value = operand_def()
     buffer = operand_def(MemRefType)
     index = operand_def()
@@ -301,11 +305,6 @@ class ScatterAddOp(_AccessOp):
 
     def __init__(self, value: SSAValue, buffer: SSAValue, map: AffineMap, index: SSAValue):
         super().__init__(operands=[value, buffer, index], properties={"map": AffineMapAttr(map)})
-
-    def verify_(self) -> None:
-        self.verify_map(self.buffer)
-        if self.map.data.num_symbols != 1:
-            raise _fail(self, "the access map needs one symbol (s0) for the index")
 
 
 @irdl_op_definition
@@ -327,8 +326,6 @@ class RandomOp(IRDLOperation):
     )
 
     def __init__(self, counter: SSAValue, map: AffineMap, seed: int):
-        from xdsl.dialects.builtin import f32
-
         super().__init__(
             operands=[counter],
             result_types=[f32],
@@ -337,7 +334,7 @@ class RandomOp(IRDLOperation):
 
     def verify_(self) -> None:
         if len(self.map.data.results) != 1:
-            raise _fail(self, "the map gives the one linear element index")
+            raise fail(self, "the map gives the one linear element index")
 
 
 @irdl_op_definition
@@ -362,7 +359,7 @@ class ReduceOp(IRDLOperation):
 
     def verify_(self) -> None:
         if self.kind.data not in REDUCTIONS:
-            raise _fail(self, f"kind must be add or max, got {self.kind.data}")
+            raise fail(self, f"kind must be add or max, got {self.kind.data}")
 
 
 from gradfuse.dialects.kernel_host import (  # noqa: E402
@@ -382,22 +379,9 @@ LAUNCH_GROUPS = (GroupOp, RowsOp)
 KERNEL = Dialect(
     "kernel",
     [
-        KernelOp,
-        GroupOp,
-        RowsOp,
-        LoadOp,
-        StoreOp,
-        GatherOp,
-        ScatterAddOp,
-        RandomOp,
-        ReduceOp,
-        ParamOp,
-        AllocOp,
-        ConstantOp,
-        FeedOp,
-        ReceiveOp,
-        ForOp,
-        YieldOp,
-    ],  # fmt: skip
+        KernelOp, GroupOp, RowsOp,  # launches
+        LoadOp, StoreOp, GatherOp, ScatterAddOp, RandomOp, ReduceOp,  # kernel bodies
+        ParamOp, AllocOp, ConstantOp, FeedOp, ReceiveOp, ForOp, YieldOp,  # host code
+    ],
     [],
-)
+)  # fmt: skip

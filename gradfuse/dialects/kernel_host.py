@@ -21,7 +21,6 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     MemRefType,
     StringAttr,
-    i64,
 )
 from xdsl.ir import Attribute, Block, Region, SSAValue
 from xdsl.irdl import (
@@ -44,7 +43,8 @@ from xdsl.traits import (
     Pure,
     RecursiveMemoryEffect,
 )
-from xdsl.utils.exceptions import VerifyException
+
+from gradfuse.dialects.tg_base import CountedLoop, fail
 
 
 @irdl_op_definition
@@ -153,7 +153,7 @@ class YieldOp(IRDLOperation):
 
 
 @irdl_op_definition
-class ForOp(IRDLOperation):
+class ForOp(CountedLoop):
     """Runs its body (host ops and launches) for `lower <= i < upper` by `step`.
 
     The body's one argument is the induction variable; it ends with `kernel.yield`:
@@ -168,35 +168,23 @@ class ForOp(IRDLOperation):
     """
 
     name = "kernel.for"
-    lower = prop_def(IntegerAttr)
-    upper = prop_def(IntegerAttr)
-    step = prop_def(IntegerAttr)
     body = region_def("single_block")
     traits = traits_def(RecursiveMemoryEffect())
 
     def __init__(self, lower: int, upper: int, step: int, body: Region | None = None):
         super().__init__(
             regions=[body or Region(Block(arg_types=[IndexType()]))],
-            properties={
-                "lower": IntegerAttr(lower, i64),
-                "upper": IntegerAttr(upper, i64),
-                "step": IntegerAttr(step, i64),
-            },
+            properties=self.bound_properties(lower, upper, step),
         )
 
-    @property
-    def trip_count(self) -> int:
-        lo, hi, st = self.lower.value.data, self.upper.value.data, self.step.value.data
-        return max(0, -(-(hi - lo) // st))
-
     def verify_(self) -> None:
-        if self.step.value.data < 1:
-            raise VerifyException(f"kernel.for: step must be positive, got {self.step.value.data}")
+        self.verify_step()
         block = self.body.block
         if [a.type for a in block.args] != [IndexType()]:
-            raise VerifyException(
-                "kernel.for: the body's one argument must be the induction variable (index),"
-                f" got {len(block.args)} arguments"
+            raise fail(
+                self,
+                "the body's one argument must be the induction variable (index),"
+                f" got {len(block.args)} arguments",
             )
         if not isinstance(block.last_op, YieldOp):
-            raise VerifyException("kernel.for: body must end with kernel.yield")
+            raise fail(self, "body must end with kernel.yield")

@@ -29,9 +29,8 @@ from xdsl.ir import Block, Region, SSAValue
 from xdsl.ir.affine import AffineDimExpr, AffineMap
 from xdsl.irdl import IRDLOperation, irdl_op_definition, prop_def, region_def, traits_def
 from xdsl.traits import MemoryWriteEffect, NoTerminator
-from xdsl.utils.exceptions import VerifyException
 
-from gradfuse.dialects.tg_base import i64_array, ints
+from gradfuse.dialects.tg_base import fail, i64_array, ints
 
 _READS = ("kernel.load", "kernel.gather")
 _WRITES = ("kernel.store", "kernel.scatter_add")
@@ -147,7 +146,7 @@ class RowsOp(IRDLOperation):
 
     def verify_(self) -> None:
         if not self.row_sizes or any(r < 1 for r in self.row_sizes):
-            raise VerifyException(f"{self.name}: bad rows {list(self.row_sizes)}")
+            raise fail(self, f"bad rows {list(self.row_sizes)}")
         why = row_conflict(list(self.body.block.ops), self.row_sizes)
         if why is not None:
-            raise VerifyException(f"{self.name}: {why}")
+            raise fail(self, why)

@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from functools import lru_cache
 from math import prod
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
+    AffineMapAttr,
+    AffineSetAttr,
     BFloat16Type,
     DenseArrayBase,
     Float16Type,
     Float32Type,
     Float64Type,
+    FloatAttr,
+    IntegerAttr,
     IntegerType,
     TensorType,
     i64,
 )
-from xdsl.ir import Attribute, SSAValue
-from xdsl.irdl import IRDLOperation
+from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir.affine import AffineMap, AffineSet
+from xdsl.irdl import IRDLOperation, prop_def
 from xdsl.pattern_rewriter import RewritePattern
 from xdsl.traits import HasCanonicalizationPatternsTrait
 from xdsl.utils.exceptions import VerifyException
@@ -44,6 +51,40 @@ def fmt_shape(shape: Sequence[int]) -> str:
 def tensor(shape: Sequence[int], element: Attribute | None = None) -> TensorType:
     """Builds `tensor<shape x element>` (f32 by default)."""
     return TensorType(element or Float32Type(), list(shape))
+
+
+def element_type(value: SSAValue) -> Attribute:
+    """The element type of a tensor value (`f32` for `tensor<2x3xf32>`)."""
+    ty = value.type
+    assert isinstance(ty, TensorType)
+    return ty.element_type
+
+
+def tensor_like(value: SSAValue, shape: Sequence[int]) -> TensorType:
+    """Builds a tensor of `shape` with the element type of tensor `value`."""
+    return tensor(shape, element_type(value))
+
+
+def access_properties(map: AffineMap, guard: AffineSet | None = None) -> dict[str, Attribute]:
+    """The `map` and optional `guard` properties of an access (`tg.view`, `kernel.load`)."""
+    props: dict[str, Attribute] = {"map": AffineMapAttr(map)}
+    if guard is not None:
+        props["guard"] = AffineSetAttr(guard)
+    return props
+
+
+def scalar_attr(value: int | float, ty: Attribute) -> Attribute:
+    """A shared `FloatAttr` (float `value`) or `IntegerAttr` of type `ty` (constants repeat)."""
+    if isinstance(value, float):  # 0.0 == -0.0, but they are different attributes
+        return _scalar_attr(value, ty, math.copysign(1.0, value))
+    return _scalar_attr(value, ty, None)
+
+
+@lru_cache(maxsize=4096, typed=True)
+def _scalar_attr(value: int | float, ty: Attribute, sign: float | None) -> Attribute:
+    if isinstance(value, float):
+        return FloatAttr(value, ty)  # type: ignore[arg-type]
+    return IntegerAttr(value, ty)  # type: ignore[arg-type]
 
 
 def i64_array(values: Sequence[int]) -> DenseArrayBase:
@@ -80,6 +121,11 @@ def tensor_type_problem(ty: Attribute) -> str | None:
     return None
 
 
+def fail(op: Operation, message: str) -> VerifyException:
+    """A verifier error that names the op: `tg.dot: inner dimensions differ: 2x3 @ 4x5`."""
+    return VerifyException(f"{op.name}: {message}")
+
+
 class TgOp(IRDLOperation):
     """Base of all tg ops: helpers that make verifier messages name the op.
 
@@ -105,7 +151,7 @@ class TgOp(IRDLOperation):
         super().verify(verify_nested_ops)
 
     def fail(self, message: str) -> VerifyException:
-        return VerifyException(f"{self.name}: {message}")
+        return fail(self, message)
 
     def expect_shape(self, what: str, got: Sequence[int], want: Sequence[int]):
         if tuple(got) != tuple(want):
@@ -115,6 +161,49 @@ class TgOp(IRDLOperation):
         if not isinstance(value.type, TensorType):
             raise self.fail(f"{what} must be a tensor, got {value.type}")
         return value.type
+
+    def check_dim(self, rank: int) -> int:
+        """The op's `dim` property, which must lie within `rank`."""
+        dim = self.dim.value.data  # type: ignore[attr-defined]
+        if not 0 <= dim < rank:
+            raise self.fail(f"dim {dim} is outside rank {rank}")
+        return dim
+
+    def expect_splat(self, what: str, value: float, ty: Attribute) -> None:
+        """A splat value of an `i1` tensor must be 0 or 1."""
+        if isinstance(ty, TensorType) and ty.element_type == IntegerType(1) and value not in (0, 1):
+            raise self.fail(f"{what} of an i1 tensor must be 0 or 1, got {value}")
+
+
+class CountedLoop(IRDLOperation):
+    """The bounds of a counted loop `lower <= i < upper` by `step`: `tg.for` and `kernel.for`."""
+
+    lower = prop_def(IntegerAttr)
+    upper = prop_def(IntegerAttr)
+    step = prop_def(IntegerAttr)
+
+    @staticmethod
+    def bound_properties(lower: int, upper: int, step: int) -> dict[str, Attribute]:
+        """The `lower`, `upper` and `step` properties of a loop."""
+        return {
+            "lower": IntegerAttr(lower, i64),
+            "upper": IntegerAttr(upper, i64),
+            "step": IntegerAttr(step, i64),
+        }
+
+    @property
+    def bounds(self) -> tuple[int, int, int]:
+        """(lower, upper, step)."""
+        return self.lower.value.data, self.upper.value.data, self.step.value.data
+
+    @property
+    def trip_count(self) -> int:
+        lo, hi, st = self.bounds
+        return max(0, -(-(hi - lo) // st))
+
+    def verify_step(self) -> None:
+        if self.step.value.data < 1:
+            raise fail(self, f"step must be positive, got {self.step.value.data}")
 
 
 ELEMENT_TYPES: dict[str, Attribute] = {

@@ -121,11 +121,6 @@ class TgBuilder(ShapeBuilder):
         ty = tensor_type(shape_of(x), element)
         return self.emit(C.CastOp.create(operands=[x], result_types=[ty]))
 
-    def mask_to_float(self, mask: SSAValue, like: SSAValue) -> SSAValue:
-        """An i1 mask as 1.0 / 0.0 in the element type of `like`."""
-        assert element_type(mask) == i1
-        return self.cast(mask, element_type(like))
-
     def compare_ne(self, a: Operand, b: Operand, element: Attribute) -> SSAValue:
         """The mask `a != b`: `0.5 < cast(a < b) + cast(b < a)` (casts to `element`)."""
         lt, gt = self.cmplt(a, b), self.cmplt(b, a)

@@ -15,29 +15,19 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
 
-from xdsl.dialects.builtin import DenseArrayBase, FloatAttr, TensorType, f64
+from xdsl.dialects.builtin import DenseArrayBase, TensorType, f64
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from gradfuse.dialects import tg_compute as C
 from gradfuse.dialects import tg_data as D
-from gradfuse.dialects.tg_base import fmt_shape, i64_array, shape_of, tensor
-
-
-def element_type(value: SSAValue) -> Attribute:
-    """The element type of a tensor value (`f32` for `tensor<2x3xf32>`)."""
-    ty = value.type
-    assert isinstance(ty, TensorType)
-    return ty.element_type
-
-
-def _f64(value: float) -> FloatAttr:
-    """The f64 `FloatAttr` of a splat `tg.constant` (shared: constants repeat)."""
-    return _f64_signed(value, math.copysign(1.0, value))  # 0.0 == -0.0 as keys
-
-
-@lru_cache(maxsize=1024)
-def _f64_signed(value: float, sign: float) -> FloatAttr:
-    return FloatAttr(value, f64)
+from gradfuse.dialects.tg_base import (
+    element_type,
+    fmt_shape,
+    i64_array,
+    scalar_attr,
+    shape_of,
+    tensor,
+)
 
 
 @lru_cache(maxsize=4096)
@@ -72,7 +62,7 @@ class ShapeBuilder:
         """A splat `tg.constant` of the type of `like` (a value or a tensor type)."""
         ty = like.type if isinstance(like, SSAValue) else like
         assert isinstance(ty, TensorType)
-        attr = _f64(float(value))
+        attr = scalar_attr(float(value), f64)
         return self.emit(D.ConstantOp.create(result_types=[ty], properties={"value": attr}))
 
     def zeros_like(self, value: SSAValue) -> SSAValue:

@@ -40,6 +40,7 @@ from gradfuse.dialects.tg_base import (
     ints,
     shape_of,
     tensor,
+    tensor_like,
 )
 from gradfuse.dialects.tg_elementwise import BinaryOp, UnaryOp
 
@@ -145,11 +146,7 @@ class DotOp(TgOp):
 
     def __init__(self, lhs: SSAValue, rhs: SSAValue):
         a, b = shape_of(lhs), shape_of(rhs)
-        ty = lhs.type
-        assert isinstance(ty, TensorType)
-        super().__init__(
-            operands=[lhs, rhs], result_types=[tensor(a[:-1] + b[-1:], ty.element_type)]
-        )
+        super().__init__(operands=[lhs, rhs], result_types=[tensor_like(lhs, a[:-1] + b[-1:])])
 
     def verify_(self) -> None:
         a, b = shape_of(self.lhs), shape_of(self.rhs)
@@ -178,11 +175,9 @@ class ReduceOp(TgOp):
     def __init__(self, input: SSAValue, dims: Sequence[int]):
         shape = shape_of(input)
         kept = [d for i, d in enumerate(shape) if i not in dims]
-        ty = input.type
-        assert isinstance(ty, TensorType)
         super().__init__(
             operands=[input],
-            result_types=[tensor(kept, ty.element_type)],
+            result_types=[tensor_like(input, kept)],
             properties={"dims": i64_array(sorted(dims))},
         )
 
@@ -237,8 +232,6 @@ class SoftmaxOp(TgOp):
         )
 
     def verify_(self) -> None:
-        rank = len(shape_of(self.input))
-        if not 0 <= self.dim.value.data < rank:
-            raise self.fail(f"dim {self.dim.value.data} is outside rank {rank}")
+        self.check_dim(len(shape_of(self.input)))
         if self.result.type != self.input.type:
             raise self.fail(f"result type {self.result.type} differs from {self.input.type}")

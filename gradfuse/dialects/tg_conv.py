@@ -17,7 +17,7 @@ from xdsl.ir import SSAValue
 from xdsl.irdl import irdl_op_definition, operand_def, prop_def, result_def, traits_def
 from xdsl.traits import Pure
 
-from gradfuse.dialects.tg_base import TgOp, fmt_shape, i64_array, ints, shape_of, tensor
+from gradfuse.dialects.tg_base import TgOp, fmt_shape, i64_array, ints, shape_of, tensor_like
 
 
 @dataclass(frozen=True)
@@ -38,15 +38,13 @@ class ConvGeometry:
 
     @property
     def oh(self) -> int:
-        return (self.h + 2 * self.padding[0] - self.dilation[0] * (self.kh - 1) - 1) // self.stride[
-            0
-        ] + 1
+        span = self.dilation[0] * (self.kh - 1) + 1
+        return (self.h + 2 * self.padding[0] - span) // self.stride[0] + 1
 
     @property
     def ow(self) -> int:
-        return (self.w + 2 * self.padding[1] - self.dilation[1] * (self.kw - 1) - 1) // self.stride[
-            1
-        ] + 1
+        span = self.dilation[1] * (self.kw - 1) + 1
+        return (self.w + 2 * self.padding[1] - span) // self.stride[1] + 1
 
     @property
     def cg(self) -> int:
@@ -75,6 +73,15 @@ class ConvOp(TgOp):
         if len(values) != 2:
             raise self.fail(f"{name} needs 2 values, got {list(values)}")
         return values[0], values[1]
+
+    def conv_geometry(self, image: SSAValue) -> ConvGeometry:
+        """The conv2d of input `image` with this op's weight and properties."""
+        n, c, h, w = shape_of(image)
+        o, _, kh, kw = shape_of(self.weight)
+        return ConvGeometry(
+            n, c, h, w, o, kh, kw, self.pair("stride"), self.pair("padding"),
+            self.pair("dilation"), self.groups.value.data,
+        )  # fmt: skip
 
     def check_common(self) -> tuple[tuple[int, ...], tuple[int, ...], int]:
         x, w = shape_of(self.input), shape_of(self.weight)
@@ -124,18 +131,13 @@ class Conv2dOp(ConvOp):
         )  # type: ignore[arg-type]
         super().__init__(
             operands=[x, w],
-            result_types=[tensor((n, o, geo.oh, geo.ow), x.type.element_type)],  # type: ignore[attr-defined]
+            result_types=[tensor_like(x, (n, o, geo.oh, geo.ow))],
             properties=_props(stride, padding, dilation, groups),
         )
 
     @property
     def geometry(self) -> ConvGeometry:
-        n, c, h, w = shape_of(self.input)
-        o, _, kh, kw = shape_of(self.weight)
-        return ConvGeometry(
-            n, c, h, w, o, kh, kw, self.pair("stride"), self.pair("padding"),
-            self.pair("dilation"), self.groups.value.data,
-        )  # fmt: skip
+        return self.conv_geometry(self.input)
 
     def verify_(self) -> None:
         x, w, g = self.check_common()
@@ -179,19 +181,14 @@ class ConvTranspose2dOp(ConvOp):
         ow = (wd - 1) * stride[1] - 2 * padding[1] + dilation[1] * (kw - 1) + output_padding[1] + 1
         super().__init__(
             operands=[x, w],
-            result_types=[tensor((n, og * groups, oh, ow), x.type.element_type)],  # type: ignore[attr-defined]
+            result_types=[tensor_like(x, (n, og * groups, oh, ow))],
             properties=_props(stride, padding, dilation, groups, output_padding=output_padding),
         )
 
     @property
     def geometry(self) -> ConvGeometry:
         """The conv2d whose input gradient this is: its input is our result."""
-        n, c, h, w = shape_of(self.result)
-        i, _, kh, kw = shape_of(self.weight)
-        return ConvGeometry(
-            n, c, h, w, i, kh, kw, self.pair("stride"), self.pair("padding"),
-            self.pair("dilation"), self.groups.value.data,
-        )  # fmt: skip
+        return self.conv_geometry(self.result)
 
     def verify_(self) -> None:
         x, w, g = self.check_common()
@@ -242,7 +239,7 @@ class WindowsOp(TgOp):
         )  # type: ignore[arg-type]
         super().__init__(
             operands=[x],
-            result_types=[tensor((n, c, geo.oh, geo.ow, *kernel), x.type.element_type)],  # type: ignore[attr-defined]
+            result_types=[tensor_like(x, (n, c, geo.oh, geo.ow, *kernel))],
             properties={
                 "kernel": i64_array(kernel), "stride": i64_array(stride),
                 "padding": i64_array(padding), "dilation": i64_array(dilation),
@@ -254,10 +251,8 @@ class WindowsOp(TgOp):
         """A depthwise conv2d geometry with the same windows."""
         n, c, h, w = shape_of(self.input)
         kh, kw = ints(self.kernel)
-        return ConvGeometry(
-            n, c, h, w, c, kh, kw, tuple(ints(self.stride)), tuple(ints(self.padding)),  # type: ignore[arg-type]
-            tuple(ints(self.dilation)), c,  # type: ignore[arg-type]
-        )  # fmt: skip
+        pairs = ints(self.stride), ints(self.padding), ints(self.dilation)
+        return ConvGeometry(n, c, h, w, c, kh, kw, *pairs, c)  # type: ignore[arg-type]
 
     def verify_(self) -> None:
         x = shape_of(self.input)

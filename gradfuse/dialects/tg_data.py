@@ -14,7 +14,6 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     TensorType,
     f64,
-    i1,
     i64,
 )
 from xdsl.ir import Attribute, SSAValue
@@ -33,11 +32,12 @@ from xdsl.traits import ConstantLike, Pure
 from gradfuse.dialects.tg_base import (
     TgCanonicalize,
     TgOp,
+    access_properties,
     fmt_shape,
     i64_array,
     ints,
     shape_of,
-    tensor,
+    tensor_like,
 )
 
 
@@ -71,10 +71,8 @@ class ConstantOp(TgOp):
         return isinstance(self.value, FloatAttr)
 
     def verify_(self) -> None:
-        ty = self.result.type
-        if isinstance(self.value, FloatAttr) and isinstance(ty, TensorType):
-            if ty.element_type == i1 and self.value.value.data not in (0.0, 1.0):
-                raise self.fail(f"a splat of an i1 tensor must be 0 or 1, got {self.value.value.data}")
+        if isinstance(self.value, FloatAttr):
+            self.expect_splat("a splat", self.value.value.data, self.result.type)
         if isinstance(self.value, DenseIntOrFPElementsAttr):
             got = tuple(self.value.get_shape())
             self.expect_shape("dense value shape", got, shape_of(self.result))
@@ -103,7 +101,7 @@ class ReshapeOp(ViewOp):
     name = "tg.reshape"
 
     def __init__(self, input: SSAValue, shape: Sequence[int]):
-        super().__init__(operands=[input], result_types=[tensor(shape, input.type.element_type)])  # type: ignore[attr-defined]
+        super().__init__(operands=[input], result_types=[tensor_like(input, shape)])
 
     def verify_(self) -> None:
         self.verify_element_type()
@@ -128,7 +126,7 @@ class PermuteOp(ViewOp):
         shape = shape_of(input)
         super().__init__(
             operands=[input],
-            result_types=[tensor([shape[p] for p in perm], input.type.element_type)],  # type: ignore[attr-defined]
+            result_types=[tensor_like(input, [shape[p] for p in perm])],
             properties={"perm": i64_array(perm)},
         )
 
@@ -150,7 +148,7 @@ class BroadcastOp(ViewOp):
     name = "tg.broadcast"
 
     def __init__(self, input: SSAValue, shape: Sequence[int]):
-        super().__init__(operands=[input], result_types=[tensor(shape, input.type.element_type)])  # type: ignore[attr-defined]
+        super().__init__(operands=[input], result_types=[tensor_like(input, shape)])
 
     def verify_(self) -> None:
         self.verify_element_type()
@@ -180,7 +178,7 @@ class SliceOp(ViewOp):
         shape = [ceil((hi - lo) / st) for lo, hi, st in zip(starts, limits, strides)]
         super().__init__(
             operands=[input],
-            result_types=[tensor(shape, input.type.element_type)],  # type: ignore[attr-defined]
+            result_types=[tensor_like(input, shape)],
             properties={
                 "starts": i64_array(starts),
                 "limits": i64_array(limits),
@@ -219,7 +217,7 @@ class PadOp(ViewOp):
         shape = [n + lo + hi for n, lo, hi in zip(shape_of(input), low, high)]
         super().__init__(
             operands=[input],
-            result_types=[tensor(shape, input.type.element_type)],  # type: ignore[attr-defined]
+            result_types=[tensor_like(input, shape)],
             properties={
                 "low": i64_array(low),
                 "high": i64_array(high),
@@ -254,7 +252,7 @@ class ConcatOp(TgOp):
         shape[dim] = sum(s[dim] for s in shapes)
         super().__init__(
             operands=[inputs],
-            result_types=[tensor(shape, inputs[0].type.element_type)],  # type: ignore[attr-defined]
+            result_types=[tensor_like(inputs[0], shape)],
             properties={"dim": IntegerAttr(dim, i64)},
         )
 
@@ -262,9 +260,8 @@ class ConcatOp(TgOp):
         if not self.inputs:
             raise self.fail("needs at least one input")
         shapes = [shape_of(v) for v in self.inputs]
-        dim, rank = self.dim.value.data, len(shapes[0])
-        if not 0 <= dim < rank:
-            raise self.fail(f"dim {dim} is outside rank {rank}")
+        rank = len(shapes[0])
+        dim = self.check_dim(rank)
         for s, v in zip(shapes, self.inputs):
             if len(s) != rank or any(
                 a != b for i, (a, b) in enumerate(zip(s, shapes[0])) if i != dim
@@ -296,13 +293,10 @@ class ViewAccessOp(ViewOp):
     def __init__(
         self, input: SSAValue, map: AffineMap, shape: Sequence[int], guard: AffineSet | None = None
     ):
-        props: dict[str, Attribute] = {"map": AffineMapAttr(map)}
-        if guard is not None:
-            props["guard"] = AffineSetAttr(guard)
         super().__init__(
             operands=[input],
-            result_types=[tensor(shape, input.type.element_type)],  # type: ignore[attr-defined]
-            properties=props,
+            result_types=[tensor_like(input, shape)],
+            properties=access_properties(map, guard),
         )
 
     def verify_(self) -> None:

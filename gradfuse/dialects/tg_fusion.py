@@ -51,9 +51,8 @@ from xdsl.irdl import (
     var_result_def,
 )
 from xdsl.traits import HasParent, IsTerminator, Pure, RecursiveMemoryEffect
-from xdsl.utils.exceptions import VerifyException
 
-from gradfuse.dialects.tg_base import i64_array, ints
+from gradfuse.dialects.tg_base import fail, i64_array, ints
 from gradfuse.dialects.tg_data import ConstantOp, ViewAccessOp
 from gradfuse.dialects.tg_sparse import ScatterAddOp
 
@@ -158,37 +157,36 @@ class FusionOp(IRDLOperation):
     def verify_(self) -> None:
         domain, parallel = self.domain_sizes, self.parallel.value.data
         if self.kind.data not in KINDS:
-            raise self._fail(f"kind must be one of {', '.join(KINDS)}, got {self.kind.data}")
+            raise fail(self, f"kind must be one of {', '.join(KINDS)}, got {self.kind.data}")
         if not 0 <= parallel <= len(domain):
-            raise self._fail(f"parallel {parallel} is not within the domain's {len(domain)} dims")
+            raise fail(self, f"parallel {parallel} is not within the domain's {len(domain)} dims")
         if not isinstance(self.body.block.last_op, FusionYieldOp):
-            raise self._fail("body must end with tg.fusion_yield")
+            raise fail(self, "body must end with tg.fusion_yield")
         if [v.type for v in self.terminator.values] != [r.type for r in self.outs]:
-            raise self._fail("result types must equal the types of the yielded values")
+            raise fail(self, "result types must equal the types of the yielded values")
         scatters = [op for op in self.body.block.ops if isinstance(op, ScatterAddOp)]
         if len(scatters) != len(self.zeros):
-            raise self._fail(
+            raise fail(
+                self,
                 f"{len(scatters)} tg.scatter_add members need as many zeros operands,"
-                f" got {len(self.zeros)}"
+                f" got {len(self.zeros)}",
             )
         for op in self.members():
             self._verify_member(op, len(domain), parallel)
 
     def _verify_member(self, op: Operation, n: int, parallel: int) -> None:
         if isinstance(op, ConstantOp) and not op.is_splat:
-            raise self._fail("a tg.constant member (a fill) must be a splat")
+            raise fail(self, "a tg.constant member (a fill) must be a splat")
         map, prologue, operand_maps = self.member_maps(op)
         if map.num_dims != (n if prologue else parallel):
             where = "the domain" if prologue else "the parallel dims"
-            raise self._fail(
-                f"{op.name}: {MAP} {map} must map {where} ({n if prologue else parallel} dims)"
+            raise fail(
+                self,
+                f"{op.name}: {MAP} {map} must map {where} ({n if prologue else parallel} dims)",
             )
         for m in operand_maps or ():
             if m.num_dims != n:
-                raise self._fail(f"{op.name}: {OPERAND_MAPS} {m} must map the domain ({n} dims)")
-
-    def _fail(self, message: str) -> VerifyException:
-        return VerifyException(f"tg.fusion: {message}")
+                raise fail(self, f"{op.name}: {OPERAND_MAPS} {m} must map the domain ({n} dims)")
 
 
 def annotate(

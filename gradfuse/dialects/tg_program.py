@@ -9,14 +9,11 @@ from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
     FloatAttr,
     IndexType,
-    IntegerAttr,
     StringAttr,
     TensorType,
     f64,
-    i1,
-    i64,
 )
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.irdl import (
     irdl_op_definition,
     lazy_traits_def,
@@ -41,7 +38,7 @@ from xdsl.traits import (
 )
 
 from gradfuse.diagnostics import quote
-from gradfuse.dialects.tg_base import TgOp, shape_of
+from gradfuse.dialects.tg_base import CountedLoop, TgOp, shape_of
 
 
 class ParamEffects(MemoryEffect):
@@ -88,19 +85,13 @@ class ParamOp(TgOp):
         if isinstance(self.init, DenseIntOrFPElementsAttr):
             self.expect_shape("init shape", tuple(self.init.get_shape()), shape_of(self.result))
         if isinstance(self.init, FloatAttr):
-            check_splat(self, "init", self.init.value.data, self.result.type)
+            self.expect_splat("init", self.init.value.data, self.result.type)
         first = find_param(self, self.key.data)
         if first is not None and first.result.type != self.result.type:
             raise self.fail(
                 f"param {quote(self.key.data)} is read with two types:"
                 f" {first.result.type} and {self.result.type}"
             )
-
-
-def check_splat(op: TgOp, what: str, value: float, ty: Attribute) -> None:
-    """A splat value of an `i1` tensor must be 0 or 1."""
-    if isinstance(ty, TensorType) and ty.element_type == i1 and value not in (0.0, 1.0):
-        raise op.fail(f"{what} of an i1 tensor must be 0 or 1, got {value}")
 
 
 @irdl_op_definition
@@ -142,8 +133,6 @@ def find_param(op: Operation, key: str) -> ParamOp | None:
             if isinstance(inner, ParamOp) and inner.key.data == key:
                 return inner
     return None
-
-
 
 
 @irdl_op_definition
@@ -194,7 +183,7 @@ class YieldOp(TgOp):
 
 
 @irdl_op_definition
-class ForOp(TgOp):
+class ForOp(TgOp, CountedLoop):
     """Counted loop `lower <= i < upper` by `step`, with loop-carried tensors.
 
     The body's block arguments are the induction variable (`index`) and the
@@ -209,9 +198,6 @@ class ForOp(TgOp):
     """
 
     name = "tg.for"
-    lower = prop_def(IntegerAttr)
-    upper = prop_def(IntegerAttr)
-    step = prop_def(IntegerAttr)
     inits = var_operand_def(TensorType)
     results_ = var_result_def(TensorType)
     body = region_def("single_block")
@@ -231,21 +217,11 @@ class ForOp(TgOp):
             operands=[inits],
             result_types=[[v.type for v in inits]],
             regions=[body],
-            properties={
-                "lower": IntegerAttr(lower, i64),
-                "upper": IntegerAttr(upper, i64),
-                "step": IntegerAttr(step, i64),
-            },
+            properties=self.bound_properties(lower, upper, step),
         )
 
-    @property
-    def trip_count(self) -> int:
-        lo, hi, st = self.lower.value.data, self.upper.value.data, self.step.value.data
-        return max(0, -(-(hi - lo) // st))
-
     def verify_(self) -> None:
-        if self.step.value.data < 1:
-            raise self.fail(f"step must be positive, got {self.step.value.data}")
+        self.verify_step()
         block = self.body.block
         want = [IndexType(), *[v.type for v in self.inits]]
         got = [a.type for a in block.args]

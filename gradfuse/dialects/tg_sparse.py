@@ -20,19 +20,13 @@ from xdsl.ir import SSAValue
 from xdsl.irdl import irdl_op_definition, operand_def, prop_def, result_def, traits_def
 from xdsl.traits import Pure
 
-from gradfuse.dialects.tg_base import TgOp, fmt_shape, shape_of, tensor
+from gradfuse.dialects.tg_base import TgOp, fmt_shape, shape_of, tensor, tensor_like
 
 
 class IndexedOp(TgOp):
     """Shared checks of gather and scatter_add: `dim` in range, indices of floats."""
 
     FLOAT_OPERANDS: ClassVar[bool] = True
-
-    def check_dim(self, rank: int) -> int:
-        dim = self.dim.value.data  # type: ignore[attr-defined]
-        if not 0 <= dim < rank:
-            raise self.fail(f"dim {dim} is outside rank {rank}")
-        return dim
 
     def check_index(self, index: SSAValue, other: Sequence[int], dim: int, what: str) -> None:
         shape = shape_of(index)
@@ -63,7 +57,7 @@ class GatherOp(IndexedOp):
     def __init__(self, input: SSAValue, index: SSAValue, dim: int):
         super().__init__(
             operands=[input, index],
-            result_types=[tensor(shape_of(index), input.type.element_type)],  # type: ignore[attr-defined]
+            result_types=[tensor_like(input, shape_of(index))],
             properties={"dim": IntegerAttr(dim, i64)},
         )
 
@@ -91,7 +85,7 @@ class ScatterAddOp(IndexedOp):
     def __init__(self, index: SSAValue, src: SSAValue, dim: int, shape: Sequence[int]):
         super().__init__(
             operands=[index, src],
-            result_types=[tensor(shape, src.type.element_type)],  # type: ignore[attr-defined]
+            result_types=[tensor_like(src, shape)],
             properties={"dim": IntegerAttr(dim, i64)},
         )
 

@@ -50,21 +50,13 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import kernel as kd
 from gradfuse.dialects.kernel import ForOp, YieldOp
-from gradfuse.passes.kernel.plan_buffers import ALIGNMENT, nbytes
+from gradfuse.passes.kernel.plan_buffers import ALIGNMENT, align, nbytes
 from gradfuse.passes.lib import fast_ops as fast
-from gradfuse.passes.lib.gpu_func import build_gpu_func
+from gradfuse.passes.lib.gpu_func import build_gpu_func, launch_shape
 from gradfuse.passes.lib.rows_lowering import build_rows_func
 from gradfuse.passes.lib.tile_lowering import build_tiled_func, tile_sizes
 
 KERNEL_MODULE = "gradfuse_kernels"
-MAX_BLOCK = 256
-WARP = 32
-
-
-def launch_shape(threads: int) -> tuple[int, int]:
-    """(blocks, threads per block) for `threads` threads: 100 -> (1, 128), 1000 -> (4, 256)."""
-    block = min(MAX_BLOCK, max(WARP, -(-threads // WARP) * WARP))
-    return -(-threads // block), block
 
 
 def _symbol(prefix: str, key: str) -> str:
@@ -145,7 +137,7 @@ class HostLowering:
         entry = fn.body.block
         arena: SSAValue | None = None
         if offsets:
-            size = max(ALIGNMENT, -(-peak // ALIGNMENT) * ALIGNMENT)
+            size = max(ALIGNMENT, align(peak))
             alloc = memref.AllocOp.get(i8, ALIGNMENT, [size])
             alloc.location = fn.location
             Rewriter.insert_op(alloc, InsertPoint.at_start(entry))
@@ -256,7 +248,7 @@ class HostLowering:
         return [*consts.values(), launch]
 
     def loop(self, op: ForOp) -> list[Operation]:
-        bounds = [fast.constant(a.value.data) for a in (op.lower, op.upper, op.step)]
+        bounds = [fast.constant(v) for v in op.bounds]
         old = op.body.block
         body = Block(arg_types=[fast.INDEX])
         old.args[0].replace_all_uses_with(body.args[0])

@@ -147,26 +147,24 @@ class _FunctionFuser:
                 new.add_op(group)
 
     def host(self, op: Operation, new: Block) -> None:
+        """The host op over buffers that `op` becomes, at its location (a loop body's
+        `tg.yield` becomes the `kernel.yield` added after the body)."""
+        host: Operation
         if isinstance(op, tg.FeederOp):
-            buf = self.alloc(op.result, new)
-            feed = K.FeedOp(op.key.data, buf)
-            feed.location = op.location
-            new.add_op(feed)
+            host = K.FeedOp(op.key.data, self.alloc(op.result, new))
         elif isinstance(op, tg.ReceiverOp):
-            bufs = [self.materialized(v, new) for v in op.inputs]
-            recv = K.ReceiveOp(op.key.data, bufs)
-            recv.location = op.location
-            new.add_op(recv)
+            host = K.ReceiveOp(op.key.data, [self.materialized(v, new) for v in op.inputs])
         elif isinstance(op, tg.ForOp):
-            loop = K.ForOp(op.lower.value.data, op.upper.value.data, op.step.value.data)
-            loop.location = op.location
-            new.add_op(loop)
-            self.block(op.body.block, loop.body.block)
-            loop.body.block.add_op(K.YieldOp())
+            host = K.ForOp(*op.bounds)
         elif isinstance(op, func.ReturnOp):
-            ret = func.ReturnOp(*[self.materialized(v, new) for v in op.arguments])
-            ret.location = op.location
-            new.add_op(ret)
+            host = func.ReturnOp(*[self.materialized(v, new) for v in op.arguments])
+        else:
+            return
+        host.location = op.location
+        new.add_op(host)
+        if isinstance(op, tg.ForOp) and isinstance(host, K.ForOp):
+            self.block(op.body.block, host.body.block)
+            host.body.block.add_op(K.YieldOp())
 
     def alloc(self, value: SSAValue, new: Block) -> SSAValue:
         if value not in self.buffers:

@@ -36,7 +36,7 @@ from xdsl.passes import ModulePass
 
 from gradfuse.dialects import kernel as K
 from gradfuse.dialects.kernel_rows import RowAlignment, RowsOp
-from gradfuse.passes.lib.rows_lowering import MAX_BLOCK
+from gradfuse.passes.lib.gpu_func import MAX_BLOCK
 
 MAX_ROW_POINTS = 1024
 """The most parallel points a kernel may have in one row (a GPU block's threads x 4)."""

@@ -134,4 +134,3 @@ class KernelSqueezePass(ModulePass):
         for k in list(op.walk()):
             if isinstance(k, K.KernelOp):
                 squeeze(k)
-

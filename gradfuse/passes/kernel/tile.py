@@ -62,11 +62,9 @@ def tile_dims(k: K.KernelOp, tm: int, tn: int, tk: int) -> tuple[int, int] | Non
     sizes, npar = k.domain_sizes, k.num_parallel
     if k.kind.data != "contraction" or npar < 2 or npar == len(sizes) or prod(sizes[npar:]) < tk:
         return None
-    ops = list(k.body.block.ops)
-    first = next(i for i, op in enumerate(ops) if isinstance(op, K.ReduceOp))
     reduced = set(range(npar, len(sizes)))
     moving: list[set[int]] = []
-    for op in ops[:first]:
+    for op in k.phases()[0]:  # the prologue
         if isinstance(op, K.LoadOp):
             if load_dims(op) & reduced:
                 moving.append(load_dims(op))

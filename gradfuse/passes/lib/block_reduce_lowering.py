@@ -62,10 +62,7 @@ def lower_cooperative(
     loc = k.location
     sizes, npar = k.domain_sizes, k.num_parallel
     red, total = sizes[npar:], prod(sizes[npar:])
-    ops = list(k.body.block.ops)
-    first = next(i for i, op in enumerate(ops) if isinstance(op, kd.ReduceOp))
-    split = max(i for i, op in enumerate(ops) if isinstance(op, kd.ReduceOp)) + 1
-    reds = [op for op in ops[first:split] if isinstance(op, kd.ReduceOp)]
+    prologue, reds, epilogue = k.phases()
     inits = [b._init(r) for r in reds]
     body = Block(arg_types=[fast.INDEX, *[a.type for a in inits]])
     loop = fast.scf_for(b.const(0), b.const(-(-total // THREADS)), b.const(1), inits, body)
@@ -79,7 +76,7 @@ def lower_cooperative(
     vm.update(zip(k.body.block.args[:npar], row))
     point = [*row, *b.delinearize(clamped, red, loc)]
     vm.update(zip(k.body.block.args[npar : len(sizes)], point[npar:]))
-    for op in ops[:first]:
+    for op in prologue:
         if not isinstance(op, kd.StoreOp | kd.ScatterAddOp):
             b.lower_op(op, k, vm, point)
             continue
@@ -119,12 +116,12 @@ def lower_cooperative(
     b.add(gpu.BarrierOp(), loc)
     then = Block()
     b.block = then
-    epilogue: dict[SSAValue, SSAValue] = {a: args[a] for a in k.buffer_args}
-    epilogue.update(zip(k.body.block.args[:npar], row))
+    at_end: dict[SSAValue, SSAValue] = {a: args[a] for a in k.buffer_args}
+    at_end.update(zip(k.body.block.args[:npar], row))
     for r, partial in partials:
-        epilogue[r.result] = b.add(fast.load(partial, [b.const(0)]), loc)
-    for op in ops[split:]:
-        b.lower_op(op, k, epilogue, row)
+        at_end[r.result] = b.add(fast.load(partial, [b.const(0)]), loc)
+    for op in epilogue:
+        b.lower_op(op, k, at_end, row)
     b.add(fast.scf_yield())
     b.block = outer
     b.add(fast.scf_if(b.add(fast.cmpi(tid, b.const(0), "eq"), loc), then, None), loc)

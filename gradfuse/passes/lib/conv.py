@@ -45,6 +45,24 @@ def _ge(a: AffineExpr, b: int | AffineExpr) -> AffineConstraintExpr:
     return AffineConstraintExpr(GE, a, b if isinstance(b, AffineExpr) else AffineExpr.constant(b))
 
 
+def _inside(ih: AffineExpr, iw: AffineExpr, geo: ConvGeometry) -> list[AffineConstraintExpr]:
+    """`(ih, iw)` lies inside the (unpadded) input."""
+    h, w = AffineExpr.constant(geo.h - 1), AffineExpr.constant(geo.w - 1)
+    return [_ge(ih, 0), _ge(h, ih), _ge(iw, 0), _ge(w, iw)]
+
+
+def _on_output(ty: AffineExpr, tx: AffineExpr, geo: ConvGeometry) -> list[AffineConstraintExpr]:
+    """`(ty, tx)` is `(oh * sh, ow * sw)` for an output position `(oh, ow)`."""
+    last_y = AffineExpr.constant((geo.oh - 1) * geo.stride[0])
+    last_x = AffineExpr.constant((geo.ow - 1) * geo.stride[1])
+    zero = AffineExpr.constant(0)
+    return [
+        _ge(ty, 0), _ge(last_y, ty), _ge(tx, 0), _ge(last_x, tx),
+        AffineConstraintExpr(EQ, ty % geo.stride[0], zero),
+        AffineConstraintExpr(EQ, tx % geo.stride[1], zero),
+    ]  # fmt: skip
+
+
 def _view(
     e: Emitter, x: SSAValue, results: list[AffineExpr], shape: tuple[int, ...], guard=None
 ) -> SSAValue:
@@ -63,14 +81,8 @@ def _patches(e: Emitter, x: SSAValue, geo: ConvGeometry, transpose: bool) -> SSA
     c, kh, kw = unflatten(k, (geo.cg, geo.kh, geo.kw))
     ih = oh * geo.stride[0] + kh * geo.dilation[0] - geo.padding[0]
     iw = ow * geo.stride[1] + kw * geo.dilation[1] - geo.padding[1]
-    guard = [
-        _ge(ih, 0),
-        _ge(AffineExpr.constant(geo.h - 1), ih),
-        _ge(iw, 0),
-        _ge(AffineExpr.constant(geo.w - 1), iw),
-    ]
     shape = (geo.groups, k_size, m_size) if transpose else (geo.groups, m_size, k_size)
-    return _view(e, x, [n, d[0] * geo.cg + c, ih, iw], shape, guard)
+    return _view(e, x, [n, d[0] * geo.cg + c, ih, iw], shape, _inside(ih, iw, geo))
 
 
 def conv2d(e: Emitter, x: SSAValue, w: SSAValue, geo: ConvGeometry) -> SSAValue:
@@ -107,15 +119,9 @@ def conv2d_input_grad(e: Emitter, g: SSAValue, w: SSAValue, geo: ConvGeometry) -
     og, kh, kw = unflatten(d[2], (geo.og, geo.kh, geo.kw))
     ty = ih + geo.padding[0] - kh * geo.dilation[0]  # = oh * sh where it divides
     tx = iw + geo.padding[1] - kw * geo.dilation[1]
-    guard = [
-        _ge(ty, 0), _ge(AffineExpr.constant((geo.oh - 1) * geo.stride[0]), ty),
-        _ge(tx, 0), _ge(AffineExpr.constant((geo.ow - 1) * geo.stride[1]), tx),
-        AffineConstraintExpr(EQ, ty % geo.stride[0], AffineExpr.constant(0)),
-        AffineConstraintExpr(EQ, tx % geo.stride[1], AffineExpr.constant(0)),
-    ]  # fmt: skip
     oh, ow = ty // geo.stride[0], tx // geo.stride[1]
     shape = (geo.groups, geo.n * geo.h * geo.w, geo.og * geo.kh * geo.kw)
-    gp = _view(e, g, [n, d[0] * geo.og + og, oh, ow], shape, guard)
+    gp = _view(e, g, [n, d[0] * geo.og + og, oh, ow], shape, _on_output(ty, tx, geo))
     og2, kh2, kw2 = unflatten(d[1], (geo.og, geo.kh, geo.kw))
     wk = _view(e, w, [d[0] * geo.og + og2, d[2], kh2, kw2], (geo.groups, shape[2], geo.cg))
     dx3 = e.dot(gp, wk)  # [g, n*h*w, cg]
@@ -129,14 +135,8 @@ def windows(e: Emitter, x: SSAValue, geo: ConvGeometry) -> SSAValue:
     d = affine.dims(6)
     ih = d[2] * geo.stride[0] + d[4] * geo.dilation[0] - geo.padding[0]
     iw = d[3] * geo.stride[1] + d[5] * geo.dilation[1] - geo.padding[1]
-    guard = [
-        _ge(ih, 0),
-        _ge(AffineExpr.constant(geo.h - 1), ih),
-        _ge(iw, 0),
-        _ge(AffineExpr.constant(geo.w - 1), iw),
-    ]
     shape = (geo.n, geo.c, geo.oh, geo.ow, geo.kh, geo.kw)
-    return _view(e, x, [d[0], d[1], ih, iw], shape, guard)
+    return _view(e, x, [d[0], d[1], ih, iw], shape, _inside(ih, iw, geo))
 
 
 def windows_grad(e: Emitter, g: SSAValue, geo: ConvGeometry) -> SSAValue:
@@ -145,14 +145,7 @@ def windows_grad(e: Emitter, g: SSAValue, geo: ConvGeometry) -> SSAValue:
     d = affine.dims(6)
     ty = d[2] + geo.padding[0] - d[4] * geo.dilation[0]
     tx = d[3] + geo.padding[1] - d[5] * geo.dilation[1]
-    guard = [
-        _ge(ty, 0), _ge(AffineExpr.constant((geo.oh - 1) * geo.stride[0]), ty),
-        _ge(tx, 0), _ge(AffineExpr.constant((geo.ow - 1) * geo.stride[1]), tx),
-        AffineConstraintExpr(EQ, ty % geo.stride[0], AffineExpr.constant(0)),
-        AffineConstraintExpr(EQ, tx % geo.stride[1], AffineExpr.constant(0)),
-    ]  # fmt: skip
     shape = (geo.n, geo.c, geo.h, geo.w, geo.kh, geo.kw)
-    spread = _view(
-        e, g, [d[0], d[1], ty // geo.stride[0], tx // geo.stride[1], d[4], d[5]], shape, guard
-    )
+    at = [d[0], d[1], ty // geo.stride[0], tx // geo.stride[1], d[4], d[5]]
+    spread = _view(e, g, at, shape, _on_output(ty, tx, geo))
     return e.reduce_sum(spread, [4, 5])

@@ -131,9 +131,8 @@ def random_rule(e: Emitter, op: tg.RandomOp, g: SSAValue) -> Cotangents:
 def conv2d_rule(e: Emitter, op: tg.Conv2dOp, g: SSAValue) -> Cotangents:
     """y = conv2d(x, w): x gets the transposed convolution of g, w the correlation of x and g."""
     geo = op.geometry
-    return conv.conv2d_input_grad(e, g, op.weight, geo), conv.conv2d_weight_grad(
-        e, op.input, g, geo
-    )
+    dx = conv.conv2d_input_grad(e, g, op.weight, geo)
+    return dx, conv.conv2d_weight_grad(e, op.input, g, geo)
 
 
 def conv_transpose2d_rule(e: Emitter, op: tg.ConvTranspose2dOp, g: SSAValue) -> Cotangents:
@@ -194,7 +193,6 @@ def relu_rule(e: Emitter, op: tg.ReluOp, g: SSAValue) -> Cotangents:
 
 def softmax_rule(e: Emitter, op: tg.SoftmaxOp, g: SSAValue) -> Cotangents:
     """z = softmax(x): z * (g - sum(g * z)) along the dim."""
-    # dx = y * (g - sum(g * y, dim))
     y, dim = op.result, op.dim.value.data
     total = e.expand_reduced(e.reduce_sum(e.mul(g, y), [dim]), shape_of(y), [dim])
     return (e.mul(y, e.sub(g, total)),)
@@ -205,7 +203,6 @@ def softmax_rule(e: Emitter, op: tg.SoftmaxOp, g: SSAValue) -> Cotangents:
 
 def dot_rule(e: Emitter, op: tg.DotOp, g: SSAValue) -> Cotangents:
     """C = A @ B: (dC @ B^T, A^T @ dC), transposing the last two dims."""
-    # C = A @ B: dA = dC @ B^T, dB = A^T @ dC (over the last two dims)
     return e.dot(g, e.transpose_last2(op.rhs)), e.dot(e.transpose_last2(op.lhs), g)
 
 

@@ -11,14 +11,12 @@ constructors would set, and share immutable attributes:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from functools import lru_cache
 
 from xdsl.dialects import arith, gpu, memref, scf
 from xdsl.dialects.builtin import (
     DenseArrayBase,
-    FloatAttr,
     FunctionType,
     IndexType,
     IntegerAttr,
@@ -31,6 +29,8 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
+from gradfuse.dialects.tg_base import scalar_attr
+
 INDEX = IndexType()
 _NO_FLAGS = arith.IntegerOverflowAttr("none")
 _CMPI = {
@@ -39,20 +39,6 @@ _CMPI = {
 }  # fmt: skip
 _X = gpu.DimensionAttr(gpu.DimensionEnum.X)
 _NO_FASTMATH = arith.FastMathFlagsAttr("none")
-
-
-def scalar_attr(value: int | float, ty: Attribute = INDEX) -> Attribute:
-    """A shared `FloatAttr` (float `value`) or `IntegerAttr` of type `ty`."""
-    if isinstance(value, float):  # 0.0 == -0.0, but they are different attributes
-        return _scalar_attr(value, ty, math.copysign(1.0, value))
-    return _scalar_attr(value, ty, None)
-
-
-@lru_cache(maxsize=4096, typed=True)
-def _scalar_attr(value: int | float, ty: Attribute, sign: float | None) -> Attribute:
-    if isinstance(value, float):
-        return FloatAttr(value, ty)  # type: ignore[arg-type]
-    return IntegerAttr(value, ty)  # type: ignore[arg-type]
 
 
 def constant(value: int | float, ty: Attribute = INDEX) -> arith.ConstantOp:

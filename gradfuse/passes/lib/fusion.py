@@ -69,9 +69,6 @@ class Planner:
         owner = resolve(value)[0].owner  # the op behind any views
         return self.node_of.get(owner) if isinstance(owner, Operation) else None
 
-    def deps(self, node: Node) -> set[Node]:
-        return node.deps
-
     def link(self, node: Node, dep: Node, ordering: bool = False) -> None:
         """Makes `node` run after `dep`."""
         if dep is node:
@@ -347,8 +344,7 @@ class Planner:
         rhs = AffineMap(len(domain), 0, (*d[:n], d[n + 2], d[n + 1]))
         g = self.new_group("contraction", domain, len(domain) - 1)
         self.absorb(g, op, [(op.lhs, lhs), (op.rhs, rhs)])
-        member = Member(op, affine.identity_map(len(domain) - 1), operand_maps=(lhs, rhs))
-        self.add(g, member)
+        self.add(g, Member(op, affine.identity_map(len(domain) - 1), operand_maps=(lhs, rhs)))
 
     def absorb(self, g: Group, root: Operation, inputs: list[tuple[SSAValue, AffineMap]]) -> None:
         """Pulls elementwise groups that only `root` consumes into g's prologue."""

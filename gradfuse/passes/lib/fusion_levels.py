@@ -21,25 +21,20 @@ if TYPE_CHECKING:
 def plan_levels(planner: Planner) -> list[list[Node]]:
     """Nodes by level: each level's groups are one launch, after its host ops."""
     nodes = planner.nodes()
-    deps = {id(n): planner.deps(n) for n in nodes}
     level: dict[int, int] = {}
 
     def asap(n: Node) -> int:
         if id(n) not in level:
-            level[id(n)] = 1 + max((asap(d) for d in deps[id(n)]), default=-1)
+            level[id(n)] = 1 + max((asap(d) for d in n.deps), default=-1)
         return level[id(n)]
 
     for n in nodes:
         asap(n)
-    users: dict[int, list[Node]] = {id(n): [] for n in nodes}
-    for n in nodes:
-        for d in deps[id(n)]:
-            users[id(d)].append(n)
     # Sink groups move later to share a launch with others (ALAP within their slack).
     group_levels = sorted({level[id(g)] for g in planner.groups})
     top = max(level.values(), default=0)
     for g in sorted(planner.groups, key=lambda g: -level[id(g)]):
-        latest = min((level[id(u)] - 1 for u in users[id(g)]), default=top)
+        latest = min((level[id(u)] - 1 for u in g.users), default=top)
         best = group_levels[bisect.bisect_right(group_levels, latest) - 1] if group_levels else -1
         if best > level[id(g)]:
             level[id(g)] = best

@@ -1,5 +1,5 @@
-"""The `gpu.func` of a launch: its frame (host buffers, entry block, argument map) and
-attributes, shared by the plain (`kernel_lowering`), row-by-row (`rows_lowering`)
+"""The `gpu.func` of a launch: its frame (host buffers, entry block, argument map),
+attributes and launch shape, shared by the plain (`kernel_lowering`), row-by-row (`rows_lowering`)
 and tiled (`tile_lowering`) lowerings:
 
     fn, buffers, threads = build_gpu_func("k0", kernel)
@@ -19,6 +19,15 @@ from gradfuse.dialects import kernel as kd
 from gradfuse.passes.lib import fast_ops as fast
 from gradfuse.passes.lib.kernel_lowering import KernelBuilder
 
+MAX_BLOCK = 256
+WARP = 32
+
+
+def launch_shape(threads: int) -> tuple[int, int]:
+    """(blocks, threads per block) for `threads` threads: 100 -> (1, 128), 1000 -> (4, 256)."""
+    block = min(MAX_BLOCK, max(WARP, -(-threads // WARP) * WARP))
+    return -(-threads // block), block
+
 
 def kernel_location(op: Operation) -> Attribute:
     """The provenance of a launch: the op's location, else those of a group's kernels."""
@@ -29,7 +38,6 @@ def kernel_location(op: Operation) -> Attribute:
     if not unique:
         return op.location
     return unique[0] if len(unique) == 1 else FusedLoc(unique)
-
 
 
 def build_gpu_func(

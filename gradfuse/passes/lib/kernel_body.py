@@ -47,8 +47,6 @@ if TYPE_CHECKING:
     from gradfuse.passes.kernel.convert_tg_to_kernel import _FunctionFuser
 
 
-
-
 class KernelBody:
     """Builds one kernel body: scalar ops, loads and stores through access maps."""
 

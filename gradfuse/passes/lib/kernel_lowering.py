@@ -186,7 +186,8 @@ class KernelBuilder:
             lid = gid
         else:
             lid = self.add(fast.index_op(arith.SubiOp, gid, self.const(start), flags=True))
-        self.lower_kernel(k, lid, args)
+        point = self.delinearize(lid, k.domain_sizes[: k.num_parallel], k.location)
+        self.lower_kernel_at(k, point, args)
         self.add(fast.scf_yield())
         if rest:
             self.block = else_block
@@ -212,32 +213,23 @@ class KernelBuilder:
 
     # --- kernel bodies ---------------------------------------------------------------
 
-    def lower_kernel(self, k: kd.KernelOp, lid: SSAValue, args: dict[SSAValue, SSAValue]) -> None:
-        """The body of `k` at parallel point `lid`: reduction loops, then the epilogue."""
-        point = self.delinearize(lid, k.domain_sizes[: k.num_parallel], k.location)
-        self.lower_kernel_at(k, point, args)
-
     def lower_kernel_at(
         self, k: kd.KernelOp, point: list[SSAValue], args: dict[SSAValue, SSAValue]
     ) -> None:
-        """The body of `k` at the parallel indices `point`."""
-        ops = list(k.body.block.ops)
+        """The body of `k` at the parallel indices `point`: reduction loops, then the
+        epilogue."""
         npar, sizes = k.num_parallel, k.domain_sizes
         block_args = k.body.block.args  # one index per domain dim, then the buffers
         index_args = block_args[: len(sizes)]
         vm: dict[SSAValue, SSAValue] = {a: args[a] for a in block_args[len(sizes) :]}
         vm.update(zip(index_args[:npar], point))
-        reduces = [i for i, op in enumerate(ops) if isinstance(op, kd.ReduceOp)]
-        epilogue = ops
-        if reduces:
-            first, split = reduces[0], reduces[-1] + 1
-            reds = [op for op in ops[first:split] if isinstance(op, kd.ReduceOp)]
+        prologue, reds, epilogue = k.phases()
+        if reds:
             accs = [self._init(r) for r in reds]
-            done = self._loops(k, sizes, ops[:first], reds, accs, vm, point, npar)
+            done = self._loops(k, sizes, prologue, reds, accs, vm, point, npar)
             vm.update((r.result, v) for r, v in zip(reds, done))
-            for gone in [*index_args[npar:], *(v for op in ops[:first] for v in op.results)]:
+            for gone in [*index_args[npar:], *(v for op in prologue for v in op.results)]:
                 vm.pop(gone, None)  # only defined inside the reduction loops
-            epilogue = ops[split:]
         for op in epilogue:
             self.lower_op(op, k, vm, point)
 
@@ -334,15 +326,8 @@ class KernelBuilder:
             else:
                 self.add(fast.store(vm[operands[0]], vm[operands[1]], idx), loc)
             return
-        if isinstance(op, kd.LoadOp) and op.guard is not None:
+        if isinstance(op, kd.LoadOp):  # a guarded load (kernel.store has no guard)
             vm[op.result] = self.guarded_load(op, vm, point, loc)
-            return
-        if isinstance(op, kd.LoadOp | kd.StoreOp):
-            idx = [self.expand(e, point, loc) for e in op.map.data.results]
-            if isinstance(op, kd.LoadOp):
-                vm[op.result] = self.add(fast.load(vm[op.buffer], idx), loc)
-            else:
-                self.add(fast.store(vm[op.value], vm[op.buffer], idx), loc)
             return
         if isinstance(op, kd.GatherOp | kd.ScatterAddOp):
             symbol = self.to_index(vm[op.index], loc)

@@ -48,16 +48,13 @@ from gradfuse.passes.lib.block_reduce_lowering import (
     cooperative,
     lower_cooperative,
 )
-from gradfuse.passes.lib.gpu_func import func_frame, kernel_func
+from gradfuse.passes.lib.gpu_func import func_frame, kernel_func, launch_shape
 from gradfuse.passes.lib.kernel_lowering import KernelBuilder
-
-MAX_BLOCK = 256
-WARP = 32
 
 
 def block_threads(rows: kd.RowsOp) -> int:
     """Threads per block: the most points of one row in any phase, in whole warps, at
-    most `MAX_BLOCK`; `block_reduce.THREADS` where the block reduces together."""
+    most `MAX_BLOCK` (`gpu_func.launch_shape`); `block_reduce.THREADS` where the block reduces together."""
     if BLOCK_REDUCE_ATTR in rows.attributes:
         return THREADS
     n = len(rows.row_sizes)
@@ -66,7 +63,7 @@ def block_threads(rows: kd.RowsOp) -> int:
         for k in rows.body.block.ops
         if isinstance(k, kd.KernelOp)
     )
-    return min(MAX_BLOCK, max(WARP, -(-most // WARP) * WARP))
+    return launch_shape(most)[1]
 
 
 class RowsBuilder(KernelBuilder):

@@ -76,11 +76,8 @@ class TileBuilder(KernelBuilder):
         self.n0 = self.mul(bn, tn)
         m = self.add(fast.index_op(arith.AddiOp, self.m0, self.ty, flags=True), self.loc)
         n = self.add(fast.index_op(arith.AddiOp, self.n0, self.tx, flags=True), self.loc)
-        ops = list(k.body.block.ops)
-        first = next(i for i, op in enumerate(ops) if isinstance(op, kd.ReduceOp))
-        split = max(i for i, op in enumerate(ops) if isinstance(op, kd.ReduceOp)) + 1
-        reds = [op for op in ops[first:split] if isinstance(op, kd.ReduceOp)]
-        self.tiles = self.stage_plan(ops[:first])
+        prologue, reds, epilogue = k.phases()
+        self.tiles = self.stage_plan(prologue)
         inits = [self._init(r) for r in reds]
         body = Block(arg_types=[fast.INDEX, *[a.type for a in inits]])
         chunks = self.const(-(-self.big_k // tk))
@@ -90,7 +87,7 @@ class TileBuilder(KernelBuilder):
         self.stage(body.args[0])
         self.add(gpu.BarrierOp(), self.loc)
         point = self.place(self.clamp(m, self.big_m), self.clamp(n, self.big_n))
-        done = self.accumulate(body.args[0], list(body.args[1:]), ops[:first], reds, point)
+        done = self.accumulate(body.args[0], list(body.args[1:]), prologue, reds, point)
         self.add(gpu.BarrierOp(), self.loc)
         self.add(fast.scf_yield(*done))
         self.block = outer_block
@@ -101,7 +98,7 @@ class TileBuilder(KernelBuilder):
         self.block = then
         vm = self.values()
         vm.update((r.result, v) for r, v in zip(reds, loop.results))
-        for op in ops[split:]:
+        for op in epilogue:
             self.lower_op(op, k, vm, self.place(m, n))
         self.add(fast.scf_yield())
         self.block = outer_block

@@ -1,6 +1,6 @@
 """`tg-decompose`: expands composite tg ops (sigmoid, tanh, relu, softmax, reduce_mean, ...) into primitives.
 
-Each pattern replaces one composite by a short primitive chain built at the
+Each row of `DECOMPOSITIONS` replaces one composite by a short primitive chain built at the
 composite's location, so provenance survives:
 
     %y = tg.sigmoid %x : tensor<4xf32>
@@ -16,17 +16,15 @@ composite's location, so provenance survives:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from xdsl.context import Context
 from xdsl.dialects import builtin
-from xdsl.ir import SSAValue
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
-from xdsl.pattern_rewriter import (
-    PatternRewriter,
-    RewritePattern,
-    op_type_rewrite_pattern,
-)
+from xdsl.pattern_rewriter import PatternRewriter, RewritePattern
 
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import ints, shape_of
@@ -63,98 +61,41 @@ def emit_softmax(e: Emitter, x: SSAValue, dim: int) -> SSAValue:
     return e.div(exp, total)
 
 
-class DecomposeSigmoid(RewritePattern):
-    """`tg.sigmoid` -> mul, exp2, add, recip."""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: tg.SigmoidOp, rewriter: PatternRewriter, /):
-        result = emit_sigmoid(Emitter(rewriter, op.location), op.input)
-        rewriter.replace(op, [], [result])
+def emit_reduce_mean(e: Emitter, x: SSAValue, dims: tuple[int, ...]) -> SSAValue:
+    """`reduce_sum` over `dims`, then times 1/n."""
+    n = math.prod(shape_of(x)[d] for d in dims)
+    total = e.reduce_sum(x, dims)
+    return e.mul(total, e.const(1.0 / n if n else float("nan"), total))
 
 
-class DecomposeTanh(RewritePattern):
-    """`tg.tanh` -> `2 * sigmoid(2x) - 1` in primitives."""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: tg.TanhOp, rewriter: PatternRewriter, /):
-        result = emit_tanh(Emitter(rewriter, op.location), op.input)
-        rewriter.replace(op, [], [result])
-
-
-class DecomposeRelu(RewritePattern):
-    """`tg.relu` -> `tg.max %x, 0`."""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: tg.ReluOp, rewriter: PatternRewriter, /):
-        result = emit_relu(Emitter(rewriter, op.location), op.input)
-        rewriter.replace(op, [], [result])
+DECOMPOSITIONS: dict[type[Operation], Callable[[Emitter, Any], SSAValue]] = {
+    tg.SigmoidOp: lambda e, op: emit_sigmoid(e, op.input),
+    tg.TanhOp: lambda e, op: emit_tanh(e, op.input),
+    tg.ReluOp: lambda e, op: emit_relu(e, op.input),
+    tg.SoftmaxOp: lambda e, op: emit_softmax(e, op.input, op.dim.value.data),
+    tg.ReduceMeanOp: lambda e, op: emit_reduce_mean(e, op.input, ints(op.dims)),
+    # after autodiff, stop_gradient is the identity
+    tg.StopGradientOp: lambda e, op: op.input,
+    # convolutions: batched dots of guarded views (`gradfuse.passes.lib.conv`)
+    tg.Conv2dOp: lambda e, op: conv.conv2d(e, op.input, op.weight, op.geometry),
+    tg.ConvTranspose2dOp: lambda e, op: conv.conv2d_input_grad(e, op.input, op.weight, op.geometry),
+    tg.WindowsOp: lambda e, op: conv.windows(e, op.input, op.geometry),
+}
+"""Composite op class -> the primitives that replace it: `(emitter, op) -> value`."""
 
 
-class DecomposeStopGradient(RewritePattern):
-    """`tg.stop_gradient` -> its input (after autodiff it is the identity)."""
+class DecomposeComposite(RewritePattern):
+    """Replaces a composite op by its `DECOMPOSITIONS` row, emitted at its location."""
 
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: tg.StopGradientOp, rewriter: PatternRewriter, /):
-        rewriter.replace(op, [], [op.input])
-
-
-class DecomposeReduceMean(RewritePattern):
-    """`tg.reduce_mean` -> reduce_sum, then mul by 1/n."""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: tg.ReduceMeanOp, rewriter: PatternRewriter, /):
-        e = Emitter(rewriter, op.location)
-        shape, dims = shape_of(op.input), ints(op.dims)
-        n = math.prod(shape[d] for d in dims)
-        total = e.reduce_sum(op.input, dims)
-        rewriter.replace(op, [], [e.mul(total, e.const(1.0 / n if n else float("nan"), total))])
-
-
-class DecomposeSoftmax(RewritePattern):
-    """`tg.softmax` -> reduce_max, sub, exp2, reduce_sum, div with reshapes and broadcasts."""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: tg.SoftmaxOp, rewriter: PatternRewriter, /):
-        e = Emitter(rewriter, op.location)
-        result = emit_softmax(e, op.input, op.dim.value.data)
-        rewriter.replace(op, [], [result])
-
-
-class DecomposeConv2d(RewritePattern):
-    """`tg.conv2d` -> a batched dot of guarded views (`gradfuse.passes.lib.conv`)."""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: tg.Conv2dOp, rewriter: PatternRewriter, /):
-        result = conv.conv2d(Emitter(rewriter, op.location), op.input, op.weight, op.geometry)
-        rewriter.replace(op, [], [result])
-
-
-class DecomposeConvTranspose2d(RewritePattern):
-    """`tg.conv_transpose2d` -> the input gradient of a conv2d: a dot of guarded views."""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: tg.ConvTranspose2dOp, rewriter: PatternRewriter, /):
-        e = Emitter(rewriter, op.location)
-        result = conv.conv2d_input_grad(e, op.input, op.weight, op.geometry)
-        rewriter.replace(op, [], [result])
-
-
-class DecomposeWindows(RewritePattern):
-    """`tg.windows` -> one guarded view."""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: tg.WindowsOp, rewriter: PatternRewriter, /):
-        result = conv.windows(Emitter(rewriter, op.location), op.input, op.geometry)
-        rewriter.replace(op, [], [result])
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter, /) -> None:
+        rule = DECOMPOSITIONS.get(type(op))
+        if rule is not None:
+            rewriter.replace(op, [], [rule(Emitter(rewriter, op.location), op)])
 
 
 def populate_tg_decompose_patterns() -> list[RewritePattern]:
-    """The patterns of `tg-decompose`, one per composite op."""
-    return [
-        DecomposeSigmoid(), DecomposeTanh(), DecomposeRelu(), DecomposeSoftmax(),
-        DecomposeReduceMean(), DecomposeStopGradient(),
-        DecomposeConv2d(), DecomposeConvTranspose2d(), DecomposeWindows(),
-    ]  # fmt: skip
+    """The patterns of `tg-decompose`: one, which looks its op up in `DECOMPOSITIONS`."""
+    return [DecomposeComposite()]
 
 
 @dataclass(frozen=True)

@@ -60,10 +60,7 @@ def carried_to_state(loop: tg.ForOp, n: int) -> None:
         block.insert_op_before(_at(tg.AssignOp(key, value), old_yield), old_yield)
     block.insert_op_before(_at(tg.YieldOp(), old_yield), old_yield)
     block.erase_op(old_yield)
-    new = tg.ForOp(
-        loop.lower.value.data, loop.upper.value.data, loop.step.value.data, [],
-        loop.detach_region(loop.body),
-    )  # fmt: skip
+    new = tg.ForOp(*loop.bounds, [], loop.detach_region(loop.body))
     new.location = loop.location
     parent.insert_op_before(new, loop)
     after = new

@@ -13,12 +13,13 @@ none of them costs a kernel or a copy:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from xdsl.context import Context
 from xdsl.dialects import builtin
-from xdsl.dialects.builtin import AffineMapAttr, AffineSetAttr
-from xdsl.ir import Attribute, Operation
+from xdsl.ir import Operation
 from xdsl.ir.affine import AffineMap, AffineSet
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -29,7 +30,7 @@ from xdsl.pattern_rewriter import (
 
 from gradfuse import affine
 from gradfuse.dialects import tg
-from gradfuse.dialects.tg_base import ints, shape_of
+from gradfuse.dialects.tg_base import access_properties, ints, shape_of
 from gradfuse.dialects.tg_builder import element_type, tensor_type
 from gradfuse.passes.lib.op_facts import rewrite_walker
 
@@ -50,9 +51,7 @@ def _replace_with_view(
     if guard is None and source.type == op.results[0].type and _is_identity(map, shape):
         rewriter.replace(op, [], [source])
     else:
-        props: dict[str, Attribute] = {"map": AffineMapAttr(map)}  # as its constructor does
-        if guard is not None:
-            props["guard"] = AffineSetAttr(guard)
+        props = access_properties(map, guard)  # as its constructor does
         ty = tensor_type(shape, element_type(source))
         view = tg.ViewAccessOp.create(operands=[source], result_types=[ty], properties=props)
         view.location = op.location
@@ -61,40 +60,25 @@ def _replace_with_view(
         rewriter.erase(inner)
 
 
-class ReshapeToView(RewritePattern):
-    """`tg.reshape` -> `tg.view` with the row-major index map."""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: tg.ReshapeOp, rewriter: PatternRewriter) -> None:
-        _replace_with_view(
-            rewriter, op, affine.reshape_map(shape_of(op.input), shape_of(op.result))
-        )
-
-
-class PermuteToView(RewritePattern):
-    """`tg.permute` -> `tg.view` with the permuted dims."""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: tg.PermuteOp, rewriter: PatternRewriter) -> None:
-        _replace_with_view(rewriter, op, affine.permute_map(ints(op.perm)))
+VIEW_MAPS: dict[type[Operation], Callable[[Any], AffineMap]] = {
+    tg.ReshapeOp: lambda op: affine.reshape_map(shape_of(op.input), shape_of(op.result)),
+    tg.PermuteOp: lambda op: affine.permute_map(ints(op.perm)),
+    tg.BroadcastOp: lambda op: affine.broadcast_map(shape_of(op.input), shape_of(op.result)),
+    tg.SliceOp: lambda op: affine.slice_map(ints(op.starts), ints(op.strides)),
+}
+"""The map from result to input indices of each movement op: the row-major index map
+(reshape), the permuted dims, index 0 of each size-1 dim (broadcast), `start + i * stride`
+per dim (slice)."""
 
 
-class BroadcastToView(RewritePattern):
-    """`tg.broadcast` -> `tg.view` reading index 0 of each size-1 dim."""
+class MovementToView(RewritePattern):
+    """`tg.reshape`, `tg.permute`, `tg.broadcast`, `tg.slice` -> `tg.view` with the map
+    of `VIEW_MAPS`."""
 
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: tg.BroadcastOp, rewriter: PatternRewriter) -> None:
-        _replace_with_view(
-            rewriter, op, affine.broadcast_map(shape_of(op.input), shape_of(op.result))
-        )
-
-
-class SliceToView(RewritePattern):
-    """`tg.slice` -> `tg.view` with `start + i * stride` per dim."""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: tg.SliceOp, rewriter: PatternRewriter) -> None:
-        _replace_with_view(rewriter, op, affine.slice_map(ints(op.starts), ints(op.strides)))
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter, /) -> None:
+        view_map = VIEW_MAPS.get(type(op))
+        if view_map is not None:
+            _replace_with_view(rewriter, op, view_map(op))
 
 
 class ZeroPadToView(RewritePattern):
@@ -130,10 +114,7 @@ def _is_identity(map: AffineMap, shape: tuple[int, ...]) -> bool:
 
 def populate_tg_lower_access_patterns() -> list[RewritePattern]:
     """The patterns of `tg-lower-access`."""
-    return [
-        ReshapeToView(), PermuteToView(), BroadcastToView(), SliceToView(), ZeroPadToView(),
-        ComposeViews(),
-    ]  # fmt: skip
+    return [MovementToView(), ZeroPadToView(), ComposeViews()]
 
 
 @dataclass(frozen=True)
