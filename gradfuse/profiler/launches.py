@@ -1,0 +1,324 @@
+"""What every launch of a fused program is, statically: its layers, direction, work.
+
+`launches(module)` reads a module after the `kernels` pipeline (kernel IR) and returns
+one `Launch` per launch site in program order: each `kernel.kernel` outside a group,
+each `kernel.group` and `kernel.rows` (several kernels, one launch), and each host
+callback (`kernel.feed`: a feeder, `kernel.receive`: a receiver). `kernel_table()`
+renders them with PyProf's columns; its Time column stays empty until a backend times
+the launches.
+
+    from gradfuse.passes import run_pipeline
+    run_pipeline(module, "kernels")
+    for launch in launches(module):
+        print(launch.idx, launch.symbol, launch.op, launch.flops, launch.layers)
+    print(kernel_table(launches(module)))
+    # Idx  Direction  Layer    Op           Kernel  Params           FLOPs  Read  Written ...
+    # 1    fprop      main.0   contraction  k0      [8, 512 | 1600]  13.1M  ...
+
+Counting rules (per execution of the launch; loops are not multiplied in, see
+`Launch.loops` and `Launch.executions`):
+
+- FLOPs. A kernel's domain has parallel dims P and reduced dims R. Its body ops before
+  the `kernel.reduce`s (the prologue) and the reduces run at ΠP·ΠR points, the ops after
+  them (the epilogue, or the whole body of a kernel without reduction) at ΠP points.
+  Per point, each `arith`/`math` op with a float operand counts 1 (`addf`, `mulf`,
+  `divf`, `maximumf`, `cmpf`, `exp2`, `sqrt`, ...; not constants, `select` or casts),
+  each `kernel.reduce` counts 1 (an add or a max per reduced point) and each
+  `kernel.scatter_add` counts 1. A multiply-accumulate is a `mulf` feeding a
+  `kernel.reduce add`, so it counts 2 and a contraction comes out as 2·ΠP·ΠR.
+  A group's or rows' FLOPs are the sum of its kernels'.
+- Bytes. Each `kernel.load`/`kernel.gather` reads, and each `kernel.store`/
+  `kernel.scatter_add` writes, element size x the distinct elements it touches,
+  taken as min(Π of the sizes of the domain dims its map uses, elements of the buffer):
+  a load `(d0, d2)` over [P0, P1 | R] touches P0·R elements, not P0·P1·R. This is exact
+  for permutations, projections and broadcasts and an upper bound otherwise (windows,
+  guarded padding). A feeder writes its buffer, a receiver reads its buffers.
+- Direction shares: each body op's direction (`gradfuse.provenance`) weighted by its
+  FLOPs as above; a launch with no FLOPs is weighted by its body ops instead. Ops with
+  no origin (no file and no module path, as `gradfuse.dump` skips them) do not count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from math import prod
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import AnyFloat, MemRefType, ModuleOp
+from xdsl.ir import Block, Operation, SSAValue
+
+from gradfuse.dialects import kernel as K
+from gradfuse.provenance import provenance_of
+
+_NOT_FLOPS = (
+    "arith.constant", "arith.select", "arith.extf", "arith.truncf", "arith.sitofp",
+    "arith.uitofp", "arith.fptosi", "arith.fptoui", "arith.bitcast", "arith.index_cast",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Loop:
+    """A `kernel.for` around a launch: its index among the program's loops (program
+    order, from 0) and its trip count."""
+
+    index: int
+    trips: int
+
+
+@dataclass(frozen=True)
+class KernelWork:
+    """The static work of one `kernel.kernel`: see the module docstring for the rules."""
+
+    symbol: str
+    kind: str
+    domain: tuple[int, ...]
+    parallel: int
+    flops: int
+    bytes_read: int
+    bytes_written: int
+    origins: frozenset[tuple[str | None, str]]
+    """(module path or None, direction) of every body op with an origin."""
+    direction_weights: dict[str, int]
+    """Direction -> FLOPs of its body ops (or op count where the kernel has no FLOPs)."""
+    sources: tuple[str, ...]
+    """`file:line` (file's base name) of the body ops, distinct, in body order."""
+    layers: tuple[str, ...] = ()
+    """Module paths of the body ops, distinct, in body order."""
+
+    @property
+    def params(self) -> str:
+        """The domain as the listing prints it: `[8, 512 | 1600]`."""
+        dims = list(self.domain)
+        text = ", ".join(map(str, dims[: self.parallel]))
+        if self.parallel < len(dims):
+            text += " | " + ", ".join(map(str, dims[self.parallel :]))
+        return f"[{text}]"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch site (or host callback) of the program, in program order.
+
+    `op` is the kernel kind, `"rows: reduction, reduction"` for a rows launch, `"group:
+    ..."` for a horizontal group, `"feeder"` or `"receiver"` for a host callback.
+    """
+
+    idx: int
+    symbol: str
+    op: str
+    kernels: tuple[KernelWork, ...]
+    loops: tuple[Loop, ...]
+    """The `kernel.for`s around it, outermost first."""
+    params: str
+    flops: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    layers: tuple[str, ...] = ()
+    """Module paths of every op fused into the launch (all members), first-seen order."""
+    origins: frozenset[tuple[str | None, str]] = frozenset()
+    shares: dict[str, float] = field(default_factory=dict)
+    """Direction -> its share of the launch (FLOPs, or body ops where no FLOPs)."""
+    sources: tuple[str, ...] = ()
+
+    @property
+    def is_kernel(self) -> bool:
+        return bool(self.kernels)
+
+    @property
+    def executions(self) -> int:
+        """How often one run executes it: the product of its loops' trip counts."""
+        return prod(loop.trips for loop in self.loops)
+
+    @property
+    def direction(self) -> str:
+        """PyProf's Direction: fprop, bprop or optimizer; a mixed launch shows the
+        shares (`fprop 60% bprop 40%`); a host callback shows `host`."""
+        if not self.kernels:
+            return "host"
+        names = {"forward": "fprop", "backward": "bprop", "optimizer": "optimizer"}
+        parts = sorted(self.shares.items(), key=lambda kv: -kv[1])
+        if len(parts) == 1:
+            return names[parts[0][0]]
+        return " ".join(f"{names[d]} {round(100 * s) or '<1'}%" for d, s in parts)
+
+
+def _elements(ty: object) -> int:
+    assert isinstance(ty, MemRefType)
+    return prod(ty.get_shape())
+
+
+def _element_bytes(ty: object) -> int:
+    assert isinstance(ty, MemRefType)
+    el = ty.element_type
+    width = getattr(el, "bitwidth", None) or getattr(el, "width", None)
+    width = width.data if hasattr(width, "data") else width
+    return max(1, int(width or 32) // 8)
+
+
+def _op_flops(op: Operation) -> int:
+    """FLOPs of one body op at one point."""
+    if isinstance(op, K.ReduceOp | K.ScatterAddOp):
+        return 1
+    dialect = op.name.split(".", 1)[0]
+    if dialect not in ("arith", "math") or op.name in _NOT_FLOPS:
+        return 0
+    return int(any(isinstance(o.type, AnyFloat) for o in op.operands))
+
+
+def _touched(op: K.LoadOp | K.StoreOp | K.GatherOp | K.ScatterAddOp, dims: Sequence[int]) -> int:
+    """Distinct elements an access touches: min(Π used dim sizes, buffer elements)."""
+    used = op.map.data.used_dims()
+    return min(prod(dims[i] for i in used), _elements(op.buffer.type))
+
+
+def kernel_work(k: K.KernelOp) -> KernelWork:
+    """The FLOPs, bytes, origins and direction weights of one kernel.
+
+    For `k0 contraction [8, 512 | 100]` with body `load x(d0, d2)`, `load w(d1, d2)`,
+    `mulf`, `reduce add`, `store h(d0, d1)`: flops 2·8·512·100, reads 4·(8·100 + 512·100).
+    """
+    dims = k.domain_sizes
+    prologue, reduces, epilogue = k.phases()
+    full, outer = prod(dims), prod(dims[: k.num_parallel])
+    points: dict[Operation, int] = {op: full for op in [*prologue, *reduces]}
+    points.update({op: outer for op in epilogue})
+    flops = read = written = 0
+    by_direction: dict[str, int] = {}
+    by_ops: dict[str, int] = {}
+    origins: set[tuple[str | None, str]] = set()
+    sources: list[str] = []
+    layers: list[str] = []
+    for op in k.body.block.ops:
+        f = _op_flops(op) * points[op]
+        flops += f
+        if isinstance(op, K.LoadOp | K.GatherOp | K.StoreOp | K.ScatterAddOp):
+            rank = op.map.data.num_dims
+            n = _touched(op, dims[:rank]) * _element_bytes(op.buffer.type)
+            if isinstance(op, K.LoadOp | K.GatherOp):
+                read += n
+            else:
+                written += n
+        p = provenance_of(op.location)
+        if p.file is None and p.module_path is None:
+            continue
+        origins.add((p.module_path, p.direction))
+        if p.module_path is not None and p.module_path not in layers:
+            layers.append(p.module_path)
+        by_direction[p.direction] = by_direction.get(p.direction, 0) + f
+        by_ops[p.direction] = by_ops.get(p.direction, 0) + 1
+        if p.file is not None:
+            where = f"{p.file.rsplit('/', 1)[-1]}:{p.line}"
+            if where not in sources:
+                sources.append(where)
+    weights = by_direction if flops else by_ops
+    return KernelWork(
+        k.sym_name.data, k.kind.data, dims, k.num_parallel, flops, read, written,
+        frozenset(origins), dict(weights), tuple(sources), tuple(layers),
+    )  # fmt: skip
+
+
+def _launch(idx: int, op: Operation, loops: tuple[Loop, ...]) -> Launch:
+    if isinstance(op, K.KernelOp):
+        members = [op]
+        kind, params = op.kind.data, ""
+    else:
+        assert isinstance(op, K.GroupOp | K.RowsOp)
+        members = [k for k in op.body.block.ops if isinstance(k, K.KernelOp)]
+        how = "group" if isinstance(op, K.GroupOp) else "rows"
+        kinds = [k.kind.data for k in members]
+        counts = {x: kinds.count(x) for x in kinds}
+        kind = f"{how}: " + ", ".join(x if n == 1 else f"{x} x{n}" for x, n in counts.items())
+        params = f"rows {list(op.row_sizes)}: " if isinstance(op, K.RowsOp) else ""
+    works = tuple(kernel_work(k) for k in members)
+    params += "; ".join(w.params for w in works)
+    layers: list[str] = []
+    sources: list[str] = []
+    weights: dict[str, int] = {}
+    flops = sum(w.flops for w in works)
+    for w in works:
+        layers += [path for path in w.layers if path not in layers]
+        sources += [s for s in w.sources if s not in sources]
+        if flops and not w.flops:
+            continue  # a member without FLOPs weighs nothing beside FLOPs
+        for d, n in w.direction_weights.items():
+            weights[d] = weights.get(d, 0) + n
+    total = sum(weights.values())
+    shares = {d: n / total for d, n in weights.items() if n} if total else {}
+    return Launch(
+        idx, op.sym_name.data, kind, works, loops, params, flops,
+        sum(w.bytes_read for w in works), sum(w.bytes_written for w in works),
+        tuple(layers), frozenset().union(*(w.origins for w in works)), shares, tuple(sources),
+    )  # fmt: skip
+
+
+def _walk(block: Block, loops: tuple[Loop, ...], counter: list[int]) -> Iterator[tuple]:
+    for op in block.ops:
+        if isinstance(op, K.ForOp):
+            counter[0] += 1
+            inner = (*loops, Loop(counter[0] - 1, op.trip_count))
+            yield from _walk(op.body.block, inner, counter)
+        elif isinstance(op, K.KernelOp | K.GroupOp | K.RowsOp | K.FeedOp | K.ReceiveOp):
+            yield op, loops
+
+
+def _host(idx: int, op: K.FeedOp | K.ReceiveOp, loops: tuple[Loop, ...]) -> Launch:
+    buffers: list[SSAValue] = [op.buffer] if isinstance(op, K.FeedOp) else list(op.buffers)
+    size = sum(_elements(b.type) * _element_bytes(b.type) for b in buffers)
+    shapes = "; ".join(str(list(b.type.get_shape())) for b in buffers)  # type: ignore[attr-defined]
+    feeder = isinstance(op, K.FeedOp)
+    return Launch(
+        idx, op.key.data, "feeder" if feeder else "receiver", (), loops, shapes,
+        bytes_read=0 if feeder else size, bytes_written=size if feeder else 0,
+    )  # fmt: skip
+
+
+def launches(module: ModuleOp) -> list[Launch]:
+    """One `Launch` per launch site and host callback of every function, program order
+    (`Idx` from 1, as PyProf numbers rows). The module must be kernel IR (after the
+    `kernels` pipeline), which this reads and does not change."""
+    out: list[Launch] = []
+    counter = [0]
+    for f in module.ops:
+        if not isinstance(f, func.FuncOp):
+            continue
+        for op, loops in _walk(f.body.block, (), counter):
+            if isinstance(op, K.FeedOp | K.ReceiveOp):
+                out.append(_host(len(out) + 1, op, loops))
+            else:
+                out.append(_launch(len(out) + 1, op, loops))
+    return out
+
+
+def _si(n: int) -> str:
+    for unit, scale in (("G", 10**9), ("M", 10**6), ("k", 10**3)):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return str(n)
+
+
+def kernel_table(
+    rows: Sequence[Launch], *, layer_width: int = 40, times: Sequence[float] | None = None
+) -> str:
+    """The launches as PyProf's kernel table: Idx, Direction, Layer, Op, Kernel, Params,
+    Time (µs, from `times` when given, else empty), FLOPs, Read and Written bytes, Source.
+
+        Idx  Direction  Layer   Op           Kernel  Params           Time  FLOPs  ...
+        2    fprop      main.0  contraction  k0      [8, 512 | 1600]        13.1M  ...
+    """
+    head = ("Idx", "Direction", "Layer", "Op", "Kernel", "Params", "Time", "FLOPs", "Read",
+            "Written", "Source")  # fmt: skip
+    table = [head]
+    for i, r in enumerate(rows):
+        layer = ",".join(r.layers)
+        if len(layer) > layer_width:
+            layer = layer[: layer_width - 1] + "…"
+        time = f"{times[i]:.1f}" if times is not None else ""
+        src = ",".join(r.sources[:2]) + (f" +{len(r.sources) - 2}" if len(r.sources) > 2 else "")
+        params = r.params if len(r.params) <= 40 else r.params[:39] + "…"
+        table.append((str(r.idx), r.direction, layer or "-", r.op, r.symbol, params, time,
+                      _si(r.flops), _si(r.bytes_read), _si(r.bytes_written), src))  # fmt: skip
+    widths = [max(len(row[c]) for row in table) for c in range(len(head))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table
+    )
