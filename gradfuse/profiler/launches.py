@@ -85,6 +85,9 @@ class KernelWork:
     """`file:line` (file's base name) of the body ops, distinct, in body order."""
     layers: tuple[str, ...] = ()
     """Module paths of the body ops, distinct, in body order."""
+    inner_flops: int = 0
+    """The FLOPs of the prologue and the reduces (ops at every domain point): for a
+    contraction its multiply-adds, 2·ΠP·ΠR, what torch counts for a matmul or conv."""
 
     @property
     def params(self) -> str:
@@ -183,7 +186,7 @@ def kernel_work(k: K.KernelOp) -> KernelWork:
     full, outer = prod(dims), prod(dims[: k.num_parallel])
     points: dict[Operation, int] = {op: full for op in [*prologue, *reduces]}
     points.update({op: outer for op in epilogue})
-    flops = read = written = 0
+    flops = read = written = inner = 0
     by_direction: dict[str, int] = {}
     by_ops: dict[str, int] = {}
     origins: set[tuple[str | None, str]] = set()
@@ -192,6 +195,7 @@ def kernel_work(k: K.KernelOp) -> KernelWork:
     for op in k.body.block.ops:
         f = _op_flops(op) * points[op]
         flops += f
+        inner += f if points[op] == full and (prologue or reduces) else 0
         if isinstance(op, K.LoadOp | K.GatherOp | K.StoreOp | K.ScatterAddOp):
             rank = op.map.data.num_dims
             n = _touched(op, dims[:rank]) * _element_bytes(op.buffer.type)
@@ -214,7 +218,7 @@ def kernel_work(k: K.KernelOp) -> KernelWork:
     weights = by_direction if flops else by_ops
     return KernelWork(
         k.sym_name.data, k.kind.data, dims, k.num_parallel, flops, read, written,
-        frozenset(origins), dict(weights), tuple(sources), tuple(layers),
+        frozenset(origins), dict(weights), tuple(sources), tuple(layers), inner,
     )  # fmt: skip
 
 
