@@ -23,9 +23,10 @@ status 2) and ends with the optional `ctx->check` (`check_finite`):
 from __future__ import annotations
 
 from xdsl.dialects import arith, func, gpu, memref, scf
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Block
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr
+from xdsl.ir import Block, SSAValue
 
+from gradfuse.backend.c.profile import KINDS, Site, profiled_context
 from gradfuse.backend.c.rows import RowsRenderer
 from gradfuse.backend.cstyle import CTarget, Renderer, element_ctype
 from gradfuse.backend.runner import entry_function
@@ -63,11 +64,24 @@ int gradfuse_sigint(int on) {
 
 
 class HostRenderer(Renderer):
-    """Renders `func @main` of a lowered module into `int gradfuse_main(gf_ctx*)`."""
+    """Renders `func @main` of a lowered module into `int gradfuse_main(gf_ctx*)`; with
+    `profile`, each host site timed (see `gradfuse.backend.c.profile`) and listed in `sites`."""
 
-    def __init__(self, module: ModuleOp, globals_order: list[str], aliases: dict[str, str]):
+    def __init__(
+        self,
+        module: ModuleOp,
+        globals_order: list[str],
+        aliases: dict[str, str],
+        profile: bool = False,
+    ):
         super().__init__(CTarget())
         self.globals = {name: i for i, name in enumerate(globals_order)}
+        self.global_names = list(globals_order)
+        self.profile = profile
+        self.sites: list[Site] = []  # profiling: the timed sites, by the index they record
+        self.loop_trips: list[int | None] = []  # profiling: each outermost loop's trip count
+        self.outer: int | None = None  # the outermost loop being rendered
+        self.per_iteration: int | None = 1  # executions per iteration of `outer`
         self.written = {
             op.sym_name.data: _written_args(op)
             for op in module.walk()
@@ -87,6 +101,8 @@ class HostRenderer(Renderer):
             t = element_ctype(arg.type.element_type)  # type: ignore[attr-defined]
             self.emit(f"{t}* {self.name(arg)} = ({t}*)ctx->args[{i}];", 1)
         self.emit("long gf_iter = -1, gf_index = 0, gf_loop = -1;", 1)
+        if self.profile:
+            self.emit("int gf_on = GF_IN_WINDOW(-1);", 1)
         self.host_block(fn.body.block, 1)
         return "int gradfuse_main(gf_ctx* ctx) {\n" + "\n".join(self.lines) + "\n  return 0;\n}\n"
 
@@ -105,6 +121,18 @@ class HostRenderer(Renderer):
             elif isinstance(op, func.CallOp):
                 before_call |= written
         return sorted(before_call)
+
+    def timed(self, kind: str, name: str, text: str, depth: int) -> None:
+        """Emits the statement `text`; when profiling, as a new site in `GF_TIMED`."""
+        if not self.profile:
+            self.emit(text, depth)
+            return
+        launch = None
+        if kind in ("kernel", "feeder", "receiver"):
+            launch = sum(s.launch is not None for s in self.sites)
+        site = Site(len(self.sites), kind, name, launch, self.outer, self.per_iteration)
+        self.sites.append(site)
+        self.emit(f"GF_TIMED({site.index}, {KINDS.index(kind)}, {text})", depth)
 
     def host_block(self, block: Block, depth: int) -> None:
         for op in block.ops:
@@ -128,21 +156,22 @@ class HostRenderer(Renderer):
                 grid = f"{self.name(op.gridSizeX)} * {self.name(op.gridSizeY)} * {self.name(op.gridSizeZ)}"
                 kernel = op.kernel.nested_references.data[-1].data
                 kernel = self.aliases.get(kernel, kernel)
-                self.emit(f"{kernel}({args}, {grid}, {self.name(op.blockSizeX)});", depth)
+                text = f"{kernel}({args}, {grid}, {self.name(op.blockSizeX)});"
+                self.timed("kernel", op.kernel.nested_references.data[-1].data, text, depth)
             elif isinstance(op, func.CallOp):
                 index = len(self.calls)  # callbacks are numbered by call site
                 self.calls.append(op)
+                key = _key(op) or op.callee.root_reference.data
                 if op.callee.root_reference.data.startswith("gradfuse_feed"):
-                    self.emit(
-                        f"if (ctx->feed({index}, {self.name(op.arguments[0])})) GF_FAIL", depth
-                    )
+                    text = f"if (ctx->feed({index}, {self.name(op.arguments[0])})) GF_FAIL"
+                    self.timed("feeder", key, text, depth)
                 else:
                     bufs = ", ".join(f"(void*){self.name(a)}" for a in op.arguments)
                     n = len(op.arguments)
-                    self.emit(
-                        f"{{ void* b[] = {{{bufs}}}; if (ctx->receive({index}, b, {n})) GF_FAIL }}",
-                        depth,
+                    text = (
+                        f"{{ void* b[] = {{{bufs}}}; if (ctx->receive({index}, b, {n})) GF_FAIL }}"
                     )
+                    self.timed("receiver", key, text, depth)
             elif isinstance(op, scf.ForOp):
                 i, lo, hi, st = (
                     self.name(v) for v in (op.body.block.args[0], op.lb, op.ub, op.step)
@@ -154,19 +183,31 @@ class HostRenderer(Renderer):
                     self.emit(f"gf_iter = ({i} - {lo}) / {st}; gf_index = {i};", depth + 1)
                     self.emit(f"gf_loop = {n};", depth + 1)
                     self.loops.append(op)
+                    step = self.begin_step(op, n, depth + 1)
+                outer_count = self.per_iteration
+                if depth > 1 and self.profile:
+                    trips = _trips(op)
+                    known = trips is not None and outer_count is not None
+                    self.per_iteration = outer_count * trips if known else None  # type: ignore[operator]
                 if depth == 1 and any(isinstance(o, func.CallOp) for o in op.body.walk()):
                     self.saved[n] = self.params_written_before_a_call(op)
                     for k in self.saved[n]:
-                        self.emit(
-                            f"memcpy(ctx->saved[{k}], ctx->params[{k}], ctx->sizes[{k}]);",
-                            depth + 1,
-                        )
+                        text = f"memcpy(ctx->saved[{k}], ctx->params[{k}], ctx->sizes[{k}]);"
+                        self.timed("copy", self.global_names[k], text, depth + 1)
                 self.host_block(op.body.block, depth + 1)
+                self.per_iteration = outer_count
                 if depth == 1:
                     self.emit("if (ctx->check && ctx->check(gf_iter)) GF_FAIL", depth + 1)
+                    if self.profile:
+                        self.emit(
+                            f"if (gf_on) gf_record(ctx, {step}, 4, gf_iter, gf_s0);", depth + 1
+                        )
                 self.emit("}", depth)
                 if depth == 1:
                     self.emit("gf_iter = -1;", depth)  # a failure after it is in no loop
+                    if self.profile:
+                        self.emit("gf_on = GF_IN_WINDOW(-1);", depth)
+                        self.outer, self.per_iteration = None, 1
             elif isinstance(op, func.ReturnOp):
                 for k, v in enumerate(op.arguments):
                     self.emit(f"ctx->results[{k}] = (void*){self.name(v)};", depth)
@@ -174,6 +215,38 @@ class HostRenderer(Renderer):
                 raise GradfuseError(
                     f"the C host renderer has no form for {op.name}", position_of(op.location)
                 )
+
+    def begin_step(self, loop: scf.ForOp, n: int, depth: int) -> int:
+        """When profiling: a `step` site for outermost loop `n` and the code that starts
+        timing an iteration inside the window; the site's index (-1 when not profiling)."""
+        if not self.profile:
+            return -1
+        self.loop_trips.append(_trips(loop))
+        self.outer, self.per_iteration = n, 1
+        self.sites.append(Site(len(self.sites), "step", f"loop {n}", None, n, 1))
+        self.emit("gf_on = GF_IN_WINDOW(gf_iter);", depth)
+        self.emit("long long gf_s0 = gf_on ? gf_now() : 0;", depth)
+        return len(self.sites) - 1
+
+
+def _constant(v: SSAValue) -> int | None:
+    owner = v.owner
+    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
+        return owner.value.value.data
+    return None
+
+
+def _trips(loop: scf.ForOp) -> int | None:
+    """The trip count of `loop` when its bounds are constants, else None."""
+    lo, hi, st = (_constant(v) for v in (loop.lb, loop.ub, loop.step))
+    if lo is None or hi is None or st is None or st <= 0:
+        return None
+    return max(0, -(-(hi - lo) // st))
+
+
+def _key(op: func.CallOp) -> str:
+    key = op.attributes.get("gradfuse.key")
+    return key.data if isinstance(key, StringAttr) else ""
 
 
 def _written_args(fn: gpu.FuncOp) -> set[int]:
@@ -196,16 +269,21 @@ def host_symbols(module: ModuleOp) -> list[str]:
     return [op.sym_name.data for op in module.ops if isinstance(op, memref.GlobalOp)]
 
 
-def render_program(module: ModuleOp) -> HostRenderer:
+def render_program(module: ModuleOp, profile: bool = False) -> HostRenderer:
     """Renders the whole C translation unit (kernels, then the host program) into the
     renderer's `source`; its `calls` are the host call sites by callback index and its
-    `saved` the params that each top-level loop saves at the start of its iterations."""
+    `saved` the params that each top-level loop saves at the start of its iterations.
+    With `profile`, the profiling build (`gradfuse.backend.c.profile`), its `sites` filled:
+
+        render_program(module, profile=True).sites[0]  # Site(0, "step", "loop 0", ...)
+    """
     renderer = RowsRenderer()
     kernels = renderer.kernels(module)
-    host = HostRenderer(module, host_symbols(module), renderer.aliases)
+    host = HostRenderer(module, host_symbols(module), renderer.aliases, profile)
     main = host.main(main_function(module))
     host.kernel_texts = renderer.kernel_texts
-    host.host_text = "#include <string.h>\n" + CONTEXT + main
+    context = profiled_context(CONTEXT) if profile else CONTEXT
+    host.host_text = "#include <string.h>\n" + context + main
     host.source = kernels + host.host_text
     return host
 
