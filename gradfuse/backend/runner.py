@@ -59,6 +59,8 @@ class RunResult:
     """Final param values (the given ones, updated by `tg.assign`)."""
     received: dict[str, list[list[np.ndarray]]] = field(default_factory=dict)
     """Receiver key -> one list of arrays per call of that receiver."""
+    events: list[Any] = field(default_factory=list)
+    """A profiled run's timed events (`gradfuse.backend.c.profile.Event`), else empty."""
 
 
 class Executable(Protocol):

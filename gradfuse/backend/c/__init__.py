@@ -9,6 +9,10 @@ iterations; `check_finite` checks the params after each such iteration (a callba
 
     program = compile_c(lowered_module)
     result = program.run(feeders={"x": x}, params={"0.weight": w})
+
+`compile_c(module, profile=True)` builds the profiling build, whose `run(profile=(first,
+last))` times every kernel call, callback and param copy of the steps in that window
+into `RunResult.events` (see `profile`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, MemRefType, ModuleOp
 
 from gradfuse.backend.c.cache import build_library
 from gradfuse.backend.c.host import host_symbols, main_function, render_program, split_units
+from gradfuse.backend.c.profile import EVENT, capacity, read_events
 from gradfuse.backend.run_control import interrupted, sigint_flag
 from gradfuse.backend.runner import (
     RunResult,
@@ -55,6 +60,11 @@ class Context(ctypes.Structure):
         ("index", ctypes.c_long),
         ("loop", ctypes.c_long),
         ("check", CHECK),
+        ("events", ctypes.c_void_p),  # the profiling build's fields (the default ignores them)
+        ("capacity", ctypes.c_long),
+        ("count", ctypes.c_long),
+        ("first", ctypes.c_long),
+        ("last", ctypes.c_long),
     ]
 
 
@@ -71,17 +81,20 @@ def _contiguous(a: Any, dtype: Any = None) -> np.ndarray:
     return np.asarray(a, dtype=dtype, order="C")
 
 
-def compile_c(module: ModuleOp) -> CProgram:
-    """Renders and compiles a lowered module (gcc -O3, OpenMP)."""
-    return CProgram(module)
+def compile_c(module: ModuleOp, profile: bool = False) -> CProgram:
+    """Renders and compiles a lowered module (gcc -O3, OpenMP); `profile`: the profiling
+    build, `compile_c(m, profile=True).run(profile=(1, 3)).events`."""
+    return CProgram(module, profile)
 
 
 class CProgram:
-    """A lowered module compiled to a shared library; `run` may be called many times."""
+    """A lowered module compiled to a shared library; `run` may be called many times.
+    A profiling build (`profile=True`) lists its timed sites in `sites`."""
 
-    def __init__(self, module: ModuleOp):
+    def __init__(self, module: ModuleOp, profile: bool = False):
         self.module = module
-        host = render_program(module)
+        host = render_program(module, profile)
+        self.profile, self.sites, self.loop_trips = profile, host.sites, host.loop_trips
         self.source, self.saved, self.calls, self.loops = (
             host.source,
             host.saved,
@@ -112,8 +125,15 @@ class CProgram:
         params: dict[str, np.ndarray] | None = None,
         entry: str = "main",
         check_finite: bool = False,
+        profile: tuple[int, int] | None = None,
     ) -> RunResult:
-        """Runs the program; the API and the errors are `interpreters.tg.run`'s."""
+        """Runs the program; the API and the errors are `interpreters.tg.run`'s. `profile`
+        (a profiling build only): record the iterations [first, last) of the outermost
+        loops into the result's `events`, as `run(profile=(1, 3)).events`."""
+        if profile is not None and not self.profile:
+            raise GradfuseError(
+                "run(profile=...) needs the profiling build: compile_c(module, profile=True)"
+            )
         if entry_function(self.module, entry) is not self.main:
             raise GradfuseError(
                 f"the c backend compiled @{self.main.sym_name.data}, not @{entry}:"
@@ -194,6 +214,10 @@ class CProgram:
             -1,
             check_cb,
         )
+        window = profile if profile is not None else (0, 0)
+        events = np.zeros(capacity(self.sites, self.loop_trips, window), dtype=EVENT)
+        ctx.events, ctx.capacity = events.ctypes.data, len(events)
+        ctx.first, ctx.last = window
         lib = self.lib
         with sigint_flag(lambda: lib.gradfuse_sigint(1), lambda: lib.gradfuse_sigint(0)) as came:
             code = lib.gradfuse_main(ctypes.byref(ctx))
@@ -231,7 +255,13 @@ class CProgram:
             np.array(_array_at(ctx.results[k], t))  # type: ignore[arg-type]
             for k, t in enumerate(self.main.function_type.outputs.data)
         ]
-        return RunResult(results, final, state.received)
+        if ctx.count > len(events):
+            raise GradfuseError(
+                f"the profiling build recorded {ctx.count} events where {len(events)} were"
+                " expected (a loop bound that is not constant?): profile fewer steps"
+            )
+        got = read_events(events, ctx.count, self.sites) if profile is not None else []
+        return RunResult(results, final, state.received, got)
 
 
 def _key(op: Any) -> str:
