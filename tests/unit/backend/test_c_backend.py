@@ -110,8 +110,8 @@ def test_a_kernel_that_fails_to_compile_is_named_with_its_provenance(monkeypatch
 
     real = host.render_program
 
-    def broken(m):
-        rendered = real(m)
+    def broken(m, profile=False):
+        rendered = real(m, profile)
         rendered.source = rendered.source.replace(
             "static void k1(", "static void k1(no_such_type q, ", 1
         )
