@@ -75,11 +75,14 @@ class Executable(Protocol):
         params: dict[str, np.ndarray] | None = None,
         entry: str = "main",
         check_finite: bool = False,
+        profile: tuple[int, int] | None = None,
     ) -> RunResult:
         """Runs the entry function: `args` its arguments, `feeders` and `receivers` the
         host callbacks by key, `params` the initial param values (missing ones start
         from their `init`); with `check_finite`, a non-finite value fed or left in a
-        param stops the run. Ctrl-C stops it at an iteration of the outermost loop."""
+        param stops the run. Ctrl-C stops it at an iteration of the outermost loop.
+        `profile=(first, last)` times the iterations first..last-1 of the outermost
+        loop into `RunResult.events` (a profiling build of the c backend)."""
         ...
 
 

@@ -89,11 +89,18 @@ class CudaProgram:
         params: dict[str, np.ndarray] | None = None,
         entry: str = "main",
         check_finite: bool = False,
+        profile: tuple[int, int] | None = None,
     ) -> RunResult:
-        """Runs the program; the API and the errors are `interpreters.tg.run`'s. Ctrl-C stops
+        """Runs the program; the API and the errors are `interpreters.tg.run`'s (`profile`
+        is not built for cuda yet: asking for it is an error). Ctrl-C stops
         it at the next iteration of the outermost loop (as the c backend: a flag, set by
         a SIGINT handler installed around the run, checked once per iteration) with the
         params of the finished iterations in the `KeyboardInterrupt`."""
+        if profile is not None:
+            raise GradfuseError(
+                "the cuda backend cannot profile yet (CUDA events are to come): profile"
+                " on the c backend"
+            )
         run = _Run(self, feeders or {}, receivers or {}, params or {})
         run.state.check_finite = check_finite
         previous = signal.getsignal(signal.SIGINT)
