@@ -56,9 +56,15 @@ def trip_count(op: Operation) -> int:
     if isinstance(op, ForOp):
         return op.trip_count
     assert isinstance(op, scf.ForOp)
+    trips = constant_trips(op)
+    return 1 if trips is None else trips
+
+
+def constant_trips(op: scf.ForOp) -> int | None:
+    """Iterations of an `scf.for` whose bounds and step are constants, else None."""
     lo, hi, step = (_constant(v) for v in (op.lb, op.ub, op.step))
     if lo is None or hi is None or step is None or step < 1:
-        return 1
+        return None
     return max(0, -(-(hi - lo) // step))
 
 
@@ -108,4 +114,4 @@ def kernel_stats(module: ModuleOp) -> KernelStats:
     )
 
 
-__all__ = ["KernelStats", "kernel_stats", "trip_count"]
+__all__ = ["KernelStats", "constant_trips", "kernel_stats", "trip_count"]

@@ -23,10 +23,16 @@ from typing import Any
 
 import numpy as np
 from xdsl.dialects import memref
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, MemRefType, ModuleOp, StringAttr
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, MemRefType, ModuleOp
 
 from gradfuse.backend.c.cache import build_library
-from gradfuse.backend.c.host import host_symbols, main_function, render_program, split_units
+from gradfuse.backend.c.host import (
+    callback_key,
+    host_symbols,
+    main_function,
+    render_program,
+    split_units,
+)
 from gradfuse.backend.c.profile import EVENT, capacity, read_events
 from gradfuse.backend.run_control import interrupted, sigint_flag
 from gradfuse.backend.runner import (
@@ -139,7 +145,7 @@ class CProgram:
                 f"the c backend compiled @{self.main.sym_name.data}, not @{entry}:"
                 " run other entry functions with --backend reference or lowered"
             )
-        keys = [_key(g) or g.sym_name.data for g in self.globals]
+        keys = [callback_key(g) or g.sym_name.data for g in self.globals]
         types = {k: tensor_of(g.type) for k, g in zip(keys, self.globals)}  # type: ignore[arg-type]
         state = RunState(np.float32, types, {}, dict(feeders or {}), dict(receivers or {}))
         state.check_finite = check_finite
@@ -165,7 +171,7 @@ class CProgram:
             try:
                 ty = op.arguments[0].type
                 target = _array_at(ptr, ty)  # type: ignore[arg-type]
-                target[...] = state.feed(_key(op), tensor_of(ty), position_of(op.location))  # type: ignore[arg-type]
+                target[...] = state.feed(callback_key(op), tensor_of(ty), position_of(op.location))  # type: ignore[arg-type]
                 return 0
             except BaseException as err:  # noqa: BLE001 (handed back to Python after C returns)
                 failure.append(err)
@@ -176,7 +182,7 @@ class CProgram:
             try:
                 tys = [a.type for a in op.arguments]
                 got = tuple(np.array(_array_at(ptrs[i], tys[i])) for i in range(n))  # type: ignore[arg-type]
-                state.receive(_key(op), got, position_of(op.location))
+                state.receive(callback_key(op), got, position_of(op.location))
                 return 0
             except BaseException as err:  # noqa: BLE001
                 failure.append(err)
@@ -214,10 +220,12 @@ class CProgram:
             -1,
             check_cb,
         )
-        window = profile if profile is not None else (0, 0)
-        events = np.zeros(capacity(self.sites, self.loop_trips, window), dtype=EVENT)
-        ctx.events, ctx.capacity = events.ctypes.data, len(events)
-        ctx.first, ctx.last = window
+        events = np.zeros(0, dtype=EVENT)  # the default build records nothing
+        if self.profile:
+            window = profile if profile is not None else (0, 0)
+            events = np.zeros(capacity(self.sites, self.loop_trips, window), dtype=EVENT)
+            ctx.events, ctx.capacity = events.ctypes.data, len(events)
+            ctx.first, ctx.last = window
         lib = self.lib
         with sigint_flag(lambda: lib.gradfuse_sigint(1), lambda: lib.gradfuse_sigint(0)) as came:
             code = lib.gradfuse_main(ctypes.byref(ctx))
@@ -262,8 +270,3 @@ class CProgram:
             )
         got = read_events(events, ctx.count, self.sites) if profile is not None else []
         return RunResult(results, final, state.received, got)
-
-
-def _key(op: Any) -> str:
-    key = op.attributes.get("gradfuse.key")
-    return key.data if isinstance(key, StringAttr) else ""

@@ -23,14 +23,15 @@ status 2) and ends with the optional `ctx->check` (`check_finite`):
 from __future__ import annotations
 
 from xdsl.dialects import arith, func, gpu, memref, scf
-from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr
-from xdsl.ir import Block, SSAValue
+from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.ir import Block, Operation
 
 from gradfuse.backend.c.profile import KINDS, Site, profiled_context
 from gradfuse.backend.c.rows import RowsRenderer
 from gradfuse.backend.cstyle import CTarget, Renderer, element_ctype
 from gradfuse.backend.runner import entry_function
 from gradfuse.diagnostics import GradfuseError, position_of
+from gradfuse.stats import constant_trips
 
 CONTEXT = """
 #include <signal.h>
@@ -161,7 +162,7 @@ class HostRenderer(Renderer):
             elif isinstance(op, func.CallOp):
                 index = len(self.calls)  # callbacks are numbered by call site
                 self.calls.append(op)
-                key = _key(op) or op.callee.root_reference.data
+                key = callback_key(op) or op.callee.root_reference.data
                 if op.callee.root_reference.data.startswith("gradfuse_feed"):
                     text = f"if (ctx->feed({index}, {self.name(op.arguments[0])})) GF_FAIL"
                     self.timed("feeder", key, text, depth)
@@ -186,7 +187,7 @@ class HostRenderer(Renderer):
                     step = self.begin_step(op, n, depth + 1)
                 outer_count = self.per_iteration
                 if depth > 1 and self.profile:
-                    trips = _trips(op)
+                    trips = constant_trips(op)
                     known = trips is not None and outer_count is not None
                     self.per_iteration = outer_count * trips if known else None  # type: ignore[operator]
                 if depth == 1 and any(isinstance(o, func.CallOp) for o in op.body.walk()):
@@ -221,7 +222,7 @@ class HostRenderer(Renderer):
         timing an iteration inside the window; the site's index (-1 when not profiling)."""
         if not self.profile:
             return -1
-        self.loop_trips.append(_trips(loop))
+        self.loop_trips.append(constant_trips(loop))
         self.outer, self.per_iteration = n, 1
         self.sites.append(Site(len(self.sites), "step", f"loop {n}", None, n, 1))
         self.emit("gf_on = GF_IN_WINDOW(gf_iter);", depth)
@@ -229,22 +230,9 @@ class HostRenderer(Renderer):
         return len(self.sites) - 1
 
 
-def _constant(v: SSAValue) -> int | None:
-    owner = v.owner
-    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
-        return owner.value.value.data
-    return None
-
-
-def _trips(loop: scf.ForOp) -> int | None:
-    """The trip count of `loop` when its bounds are constants, else None."""
-    lo, hi, st = (_constant(v) for v in (loop.lb, loop.ub, loop.step))
-    if lo is None or hi is None or st is None or st <= 0:
-        return None
-    return max(0, -(-(hi - lo) // st))
-
-
-def _key(op: func.CallOp) -> str:
+def callback_key(op: Operation) -> str:
+    """The `gradfuse.key` of a host call (feeder or receiver) or a param global, else an
+    empty string."""
     key = op.attributes.get("gradfuse.key")
     return key.data if isinstance(key, StringAttr) else ""
 
