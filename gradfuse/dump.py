@@ -34,9 +34,8 @@ def _where(op: Operation) -> str:
     p = provenance_of(op.location)
     if p.file is None and p.module_path is None:
         return ""
-    at = f"{p.file.rsplit('/', 1)[-1]}:{p.line}" if p.file else ""
     path = f"{p.module_path} " if p.module_path else ""
-    return f"{path}({p.direction}) {at}".strip()
+    return f"{path}({p.direction}) {p.source}".strip()
 
 
 def _map(op: K.LoadOp | K.StoreOp | K.GatherOp | K.ScatterAddOp | K.RandomOp) -> str:

@@ -42,6 +42,11 @@ class Provenance:
         )
         return NameLoc(StringAttr(name), base)
 
+    @property
+    def source(self) -> str:
+        """`file:line` with the file's name only (`model.py:12`), "" without a file."""
+        return f"{self.file.rsplit('/', 1)[-1]}:{self.line}" if self.file else ""
+
     def with_direction(self, direction: str) -> Provenance:
         return Provenance(self.file, self.line, self.column, self.module_path, direction)
 

@@ -49,6 +49,7 @@ from xdsl.dialects.builtin import AnyFloat, MemRefType, ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 
 from gradfuse.dialects import kernel as K
+from gradfuse.passes.kernel.plan_buffers import element_bytes, nbytes
 from gradfuse.provenance import provenance_of
 
 _NOT_FLOPS = (
@@ -151,14 +152,6 @@ def _elements(ty: object) -> int:
     return prod(ty.get_shape())
 
 
-def _element_bytes(ty: object) -> int:
-    assert isinstance(ty, MemRefType)
-    el = ty.element_type
-    width = getattr(el, "bitwidth", None) or getattr(el, "width", None)
-    width = width.data if hasattr(width, "data") else width
-    return max(1, int(width or 32) // 8)
-
-
 def _op_flops(op: Operation) -> int:
     """FLOPs of one body op at one point."""
     if isinstance(op, K.ReduceOp | K.ScatterAddOp):
@@ -198,7 +191,7 @@ def kernel_work(k: K.KernelOp) -> KernelWork:
         inner += f if points[op] == full and (prologue or reduces) else 0
         if isinstance(op, K.LoadOp | K.GatherOp | K.StoreOp | K.ScatterAddOp):
             rank = op.map.data.num_dims
-            n = _touched(op, dims[:rank]) * _element_bytes(op.buffer.type)
+            n = _touched(op, dims[:rank]) * element_bytes(op.buffer.type)  # type: ignore[arg-type]
             if isinstance(op, K.LoadOp | K.GatherOp):
                 read += n
             else:
@@ -211,10 +204,8 @@ def kernel_work(k: K.KernelOp) -> KernelWork:
             layers.append(p.module_path)
         by_direction[p.direction] = by_direction.get(p.direction, 0) + f
         by_ops[p.direction] = by_ops.get(p.direction, 0) + 1
-        if p.file is not None:
-            where = f"{p.file.rsplit('/', 1)[-1]}:{p.line}"
-            if where not in sources:
-                sources.append(where)
+        if p.file is not None and p.source not in sources:
+            sources.append(p.source)
     weights = by_direction if flops else by_ops
     return KernelWork(
         k.sym_name.data, k.kind.data, dims, k.num_parallel, flops, read, written,
@@ -268,7 +259,7 @@ def _walk(block: Block, loops: tuple[Loop, ...], counter: list[int]) -> Iterator
 
 def _host(idx: int, op: K.FeedOp | K.ReceiveOp, loops: tuple[Loop, ...]) -> Launch:
     buffers: list[SSAValue] = [op.buffer] if isinstance(op, K.FeedOp) else list(op.buffers)
-    size = sum(_elements(b.type) * _element_bytes(b.type) for b in buffers)
+    size = sum(nbytes(b.type) for b in buffers)
     shapes = "; ".join(str(list(b.type.get_shape())) for b in buffers)  # type: ignore[attr-defined]
     feeder = isinstance(op, K.FeedOp)
     return Launch(

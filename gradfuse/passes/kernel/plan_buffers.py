@@ -42,11 +42,16 @@ ALIGNMENT = 64
 def nbytes(ty: Attribute) -> int:
     """Bytes of a memref (`memref<2x4xf32>`: 32); i1 and other sub-byte types take a byte."""
     assert isinstance(ty, MemRefType)
+    return prod(ty.get_shape()) * element_bytes(ty)
+
+
+def element_bytes(ty: MemRefType) -> int:
+    """Bytes of one element of a memref (f32: 4; i1 takes a byte)."""
     et = ty.element_type
     width = et.width.data if isinstance(et, IntegerType) else getattr(et, "bitwidth", None)
     if width is None:
         raise GradfuseError(f"buffer planning: no size known for element type {et}")
-    return prod(ty.get_shape()) * max(1, (width + 7) // 8)
+    return max(1, (width + 7) // 8)
 
 
 def align(n: int) -> int:
