@@ -48,6 +48,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import AnyFloat, MemRefType, ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 
+from gradfuse.diagnostics import GradfuseError
 from gradfuse.dialects import kernel as K
 from gradfuse.passes.kernel.plan_buffers import element_bytes, nbytes
 from gradfuse.provenance import provenance_of
@@ -268,10 +269,22 @@ def _host(idx: int, op: K.FeedOp | K.ReceiveOp, loops: tuple[Loop, ...]) -> Laun
     )  # fmt: skip
 
 
+_NOT_KERNEL_IR = ("tg", "gpu", "scf", "memref")
+"""Dialects of the IR before (tg) and after (gpu, scf, memref) the kernel level."""
+
+
 def launches(module: ModuleOp) -> list[Launch]:
     """One `Launch` per launch site and host callback of every function, program order
     (`Idx` from 1, as PyProf numbers rows). The module must be kernel IR (after the
     `kernels` pipeline), which this reads and does not change."""
+    stage = next(
+        (op.dialect_name() for op in module.walk() if op.dialect_name() in _NOT_KERNEL_IR), None
+    )
+    if stage is not None:
+        raise GradfuseError(
+            f"launches() reads kernel IR, and this module holds {stage} ops: run the"
+            ' `kernels` pipeline on it first (run_pipeline(module, "kernels"))'
+        )
     out: list[Launch] = []
     counter = [0]
     for f in module.ops:

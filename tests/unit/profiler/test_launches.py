@@ -4,6 +4,7 @@ listing's `fuses:` lines, and FLOPs against hand counts and torch.profiler."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,10 +13,14 @@ from xdsl.dialects.builtin import ModuleOp
 
 import gradfuse
 from gradfuse import Feeder, Receiver, ir_for
+from gradfuse.diagnostics import GradfuseError
 from gradfuse.dump import dump_kernels
+from gradfuse.frontend.parser import parse_tg
 from gradfuse.frontend.recorder import program
 from gradfuse.passes import run_pipeline
 from gradfuse.profiler import KernelWork, Launch, kernel_table, launches
+
+ROOT = Path(__file__).resolve().parents[3]
 
 _ORIGIN = re.compile(r"^(?:(\S+) )?\((forward|backward|optimizer)\)")
 
@@ -201,3 +206,12 @@ def test_conv_and_matmul_flops_match_torch_profiler() -> None:
     assert abs(conv_fwd - counted["aten::conv2d"]) <= 0.01 * counted["aten::conv2d"]
     assert abs(lin - counted["aten::mm"]) <= 0.01 * counted["aten::mm"]
     assert conv_bwd == conv_fwd  # dW: the same multiply-adds, which torch leaves uncounted
+
+
+@pytest.mark.parametrize("pipeline", [None, "default"])
+def test_launches_of_a_module_that_is_not_kernel_ir_is_an_error(pipeline):
+    module = parse_tg((ROOT / "examples" / "linreg.tg").read_text())
+    if pipeline:
+        run_pipeline(module, pipeline)
+    with pytest.raises(GradfuseError, match="launches\\(\\) reads kernel IR"):
+        launches(module)
