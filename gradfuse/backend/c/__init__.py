@@ -140,6 +140,14 @@ class CProgram:
             raise GradfuseError(
                 "run(profile=...) needs the profiling build: compile_c(module, profile=True)"
             )
+        if profile is not None and not (
+            len(profile) == 2 and all(isinstance(i, int) for i in profile)
+            and -1 <= profile[0] < profile[1]
+        ):  # fmt: skip
+            raise GradfuseError(
+                f"run(profile={profile!r}): the window is (first, last) iterations of the"
+                " outermost loop, -1 <= first < last (-1: what runs outside the loops)"
+            )
         if entry_function(self.module, entry) is not self.main:
             raise GradfuseError(
                 f"the c backend compiled @{self.main.sym_name.data}, not @{entry}:"

@@ -156,3 +156,10 @@ def test_profiling_needs_the_profiling_build() -> None:
     record_mlp(16, 2, 2)
     with pytest.raises(GradfuseError, match=r"compile_c\(module, profile=True\)"):
         compile_c(_lowered()).run(**_inputs(), profile=(0, 1))
+
+
+@pytest.mark.parametrize("window", [(3, 1), (2, 2), (-2, 1), (0.5, 2)])
+def test_an_empty_or_malformed_window_is_an_error(window: tuple) -> None:
+    record_mlp(16, 2, 2)
+    with pytest.raises(GradfuseError, match="the window is"):
+        compile_c(_lowered(), profile=True).run(**_inputs(), profile=window)
