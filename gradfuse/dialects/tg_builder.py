@@ -150,15 +150,11 @@ class Emitter(TgBuilder):
         """An emitter at the same insertion point, recording into the same list."""
         return Emitter(self.builder, location, self.emitted)
 
-    def emit(self, op: Operation) -> SSAValue:
-        """Inserts `op` with this emitter's location and returns its only result."""
+    def _insert(self, op: Operation) -> Operation:
+        """Inserts `op` at the builder's point with this emitter's location."""
         op.location = self.location
         self.builder.insert(op)
         self.emitted.append(op)
-        return op.results[0]
-
-    def _insert(self, op: Operation) -> Operation:
-        self.emit(op)
         return op
 
     def _fail(self, message: str) -> Exception:
