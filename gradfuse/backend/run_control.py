@@ -57,7 +57,9 @@ def check_fed_finite(where: str, value: np.ndarray, position: Position | None) -
     """Raises a `GradfuseError` if what a feeder returned holds a NaN or infinity."""
     found = first_non_finite(value)
     if found is not None:
-        raise GradfuseError(f"{where}: returned a non-finite value ({found}) (check_finite)", position)
+        raise GradfuseError(
+            f"{where}: returned a non-finite value ({found}) (check_finite)", position
+        )
 
 
 @contextmanager

@@ -49,6 +49,32 @@ Feeder = Callable[[], np.ndarray] | np.ndarray
 """A feeder: a callable called once per run of the op, or an array."""
 
 
+@dataclass(frozen=True)
+class Event:
+    """One timed execution of a host site of a profiled run: ns of the monotonic clock
+    (`time.monotonic_ns()`, C's `CLOCK_MONOTONIC`), and the iteration of the outermost
+    loop around it (-1 outside loops). `kind` is `kernel`, `feeder`, `receiver`, `copy`,
+    `step` (one iteration of the outermost loop) or, on the reference backend, `op` (one
+    tg op, `op` holding it). `launch` indexes `gradfuse.profiler.launches()` (kernels
+    and callbacks of a compiled program).
+
+        Event(site=2, kind="kernel", name="r0", launch=1, iteration=1, start_ns=..., end_ns=...)
+    """
+
+    site: int
+    kind: str
+    name: str
+    launch: int | None
+    iteration: int
+    start_ns: int
+    end_ns: int
+    op: Operation | None = None
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
 @dataclass
 class RunResult:
     """What a run produced: results, final params and everything received."""
@@ -60,7 +86,7 @@ class RunResult:
     received: dict[str, list[list[np.ndarray]]] = field(default_factory=dict)
     """Receiver key -> one list of arrays per call of that receiver."""
     events: list[Any] = field(default_factory=list)
-    """A profiled run's timed events (`gradfuse.backend.c.profile.Event`), else empty."""
+    """A profiled run's timed events (`Event`), else empty."""
 
 
 class Executable(Protocol):
@@ -99,9 +125,34 @@ class Interpreter(Protocol):
         params: dict[str, np.ndarray] | None = None,
         entry: str = "main",
         check_finite: bool = False,
+        profile: tuple[int, int] | None = None,
     ) -> RunResult:
-        """As `Executable.run`, for `module`."""
+        """As `Executable.run`, for `module` (`profile`: the reference interpreter times
+        each tg op, the others raise)."""
         ...
+
+
+def check_window(window: tuple[int, int] | None) -> tuple[int, int] | None:
+    """`run(profile=window)`'s window, checked: (first, last) iterations of the outermost
+    loop, -1 <= first < last (-1: what runs outside loops); None: not profiling."""
+    if window is not None and not (
+        isinstance(window, tuple | list) and len(window) == 2
+        and all(isinstance(i, int) for i in window) and -1 <= window[0] < window[1]
+    ):  # fmt: skip
+        raise GradfuseError(
+            f"run(profile={window!r}): the window is (first, last) iterations of the"
+            " outermost loop, -1 <= first < last (-1: what runs outside the loops)"
+        )
+    return None if window is None else (window[0], window[1])
+
+
+def cannot_profile(backend: str, window: tuple[int, int] | None) -> None:
+    """Raises when a runner that times nothing is asked to: `run(profile=...)`."""
+    if window is not None:
+        raise GradfuseError(
+            f"the {backend} backend cannot profile: profile on c, cuda or reference"
+            ' (execute(backend="c") inside `with gradfuse.profiler.profile():`)'
+        )
 
 
 class NamingInterpreter(xdsl_interpreter.Interpreter):
@@ -209,6 +260,18 @@ class RunState:
     check_finite: bool = False
     """Stop at the first NaN or infinity a feeder returns or a param holds after an
     iteration of the outermost loop (`execute(check_finite=True)`)."""
+    window: tuple[int, int] | None = None
+    """Profiling (reference backend): time the ops of the outermost loop's iterations
+    [first, last) into `events` (-1: the ops outside loops)."""
+    iteration: int = -1
+    """The iteration of the outermost loop running now (-1 outside loops)."""
+    loops: int = 0
+    """Outermost loops entered so far."""
+    events: list[Event] = field(default_factory=list)
+
+    def timing(self) -> bool:
+        """Whether ops running now are profiled (the window holds this iteration)."""
+        return self.window is not None and self.window[0] <= self.iteration < self.window[1]
 
     @contextmanager
     def keeping(self, finished: Callable[[], Mapping[str, np.ndarray]]) -> Iterator[None]:

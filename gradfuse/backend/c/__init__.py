@@ -39,6 +39,7 @@ from gradfuse.backend.runner import (
     RunResult,
     RunState,
     attr_array,
+    check_window,
     dtype_of,
     entry_function,
     tensor_of,
@@ -140,14 +141,7 @@ class CProgram:
             raise GradfuseError(
                 "run(profile=...) needs the profiling build: compile_c(module, profile=True)"
             )
-        if profile is not None and not (
-            len(profile) == 2 and all(isinstance(i, int) for i in profile)
-            and -1 <= profile[0] < profile[1]
-        ):  # fmt: skip
-            raise GradfuseError(
-                f"run(profile={profile!r}): the window is (first, last) iterations of the"
-                " outermost loop, -1 <= first < last (-1: what runs outside the loops)"
-            )
+        profile = check_window(profile)
         if entry_function(self.module, entry) is not self.main:
             raise GradfuseError(
                 f"the c backend compiled @{self.main.sym_name.data}, not @{entry}:"

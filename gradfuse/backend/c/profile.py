@@ -34,6 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gradfuse.backend.runner import Event
+
 KINDS = ("kernel", "feeder", "receiver", "copy", "step")
 """Event kinds, by the number the C code records."""
 
@@ -93,27 +95,6 @@ class Site:
     launch: int | None
     loop: int | None
     per_iteration: int | None
-
-
-@dataclass(frozen=True)
-class Event:
-    """One timed execution of a site: ns of the monotonic clock, and the iteration of
-    the outermost loop around it (-1 outside loops).
-
-        Event(site=2, kind="kernel", name="r0", launch=1, iteration=1, start_ns=..., end_ns=...)
-    """
-
-    site: int
-    kind: str
-    name: str
-    launch: int | None
-    iteration: int
-    start_ns: int
-    end_ns: int
-
-    @property
-    def duration_ns(self) -> int:
-        return self.end_ns - self.start_ns
 
 
 def capacity(sites: Sequence[Site], trips: Sequence[int | None], window: tuple[int, int]) -> int:

@@ -25,6 +25,7 @@ from gradfuse.backend.runner import (
     RunResult,
     RunState,
     attr_array,
+    cannot_profile,
     dtype_of,
     entry_function,
     tensor_of,
@@ -55,8 +56,10 @@ def run_kernels(
     params: dict[str, np.ndarray] | None = None,
     entry: str = "main",
     check_finite: bool = False,
+    profile: tuple[int, int] | None = None,
 ) -> RunResult:
     """Runs `entry` of a fused module; the API and the errors are `interpreters.tg.run`'s."""
+    cannot_profile("numpy", profile)
     fn = entry_function(module, entry)
     types = {
         op.key.data: tensor_of(op.result.type) for op in fn.walk() if isinstance(op, K.ParamOp)

@@ -50,6 +50,7 @@ from gradfuse.backend.runner import (
     RunResult,
     RunState,
     attr_array,
+    cannot_profile,
     dtype_of,
     entry_function,
     tensor_of,
@@ -166,6 +167,7 @@ def run_lowered(
     params: Mapping[str, np.ndarray] | None = None,
     entry: str = "main",
     check_finite: bool = False,
+    profile: tuple[int, int] | None = None,
 ) -> RunResult:
     """Runs the entry function of a lowered module and returns what it produced.
 
@@ -179,6 +181,7 @@ def run_lowered(
 
     `run_lowered(module, feeders={"x": x}).received["out"][0][0]`
     """
+    cannot_profile("lowered", profile)
     fn = entry_function(module, entry)
     host = RunState(
         dtype=np.float32,

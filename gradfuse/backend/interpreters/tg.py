@@ -16,18 +16,27 @@ messages count from 0.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from time import monotonic_ns
 from typing import Any
 
 import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.interpreter import OpImplResult, PythonValues
 from xdsl.interpreters.func import FuncFunctions
-from xdsl.ir import Attribute
+from xdsl.ir import Attribute, Operation
 
 from gradfuse.backend.interpreters.tg_conv import ConvFunctions
 from gradfuse.backend.interpreters.tg_ops import RunState, TgFunctions, dtype_of
 from gradfuse.backend.interpreters.tg_sparse import SparseFunctions
-from gradfuse.backend.runner import Feeder, NamingInterpreter, RunResult, entry_function
+from gradfuse.backend.runner import (
+    Event,
+    Feeder,
+    NamingInterpreter,
+    RunResult,
+    check_window,
+    entry_function,
+)
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import fmt_shape
@@ -76,6 +85,28 @@ def _check_args(fn: func.FuncOp, args: Sequence[np.ndarray], dtype: type) -> lis
     return out
 
 
+class TimingInterpreter(NamingInterpreter):
+    """The interpreter of a profiled run: every op of an outermost loop's iteration (a
+    nested `tg.for` as one op) and, when -1 is in the window, every op outside loops
+    becomes an `Event` of kind `op` in `state.events`; `run_for` adds the `step`s."""
+
+    def __init__(self, module: ModuleOp, state: RunState):
+        super().__init__(module)
+        self.state = state
+
+    def _run_op(self, op: Operation, inputs: PythonValues) -> OpImplResult:
+        st = self.state
+        skip = isinstance(op, tg.YieldOp | func.ReturnOp) or (
+            st.loop_depth == 0 and isinstance(op, tg.ForOp)
+        )
+        if skip or st.loop_depth > 1 or not st.timing():
+            return super()._run_op(op, inputs)
+        start = monotonic_ns()
+        out = super()._run_op(op, inputs)
+        st.events.append(Event(-1, "op", op.name, None, st.iteration, start, monotonic_ns(), op))
+        return out
+
+
 def run(
     module: ModuleOp,
     *,
@@ -86,6 +117,7 @@ def run(
     entry: str = "main",
     dtype: type = np.float32,
     check_finite: bool = False,
+    profile: tuple[int, int] | None = None,
 ) -> RunResult:
     """Runs the entry function of `module` on NumPy and returns what it produced.
 
@@ -106,7 +138,9 @@ def run(
     loop, its `received` attribute what the receivers got until then. `check_finite`
     stops at the first NaN or infinity a feeder returns or a param holds after an
     iteration of the outermost loop (or after the run). Ctrl-C raises `KeyboardInterrupt`
-    with the same `params` attribute.
+    with the same `params` attribute. `profile=(first, last)` times each op of the
+    iterations [first, last) of the outermost loop into the result's `events`
+    (`Event(kind="op")`, one per op run, and one `step` per iteration).
     """
     fn = entry_function(module, entry)
     types, inits = _collect_params(module)
@@ -122,7 +156,8 @@ def run(
         state.params[key] = state.check_param_value(key, value)
     initial = dict(state.params)
     call_args = _check_args(fn, args, dtype)
-    interpreter = NamingInterpreter(module)
+    state.window = check_window(profile)
+    interpreter = TimingInterpreter(module, state) if profile else NamingInterpreter(module)
     interpreter.register_implementations(FuncFunctions())
     interpreter.register_implementations(TgFunctions(state))
     interpreter.register_implementations(SparseFunctions(state))
@@ -138,6 +173,7 @@ def run(
         results=[np.array(r) for r in results],
         params={k: np.array(v) for k, v in state.params.items()},
         received=state.received,
+        events=state.events,
     )
 
 

@@ -10,6 +10,7 @@ into their operands, so arrays may be shared freely (params, loop values).
 from __future__ import annotations
 
 from collections.abc import Callable
+from time import monotonic_ns
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,7 @@ from xdsl.interpreter import (
 from xdsl.ir import Operation
 
 from gradfuse.affine import eval_grid, eval_guard
-from gradfuse.backend.runner import RunState, attr_array, dtype_of, impls_for, shape_str
+from gradfuse.backend.runner import Event, RunState, attr_array, dtype_of, impls_for, shape_str
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import ints
@@ -196,13 +197,22 @@ class TgFunctions(
         outermost = st.loop_depth == 0
         carried = tuple(args)
         st.loop_depth += 1
+        loop = st.loops
+        st.loops += outermost
         try:
             for iteration, i in enumerate(range(lo, hi, step)):
                 snapshot = dict(st.params) if outermost else None
+                st.iteration = iteration if outermost else st.iteration
+                start = monotonic_ns()
                 try:
                     carried = interp.run_ssacfg_region(op.body, (i, *carried), "tg.for")
                     if snapshot is not None:
                         st.after_iteration(st.params)
+                    if outermost and st.timing():
+                        end = monotonic_ns()
+                        st.events.append(
+                            Event(-1, "step", f"loop {loop}", None, iteration, start, end)
+                        )
                 except KeyboardInterrupt:
                     if snapshot is not None:  # Ctrl-C: the params of the last full iteration
                         st.params.clear()
@@ -215,6 +225,7 @@ class TgFunctions(
                     raise _in_iteration(err, op, iteration, i) from err
         finally:
             st.loop_depth -= 1
+            st.iteration = -1 if outermost else st.iteration
         return carried
 
     @impl_terminator(tg.YieldOp)

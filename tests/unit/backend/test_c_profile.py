@@ -16,7 +16,7 @@ import gradfuse
 from gradfuse import Feeder, Receiver, ir_for
 from gradfuse.backend.c import compile_c
 from gradfuse.backend.c.host import render_program
-from gradfuse.backend.c.profile import Event
+from gradfuse.backend.runner import Event
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.frontend.recorder import program
 from gradfuse.nn import SGD, Conv2d, Flatten, Linear, ReLU, Sequential
