@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -232,10 +233,14 @@ class Compiled:
             check_finite = os.environ.get("GRADFUSE_CHECK_FINITE", "") not in ("", "0")
         if check_finite:
             extra["check_finite"] = True
+        from gradfuse.profiler.session import active
+
+        session = active()  # inside `with gradfuse.profiler.profile():`, a profiled run
+        run = (
+            self.program.run if session is None else partial(session.run, self.program, self.source)
+        )
         try:
-            result = self.program.run(
-                feeders=self.feeders, receivers=self.receivers, params=initial, **extra
-            )
+            result = run(feeders=self.feeders, receivers=self.receivers, params=initial, **extra)
         except GradfuseError as err:
             _write_back(self.params, getattr(err, "params", {}))
             clean = GradfuseError(err.message, err.position)

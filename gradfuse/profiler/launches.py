@@ -53,6 +53,9 @@ from gradfuse.dialects import kernel as K
 from gradfuse.passes.kernel.plan_buffers import element_bytes, nbytes
 from gradfuse.provenance import provenance_of
 
+UNATTRIBUTED = "(no module)"
+"""The layer of ops recorded outside every `nn.Module` (a loss written inline)."""
+
 _NOT_FLOPS = (
     "arith.constant", "arith.select", "arith.extf", "arith.truncf", "arith.sitofp",
     "arith.uitofp", "arith.fptosi", "arith.fptoui", "arith.bitcast", "arith.index_cast",
@@ -90,6 +93,9 @@ class KernelWork:
     inner_flops: int = 0
     """The FLOPs of the prologue and the reduces (ops at every domain point): for a
     contraction its multiply-adds, 2·ΠP·ΠR, what torch counts for a matmul or conv."""
+    layer_weights: dict[str, int] = field(default_factory=dict)
+    """Layer (module path, `UNATTRIBUTED` for ops outside modules) -> its FLOPs (or op
+    count where the kernel has no FLOPs), weighed as `direction_weights`."""
 
     @property
     def params(self) -> str:
@@ -125,6 +131,9 @@ class Launch:
     shares: dict[str, float] = field(default_factory=dict)
     """Direction -> its share of the launch (FLOPs, or body ops where no FLOPs)."""
     sources: tuple[str, ...] = ()
+    layer_shares: dict[str, float] = field(default_factory=dict)
+    """Layer -> its share of the launch, weighed as `shares` (ops outside every module
+    count for `UNATTRIBUTED`): what a profile splits the launch's time by."""
 
     @property
     def is_kernel(self) -> bool:
@@ -139,13 +148,19 @@ class Launch:
     def direction(self) -> str:
         """PyProf's Direction: fprop, bprop or optimizer; a mixed launch shows the
         shares (`fprop 60% bprop 40%`); a host callback shows `host`."""
-        if not self.kernels:
-            return "host"
-        names = {"forward": "fprop", "backward": "bprop", "optimizer": "optimizer"}
-        parts = sorted(self.shares.items(), key=lambda kv: -kv[1])
-        if len(parts) == 1:
-            return names[parts[0][0]]
-        return " ".join(f"{names[d]} {round(100 * s) or '<1'}%" for d, s in parts)
+        return direction_of(self.shares) if self.kernels else "host"
+
+
+def direction_of(shares: dict[str, float]) -> str:
+    """PyProf's Direction of work with these direction shares: `fprop`, `bprop`,
+    `optimizer`, or the mix `fprop 60% bprop 40%` (`-` for none)."""
+    names = {"forward": "fprop", "backward": "bprop", "optimizer": "optimizer"}
+    parts = sorted(shares.items(), key=lambda kv: -kv[1])
+    if not parts:
+        return "-"
+    if len(parts) == 1:
+        return names[parts[0][0]]
+    return " ".join(f"{names[d]} {round(100 * s) or '<1'}%" for d, s in parts)
 
 
 def _elements(ty: object) -> int:
@@ -183,6 +198,8 @@ def kernel_work(k: K.KernelOp) -> KernelWork:
     flops = read = written = inner = 0
     by_direction: dict[str, int] = {}
     by_ops: dict[str, int] = {}
+    layer_flops: dict[str, int] = {}
+    layer_ops: dict[str, int] = {}
     origins: set[tuple[str | None, str]] = set()
     sources: list[str] = []
     layers: list[str] = []
@@ -205,12 +222,16 @@ def kernel_work(k: K.KernelOp) -> KernelWork:
             layers.append(p.module_path)
         by_direction[p.direction] = by_direction.get(p.direction, 0) + f
         by_ops[p.direction] = by_ops.get(p.direction, 0) + 1
+        name = p.module_path or UNATTRIBUTED
+        layer_flops[name] = layer_flops.get(name, 0) + f
+        layer_ops[name] = layer_ops.get(name, 0) + 1
         if p.file is not None and p.source not in sources:
             sources.append(p.source)
     weights = by_direction if flops else by_ops
     return KernelWork(
         k.sym_name.data, k.kind.data, dims, k.num_parallel, flops, read, written,
         frozenset(origins), dict(weights), tuple(sources), tuple(layers), inner,
+        layer_flops if flops else layer_ops,
     )  # fmt: skip
 
 
@@ -231,6 +252,7 @@ def _launch(idx: int, op: Operation, loops: tuple[Loop, ...]) -> Launch:
     layers: list[str] = []
     sources: list[str] = []
     weights: dict[str, int] = {}
+    by_layer: dict[str, int] = {}
     flops = sum(w.flops for w in works)
     for w in works:
         layers += [path for path in w.layers if path not in layers]
@@ -239,13 +261,20 @@ def _launch(idx: int, op: Operation, loops: tuple[Loop, ...]) -> Launch:
             continue  # a member without FLOPs weighs nothing beside FLOPs
         for d, n in w.direction_weights.items():
             weights[d] = weights.get(d, 0) + n
-    total = sum(weights.values())
-    shares = {d: n / total for d, n in weights.items() if n} if total else {}
+        for name, n in w.layer_weights.items():
+            by_layer[name] = by_layer.get(name, 0) + n
     return Launch(
         idx, op.sym_name.data, kind, works, loops, params, flops,
         sum(w.bytes_read for w in works), sum(w.bytes_written for w in works),
-        tuple(layers), frozenset().union(*(w.origins for w in works)), shares, tuple(sources),
+        tuple(layers), frozenset().union(*(w.origins for w in works)), _shares(weights),
+        tuple(sources), _shares(by_layer),
     )  # fmt: skip
+
+
+def _shares(weights: dict[str, int]) -> dict[str, float]:
+    """Each key's share of the total weight (keys of weight 0 left out)."""
+    total = sum(weights.values())
+    return {k: n / total for k, n in weights.items() if n} if total else {}
 
 
 def _walk(block: Block, loops: tuple[Loop, ...], counter: list[int]) -> Iterator[tuple]:
@@ -298,7 +327,7 @@ def launches(module: ModuleOp) -> list[Launch]:
     return out
 
 
-def _si(n: int) -> str:
+def si(n: int) -> str:
     for unit, scale in (("G", 10**9), ("M", 10**6), ("k", 10**3)):
         if n >= scale:
             return f"{n / scale:.3g}{unit}"
@@ -325,7 +354,7 @@ def kernel_table(
         src = ",".join(r.sources[:2]) + (f" +{len(r.sources) - 2}" if len(r.sources) > 2 else "")
         params = r.params if len(r.params) <= 40 else r.params[:39] + "…"
         table.append((str(r.idx), r.direction, layer or "-", r.op, r.symbol, params, time,
-                      _si(r.flops), _si(r.bytes_read), _si(r.bytes_written), src))  # fmt: skip
+                      si(r.flops), si(r.bytes_read), si(r.bytes_written), src))  # fmt: skip
     widths = [max(len(row[c]) for row in table) for c in range(len(head))]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table

@@ -26,11 +26,6 @@ CATEGORY = {"kernel": "kernel", "copy": "gpu_memcpy", "feeder": "cpu_op", "recei
             "op": "cpu_op"}  # fmt: skip
 """Span kind -> the trace-event category torch.profiler writes for its kind."""
 
-UNATTRIBUTED = "(no module)"
-"""The layer of work recorded outside every `nn.Module` (a loss written inline, an
-optimizer's own arithmetic): shown so that every row has a layer and the layer totals
-add up to the kernel time."""
-
 
 @dataclass(frozen=True)
 class Span:

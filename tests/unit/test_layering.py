@@ -1,7 +1,7 @@
 """gradfuse's import graph, read with `ast`: the layers import downwards only, and there
 is no import cycle.
 
-    dialects  <-  passes  <-  backend  <-  frontend, tools
+    dialects  <-  passes  <-  backend  <-  profiler  <-  frontend, tools
     (each may import the ones to its left, and gradfuse's top-level helpers)
 
 Every import counts, a function-local one too (it is a dependency all the same); only
@@ -15,9 +15,10 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "gradfuse"
 FORBIDDEN = {
-    "dialects": {"passes", "frontend", "backend", "tools"},
-    "passes": {"frontend", "backend", "tools"},
-    "backend": {"frontend", "tools"},
+    "dialects": {"passes", "frontend", "backend", "profiler", "tools"},
+    "passes": {"frontend", "backend", "profiler", "tools"},
+    "backend": {"frontend", "profiler", "tools"},
+    "profiler": {"frontend", "tools"},
 }
 
 
@@ -69,7 +70,7 @@ def imports() -> dict[str, set[str]]:
     return graph
 
 
-LAYERS = {"dialects", "passes", "backend", "frontend", "tools"}
+LAYERS = {"dialects", "passes", "backend", "profiler", "frontend", "tools"}
 
 
 def layer(module: str) -> str:

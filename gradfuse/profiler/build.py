@@ -1,0 +1,110 @@
+"""From a backend's timed events to a profile's `Step`s, and the profiling variant of a
+compiled program.
+
+`variant(program, source)` gives what a profile runs: on c the profiling build
+(`compile_c(module, profile=True)`), on cuda and reference the program itself (they time
+when given `run(profile=window)`), with the program's `launches()`, read from the
+`kernels` pipeline of the recorded tg module. `steps(events, ...)` turns the run's
+`Event`s (ns of the monotonic clock, by iteration) into `Step`s of `Span`s that carry
+each launch's layers, direction, FLOPs and bytes.
+
+    run, found = variant(program, source)
+    result = run(feeders=..., profile=(1, 3))
+    for step in steps(result.events, found, "c", first=0, origin_ns=t0):
+        print(step.name, [s.name for s in step.spans])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from xdsl.dialects.builtin import ModuleOp
+
+from gradfuse.backend import Program
+from gradfuse.backend.runner import Event, cannot_profile
+from gradfuse.dialects import tg
+from gradfuse.passes import run_pipeline
+from gradfuse.profiler.launches import UNATTRIBUTED, Launch, direction_of, launches
+from gradfuse.profiler.steps import Span, Step
+from gradfuse.provenance import provenance_of
+
+PROFILING = ("reference", "c", "cuda")
+"""The backends that time a run."""
+
+
+def variant(program: Program, source: ModuleOp) -> tuple[Callable[..., Any], list[Launch]]:
+    """The runner of `program`'s profiling variant, and its launches (see module doc)."""
+    if program.backend not in PROFILING:
+        cannot_profile(program.backend, (0, 1))
+    kernels = source.clone()
+    run_pipeline(kernels, "kernels")
+    found = launches(kernels)
+    if program.backend != "c":
+        return program.run, found
+    from gradfuse.backend.c import compile_c
+
+    built = compile_c(program.module, profile=True)
+    return replace(program, runner=lambda module, **kwargs: built.run(**kwargs)).run, found
+
+
+def _us(ns: int, origin_ns: int) -> float:
+    return (ns - origin_ns) / 1000.0
+
+
+def _launch_span(e: Event, launch: Launch, step: int, origin_ns: int) -> Span:
+    sources = ",".join(launch.sources[:2]) + (
+        f" +{len(launch.sources) - 2}" if len(launch.sources) > 2 else ""
+    )
+    return Span(
+        e.name, e.kind, step, _us(e.start_ns, origin_ns), e.duration_ns / 1000.0, launch,
+        dict(launch.layer_shares), dict(launch.shares), launch.direction, launch.flops,
+        launch.bytes_read, launch.bytes_written, sources,
+    )  # fmt: skip
+
+
+def _op_span(e: Event, step: int, origin_ns: int) -> Span:
+    """A tg op timed by the reference interpreter: its layer and direction from its
+    location; a feeder or receiver is a callback named by its key."""
+    op = e.op
+    assert op is not None
+    p = provenance_of(op.location)
+    kind, name = "op", e.name
+    if isinstance(op, tg.FeederOp | tg.ReceiverOp):
+        kind = "feeder" if isinstance(op, tg.FeederOp) else "receiver"
+        name = op.key.data
+    layer = {} if kind != "op" else {p.module_path or UNATTRIBUTED: 1.0}
+    shares = {} if kind != "op" else {p.direction: 1.0}
+    direction = direction_of(shares) if shares else "host"
+    source = p.source if p.file is not None else ""
+    return Span(name, kind, step, _us(e.start_ns, origin_ns), e.duration_ns / 1000.0,
+                None, layer, shares, direction, source=source)  # fmt: skip
+
+
+def steps(
+    events: Sequence[Event], found: Sequence[Launch], backend: str, first: int, origin_ns: int
+) -> list[Step]:
+    """The `Step`s of one run's events: iteration i of the outermost loop is step
+    `first + i`; a run without a loop (its events at iteration -1) is step `first`.
+    Spans come in the order they started."""
+    spans: dict[int, list[Span]] = {}
+    bounds: dict[int, tuple[int, int]] = {}
+    for e in events:
+        number = first + max(e.iteration, 0)
+        if e.kind == "step":
+            bounds[number] = (e.start_ns, e.end_ns)
+        elif e.kind == "op":
+            spans.setdefault(number, []).append(_op_span(e, number, origin_ns))
+        elif e.launch is not None:
+            spans.setdefault(number, []).append(_launch_span(e, found[e.launch], number, origin_ns))
+        else:  # a param copy
+            start, dur = _us(e.start_ns, origin_ns), e.duration_ns / 1000.0
+            spans.setdefault(number, []).append(Span(e.name, e.kind, number, start, dur))
+    out = []
+    for number, (start, end) in sorted(bounds.items()):
+        inside = sorted(spans.get(number, []), key=lambda s: s.start_us)
+        out.append(
+            Step(number, _us(start, origin_ns), (end - start) / 1000.0, tuple(inside), backend)
+        )
+    return out
