@@ -60,8 +60,14 @@ def _launch_span(e: Event, launch: Launch, step: int, origin_ns: int) -> Span:
     return Span(
         e.name, e.kind, step, _us(e.start_ns, origin_ns), e.duration_ns / 1000.0, launch,
         dict(launch.layer_shares), dict(launch.shares), launch.direction, launch.flops,
-        launch.bytes_read, launch.bytes_written, sources,
+        launch.bytes_read, launch.bytes_written, sources, layers=layers_of(launch),
     )  # fmt: skip
+
+
+def layers_of(launch: Launch) -> tuple[str, ...]:
+    """The launch's layers, `UNATTRIBUTED` last when some of its ops are outside modules."""
+    outside = any(path is None for path, _ in launch.origins)
+    return launch.layers + ((UNATTRIBUTED,) if outside else ())
 
 
 def _op_span(e: Event, step: int, origin_ns: int) -> Span:
@@ -79,7 +85,7 @@ def _op_span(e: Event, step: int, origin_ns: int) -> Span:
     direction = direction_of(shares) if shares else "host"
     source = p.source if p.file is not None else ""
     return Span(name, kind, step, _us(e.start_ns, origin_ns), e.duration_ns / 1000.0,
-                None, layer, shares, direction, source=source)  # fmt: skip
+                None, layer, shares, direction, source=source, layers=tuple(layer))  # fmt: skip
 
 
 def steps(

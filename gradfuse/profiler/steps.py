@@ -32,7 +32,7 @@ class Span:
     """One timed execution: a kernel launch, a callback, a param copy or a tg op.
 
     `launch` is the static record of a kernel or callback (None for copies and tg ops);
-    `layer_shares` maps each layer (module path) to its share of the span, by FLOPs or,
+    `layers` lists the layers of its ops, `layer_shares` maps each layer (module path) to its share of the span, by FLOPs or,
     without FLOPs, by ops; `shares` does the same for directions (forward, backward,
     optimizer). `grid` and `block` are the launch configuration on cuda, else "".
     """
@@ -54,14 +54,13 @@ class Span:
     source: str = ""
     grid: str = ""
     block: str = ""
+    layers: tuple[str, ...] = ()
+    """The module path of every op in it, `(no module)` for ops outside modules: PyProf's
+    Layer (a layer can have no share of the time when its ops have no FLOPs)."""
 
     @property
     def end_us(self) -> float:
         return self.start_us + self.dur_us
-
-    @property
-    def layers(self) -> tuple[str, ...]:
-        return tuple(self.layer_shares)
 
     @property
     def category(self) -> str:

@@ -99,7 +99,9 @@ def test_param_without_initial_value(fb):
 def test_param_read_with_two_types(fb):  # the verifier rejects it, before any backend
     b = fb()
     b(tg.ParamOp("w", T2, 0.0))
-    with pytest.raises(VerifyException, match=r'param "w" is read with two types: tensor<2xf32> and'):
+    with pytest.raises(
+        VerifyException, match=r'param "w" is read with two types: tensor<2xf32> and'
+    ):
         b.module(b(tg.ParamOp("w", tensor([3]), 0.0)))
 
 
@@ -114,7 +116,7 @@ def test_assign_of_wrong_shape(fb):
     b = fb()
     b(tg.ParamOp("w", T2, 0.0))
     b(tg.AssignOp("w", b(tg.ConstantOp(1.0, tensor([3])))))
-    with pytest.raises(VerifyException, match=r'tg.assign: value type tensor<3xf32> differs'):
+    with pytest.raises(VerifyException, match=r"tg.assign: value type tensor<3xf32> differs"):
         b.module()
 
 

@@ -261,7 +261,10 @@ def test_guarded_view_reads_zero_outside_its_guard(fb):
     x = rand(4)
     shifted = AffineMap(1, 0, (d0 - 1,))  # y[i] = x[i - 1] for 1 <= i <= 4, else 0
     zero = AffineExpr.constant(0)
-    inside = (AffineConstraintExpr(ge, d0 - 1, zero), AffineConstraintExpr(ge, AffineExpr.constant(4) - d0, zero))
+    inside = (
+        AffineConstraintExpr(ge, d0 - 1, zero),
+        AffineConstraintExpr(ge, AffineExpr.constant(4) - d0, zero),
+    )
     guard = AffineSet(1, 0, inside)  # 1 <= i <= 4
     out = run_value(b.module(b(tg.ViewAccessOp(b.args[0], shifted, [6], guard))), x)
     np.testing.assert_array_equal(out, np.pad(x, (1, 1)))

@@ -141,7 +141,10 @@ def test_check_finite_names_a_nan_feeder_and_its_iteration(backend: str) -> None
         return bad if len(calls) == 3 else data
 
     got = record(backend, 5, feed)
-    with pytest.raises(GradfuseError, match=r'feeder "feeder".*non-finite value \(nan at index \(1, 2\)\).*iteration 2'):
+    with pytest.raises(
+        GradfuseError,
+        match=r'feeder "feeder".*non-finite value \(nan at index \(1, 2\)\).*iteration 2',
+    ):
         gradfuse.execute(backend, check_finite=True)
     assert_state_after(got, backend, 2, lambda: data)
 
@@ -159,7 +162,9 @@ def test_check_finite_names_a_param_that_overflows(backend: str, monkeypatch) ->
 
     got = record(backend, 4, feed)
     monkeypatch.setenv("GRADFUSE_CHECK_FINITE", "1")
-    with pytest.raises(GradfuseError, match=r'param ".*" is not finite after this iteration.*iteration 1'):
+    with pytest.raises(
+        GradfuseError, match=r'param ".*" is not finite after this iteration.*iteration 1'
+    ):
         gradfuse.execute(backend)
     assert_state_after(got, backend, 1, lambda: data)
     assert all(np.isfinite(v).all() for v in got.model.state_dict().values())

@@ -142,7 +142,9 @@ rounding, unless |g| is near eps. Below 100 eps a gradient's float32 rounding no
 decides how far its element moves, in any framework (see `drift_rows`)."""
 
 
-def drift_rows(ex: ModuleType, ours: dict[str, np.ndarray], runs: dict[Any, TorchRun]) -> list[Drift]:
+def drift_rows(
+    ex: ModuleType, ours: dict[str, np.ndarray], runs: dict[Any, TorchRun]
+) -> list[Drift]:
     """Each trained tensor's drift from PyTorch's float64 run, beside PyTorch's float32
     drift, over the elements whose gradients Adam resolves at every step (the rest are
     counted in the table's last column)."""

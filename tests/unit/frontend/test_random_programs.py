@@ -181,31 +181,73 @@ REGRESSIONS = [
     # a dot read through a view by a receiver and by a kernel (KeyError in kernel_body)
     Spec((1, 3, 4), [("matmul", 2), ("where",), ("matmul", 3)], iters=0, weight_decay=0.01),
     # a constant of a reduction's prologue used again in its epilogue
-    Spec((2,), [("unary", "sigmoid"), ("binary", "+", "param_bcast", 14), ("where",)],
-         loss="mean", iters=2, momentum=0.9, seed=1297),  # fmt: skip
+    Spec(
+        (2,),
+        [("unary", "sigmoid"), ("binary", "+", "param_bcast", 14), ("where",)],
+        loss="mean",
+        iters=2,
+        momentum=0.9,
+        seed=1297,
+    ),  # fmt: skip
     # a reduction of one step packed by the C backend (IndexError in pack_render)
     Spec((4, 1, 4), [("matmul", 4)], iters=1),
-    Spec((2, 1), [("slice", "column"), ("matmul", 2), ("view", "reverse"), ("view", "swap")],
-         iters=3, momentum=0.9, seed=18795),  # fmt: skip
+    Spec(
+        (2, 1),
+        [("slice", "column"), ("matmul", 2), ("view", "reverse"), ("view", "swap")],
+        iters=3,
+        momentum=0.9,
+        seed=18795,
+    ),  # fmt: skip
     # the wrong gradient: x @ p0, times p1.mean(-1, keepdim=True), plus v0[::2]
-    Spec((4, 4), [("matmul", 4), ("binary", "*", "param_mean", 0),
-                  ("binary", "+", "feed_slice", 0)], iters=0, seed=3),  # fmt: skip
+    Spec(
+        (4, 4),
+        [("matmul", 4), ("binary", "*", "param_mean", 0), ("binary", "+", "feed_slice", 0)],
+        iters=0,
+        seed=3,
+    ),  # fmt: skip
     # a param read only through p[:, 0]: its .grad has the param's shape
     Spec((2, 4), [("detach",), ("slice", "column")], iters=0, seed=4),
     # a param reached only through detach() gets no .grad, and weight decay skips it
-    Spec((1, 3, 4), [("binary", "*", "param", 0), ("detach",), ("unary", "log")],
-         iters=2, momentum=0.9, weight_decay=0.01, seed=25050),  # fmt: skip
+    Spec(
+        (1, 3, 4),
+        [("binary", "*", "param", 0), ("detach",), ("unary", "log")],
+        iters=2,
+        momentum=0.9,
+        weight_decay=0.01,
+        seed=25050,
+    ),  # fmt: skip
     # a domain of 3 read as d0 floordiv 2 and d0 mod 2: the C loops missed the last point
-    Spec((3,), [("softmax", 2), ("detach",), ("slice", "stride"), ("slice", "last"),
-                ("reduce", "sum", 2, True)], loss="square", iters=3, seed=588),  # fmt: skip
+    Spec(
+        (3,),
+        [
+            ("softmax", 2),
+            ("detach",),
+            ("slice", "stride"),
+            ("slice", "last"),
+            ("reduce", "sum", 2, True),
+        ],
+        loss="square",
+        iters=3,
+        seed=588,
+    ),  # fmt: skip
     # a guarded read in a row-by-row launch whose guard fails reads element 0 for nothing:
     # the lowered interpreter took it for a race with the row that writes element 0
-    Spec((4, 2), [("unary", "sin"), ("where",), ("slice", "last"), ("view", "reverse"),
-                  ("matmul", 4)], loss="mean", iters=2, momentum=0.9, seed=10514),  # fmt: skip
+    Spec(
+        (4, 2),
+        [("unary", "sin"), ("where",), ("slice", "last"), ("view", "reverse"), ("matmul", 4)],
+        loss="mean",
+        iters=2,
+        momentum=0.9,
+        seed=10514,
+    ),  # fmt: skip
     # two top-level loops that both save params for a failure (a segfault in C)
     Spec((4,), [("reduce", "mean", 3, True), ("binary", "*", "param", 0)], iters=1, seed=3834),
-    Spec((1, 4, 3), [("binary", "*", "param_bcast", 1), ("detach",), ("unary", "neg")],
-         iters=3, seed=96),  # fmt: skip
+    Spec(
+        (1, 4, 3),
+        [("binary", "*", "param_bcast", 1), ("detach",), ("unary", "neg")],
+        iters=3,
+        seed=96,
+    ),  # fmt: skip
 ]
 
 

@@ -240,7 +240,9 @@ def test_feeder_of_the_wrong_dtype_is_named_on_every_backend(backend: str, dtype
     with pytest.raises(GradfuseError) as info:
         execute(backend)
     message = str(info.value)
-    assert f'feeder "batches" (call 0): returned {np.dtype(dtype)} data, expected float32' in message
+    assert (
+        f'feeder "batches" (call 0): returned {np.dtype(dtype)} data, expected float32' in message
+    )
     assert "iteration 0" in message and "test_training.py" in message
     np.testing.assert_array_equal(model.weight.data, before)
 

@@ -77,14 +77,19 @@ def test_decomposed_and_fused_match_the_reference(name):
     geo = GEOMETRIES[name]
     src = conv_text(geo)
     module = parse_tg(src)
-    if geo.h != (geo.oh - 1) * geo.stride[0] - 2 * geo.padding[0] + geo.dilation[0] * (geo.kh - 1) + 1:
+    if (
+        geo.h
+        != (geo.oh - 1) * geo.stride[0] - 2 * geo.padding[0] + geo.dilation[0] * (geo.kh - 1) + 1
+    ):
         pytest.skip("conv_transpose2d would need output_padding for this geometry")
     x, w = (a.astype(np.float32) for a in data(geo))
     v = np.random.default_rng(1).standard_normal((geo.n, geo.o, geo.oh, geo.ow)).astype(np.float32)
     want = run(module, args=[x, w, v]).results
     decomposed = parse_tg(src)
     run_pipeline(decomposed, "tg")
-    assert not [op for op in decomposed.walk() if isinstance(op, tg.Conv2dOp | tg.ConvTranspose2dOp)]
+    assert not [
+        op for op in decomposed.walk() if isinstance(op, tg.Conv2dOp | tg.ConvTranspose2dOp)
+    ]
     for got, ref in zip(run(decomposed, args=[x, w, v]).results, want, strict=True):
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
     fused = parse_tg(src)
@@ -121,10 +126,14 @@ def test_windows_reference_decomposition_and_gradient(name):
                          geo.stride, geo.padding, geo.dilation, 2)  # fmt: skip
 
     def body(e, x):
-        return e.emit(tg.WindowsOp(x, (small.kh, small.kw), small.stride, small.padding, small.dilation))
+        return e.emit(
+            tg.WindowsOp(x, (small.kh, small.kw), small.stride, small.padding, small.dilation)
+        )
 
     check_gradients(body, [(small.n, small.c, small.h, small.w)], rtol=1e-5, atol=1e-6)
-    check_gradients(body, [(small.n, small.c, small.h, small.w)], decompose="after", rtol=1e-5, atol=1e-6)
+    check_gradients(
+        body, [(small.n, small.c, small.h, small.w)], decompose="after", rtol=1e-5, atol=1e-6
+    )
 
 
 def test_max_pool_as_windows_is_one_kernel():

@@ -221,6 +221,9 @@ func @main(%x: tensor<2x3xf32>, %w: tensor<5x2xf32>) -> (tensor<4x2xf32>) {
     guarded = [op for op in module.walk() if isinstance(op, K.LoadOp) and op.guard is not None]
     assert len(guarded) == 1
     rng = np.random.default_rng(5)
-    x, w = rng.standard_normal((2, 3)).astype(np.float32), rng.standard_normal((5, 2)).astype(np.float32)
+    x, w = (
+        rng.standard_normal((2, 3)).astype(np.float32),
+        rng.standard_normal((5, 2)).astype(np.float32),
+    )
     want = np.pad(x, 1) @ w
     np.testing.assert_allclose(run_kernels(module, args=[x, w]).results[0], want, rtol=1e-5)

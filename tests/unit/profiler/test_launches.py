@@ -3,12 +3,12 @@ listing's `fuses:` lines, and FLOPs against hand counts and torch.profiler."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 from example_programs import load_example, record_mlp  # tests/unit (conftest puts it on the path)
+from listing_origins import fuses as _fuses
 from xdsl.dialects.builtin import ModuleOp
 
 import gradfuse
@@ -22,32 +22,12 @@ from gradfuse.profiler import KernelWork, Launch, kernel_table, launches
 
 ROOT = Path(__file__).resolve().parents[3]
 
-_ORIGIN = re.compile(r"^(?:(\S+) )?\((forward|backward|optimizer)\)")
-
 
 def _kernels() -> ModuleOp:
     """The recorded program after the `kernels` pipeline."""
     module = program().module.clone()
     run_pipeline(module, "kernels")
     return module
-
-
-def _fuses(listing: str) -> dict[str, set[tuple[str | None, str]]]:
-    """Kernel symbol -> the (layer, direction) pairs of its `fuses:` line, parsed from text."""
-    found: dict[str, set[tuple[str | None, str]]] = {}
-    current = None
-    for line in listing.splitlines():
-        text = line.strip()
-        head = re.match(r"^(k\d+) (elementwise|reduction|contraction) \[", text)
-        if head:
-            current = head.group(1)
-            found[current] = set()
-        elif text.startswith("fuses: ") and current is not None:
-            for origin in text.removeprefix("fuses: ").split("; "):
-                m = _ORIGIN.match(origin)
-                assert m, origin
-                found[current].add((m.group(1), m.group(2)))
-    return found
 
 
 def _check_origins(module: ModuleOp, unlayered: set[str] = frozenset()) -> list[Launch]:

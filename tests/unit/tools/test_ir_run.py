@@ -53,7 +53,9 @@ def program(tmp_path: Path) -> Path:
 @pytest.fixture
 def inputs(tmp_path: Path) -> Path:
     path = tmp_path / "in.npz"
-    np.savez(path, arg0=np.zeros(2, np.float32), noise=np.arange(6.0, dtype=np.float32).reshape(3, 2))
+    np.savez(
+        path, arg0=np.zeros(2, np.float32), noise=np.arange(6.0, dtype=np.float32).reshape(3, 2)
+    )
     return path
 
 
