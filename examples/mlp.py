@@ -9,9 +9,8 @@ import time
 
 import numpy as np
 
-from gradfuse import execute, ir_for, Feeder, Receiver, print_graph
-from gradfuse.nn import Linear, Sequential, Sigmoid, SGD
-from gradfuse import manual_seed
+from gradfuse import Feeder, Receiver, execute, ir_for, manual_seed, print_graph
+from gradfuse.nn import SGD, Linear, Sequential, Sigmoid
 
 manual_seed(0)  # a reproducible checksum for `make demo`
 
@@ -23,11 +22,7 @@ def benchmark(fn, name=""):
     return out
 
 
-nn = Sequential(
-    Linear(255, 255),
-    Sigmoid(),
-    Linear(255, 255)
-)
+nn = Sequential(Linear(255, 255), Sigmoid(), Linear(255, 255))
 
 
 def print_inp(res):
@@ -45,10 +40,7 @@ opt = SGD(nn.parameters(), lr=0.01)
 
 def f():
     opt.zero_grad()
-    val = Feeder(
-        lambda: np.full((2, 255), 0.2, dtype=np.float32),
-        shape=[2, 255]
-    )
+    val = Feeder(lambda: np.full((2, 255), 0.2, dtype=np.float32), shape=[2, 255])
     res = nn(val)
     res.backward()
     opt.step()

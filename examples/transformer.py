@@ -7,10 +7,12 @@ LOG_EVERY - 1 steps in an inner loop, then one more whose loss it receives):
 
     python examples/transformer.py            # default backend
     GRADFUSE_BACKEND=reference python examples/transformer.py
+    python examples/transformer.py --profile  # the kernel table of one step
 """
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import numpy as np
@@ -26,6 +28,7 @@ from gradfuse.nn import (
     TransformerEncoder,
     TransformerEncoderLayer,
 )
+from gradfuse.profiler import profile, schedule
 
 VOCAB, LENGTH, BATCH = 8, 8, 16
 D_MODEL, HEADS, FF, LAYERS = 32, 4, 64, 2
@@ -114,7 +117,28 @@ def train(
     return model, losses
 
 
+def profile_steps(steps: int = 5, backend: str | None = None, trace: str | None = None) -> profile:
+    """Profiles the training step: a 5-step run with one step per iteration of the
+    outer `ir_for` (log_every=1), steps 2 to 4 recorded; prints PyProf's kernel table of
+    step 2, the time per layer and the step overview; `trace`: a Chrome trace file."""
+    record(steps, log_every=1)
+    with profile(schedule=schedule(wait=1, warmup=1, active=3), with_flops=True) as prof:
+        gradfuse.compile(backend).run()
+    print(prof.summary())
+    if trace:
+        prof.export_chrome_trace(trace)
+        print(f"trace: {trace} (open it in https://ui.perfetto.dev or TensorBoard)")
+    return prof
+
+
 def main() -> None:
+    args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    args.add_argument("--profile", action="store_true", help="profile the training step")
+    args.add_argument("--trace", help="with --profile: write a Chrome trace here")
+    opts = args.parse_args()
+    if opts.profile:
+        profile_steps(trace=opts.trace)
+        return
     model, _ = train()
     model.eval()
     test = Batches(seed=2)

@@ -16,16 +16,18 @@ each launch's layers, direction, FLOPs and bytes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from xdsl.dialects import memref
 from xdsl.dialects.builtin import ModuleOp
 
 from gradfuse.backend import Program
 from gradfuse.backend.runner import Event, cannot_profile
 from gradfuse.dialects import tg
 from gradfuse.passes import run_pipeline
+from gradfuse.passes.kernel.plan_buffers import nbytes
 from gradfuse.profiler.launches import UNATTRIBUTED, Launch, direction_of, launches
 from gradfuse.profiler.steps import Span, Step
 from gradfuse.provenance import provenance_of
@@ -35,7 +37,8 @@ PROFILING = ("reference", "c", "cuda")
 
 
 def variant(program: Program, source: ModuleOp) -> tuple[Callable[..., Any], list[Launch]]:
-    """The runner of `program`'s profiling variant, and its launches (see module doc)."""
+    """The runner of `program`'s profiling variant, and its launches (see module doc).
+    A param copy's bytes are read from the `memref.global` it copies."""
     if program.backend not in PROFILING:
         cannot_profile(program.backend, (0, 1))
     kernels = source.clone()
@@ -88,12 +91,26 @@ def _op_span(e: Event, step: int, origin_ns: int) -> Span:
                 None, layer, shares, direction, source=source, layers=tuple(layer))  # fmt: skip
 
 
+def copy_bytes(module: ModuleOp) -> dict[str, int]:
+    """Bytes of each `memref.global` of a lowered module, by symbol (what a `copy`
+    event names)."""
+    return {
+        op.sym_name.data: nbytes(op.type) for op in module.ops if isinstance(op, memref.GlobalOp)
+    }
+
+
 def steps(
-    events: Sequence[Event], found: Sequence[Launch], backend: str, first: int, origin_ns: int
+    events: Sequence[Event],
+    found: Sequence[Launch],
+    backend: str,
+    first: int,
+    origin_ns: int,
+    copied: Mapping[str, int] | None = None,
 ) -> list[Step]:
     """The `Step`s of one run's events: iteration i of the outermost loop is step
     `first + i`; a run without a loop (its events at iteration -1) is step `first`.
-    Spans come in the order they started."""
+    Spans come in the order they started; `copied`: bytes by param global (`copy_bytes`)."""
+    copied = copied or {}
     spans: dict[int, list[Span]] = {}
     bounds: dict[int, tuple[int, int]] = {}
     for e in events:
@@ -104,9 +121,11 @@ def steps(
             spans.setdefault(number, []).append(_op_span(e, number, origin_ns))
         elif e.launch is not None:
             spans.setdefault(number, []).append(_launch_span(e, found[e.launch], number, origin_ns))
-        else:  # a param copy
+        else:  # a param copy: `copied` bytes read and written
             start, dur = _us(e.start_ns, origin_ns), e.duration_ns / 1000.0
-            spans.setdefault(number, []).append(Span(e.name, e.kind, number, start, dur))
+            n = copied.get(e.name, 0)
+            span = Span(e.name, e.kind, number, start, dur, bytes_read=n, bytes_written=n)
+            spans.setdefault(number, []).append(span)
     out = []
     for number, (start, end) in sorted(bounds.items()):
         inside = sorted(spans.get(number, []), key=lambda s: s.start_us)

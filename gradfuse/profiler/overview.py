@@ -63,8 +63,11 @@ class Overview:
     def __str__(self) -> str:
         head = ["Step", "Total(us)", *CATEGORIES]
         rows = [head]
-        for b in (*self.steps, self.average):
+        shown = self.steps if len(self.steps) <= 12 else (*self.steps[:10], self.steps[-1])
+        for b in (*shown, self.average):
             rows.append([b.name, f"{b.total_us:.1f}", *(f"{b.parts[c]:.1f}" for c in CATEGORIES)])
+        if len(shown) < len(self.steps):  # the first ten, the last, the average
+            rows.insert(11, [f"... {len(self.steps) - 11} more", *[""] * (len(head) - 1)])
         text = render(rows, frozenset(range(1, len(head))))
         share = [f"{c} {100 * self.average.parts[c] / self.average.total_us:.1f} %"
                  for c in CATEGORIES if self.average.total_us]  # fmt: skip

@@ -155,7 +155,8 @@ class profile:  # noqa: N801 (torch.profiler's name)
         events: list[Event] = result.events
         if not loops:  # the whole run is the step
             events = [*events, Event(-1, "step", "run", None, -1, start, end)]
-        made = build.steps(events, launches, program.backend, first, self._origin_ns)
+        copied = build.copy_bytes(program.module) if program.backend != "reference" else {}
+        made = build.steps(events, launches, program.backend, first, self._origin_ns, copied)
         self._collect({s.number: s for s in made}, range(first, first + trips))
         result.events = []
         return result
@@ -214,6 +215,12 @@ class profile:  # noqa: N801 (torch.profiler's name)
         from gradfuse.profiler.trace import export_chrome_trace
 
         export_chrome_trace(self._recorded(), path)
+
+    def summary(self, row_limit: int = 20) -> str:
+        """What `ir-run --profile` and the examples' `--profile` print: the kernel table
+        of the first recorded step, the time per layer, and the overview."""
+        layers = self.key_averages(group_by="layer").table(row_limit=row_limit)
+        return "\n\n".join([self.kernel_table(), layers, str(self.overview())])
 
     def _pick(self, step: int | None) -> Step:
         steps = self._recorded()

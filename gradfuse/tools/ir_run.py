@@ -30,7 +30,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import numpy as np
 from xdsl.context import Context
@@ -79,6 +79,13 @@ def _parser() -> argparse.ArgumentParser:
         default="float32",
         help="float64 computes every float value in float64",
     )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="time every launch of each step (c, cuda, reference) and print the kernel"
+        " table, the time per layer and the step overview",
+    )
+    p.add_argument("--trace", help="with --profile: write a Chrome trace (Perfetto) here")
     return p
 
 
@@ -139,7 +146,7 @@ def _check_entry(module: ModuleOp, entry: str, path: Path, text: str) -> None:
     )
 
 
-_UNSAFE = set('/\\%:') | {chr(c) for c in range(0x20)} | {"\x7f"}
+_UNSAFE = set("/\\%:") | {chr(c) for c in range(0x20)} | {"\x7f"}
 
 
 def member_name(name: str) -> str:
@@ -231,8 +238,15 @@ def run_file(opts: argparse.Namespace) -> dict[str, np.ndarray]:
     backend = opts.backend or ("reference" if extra else None)
     if extra and backend != "reference":
         raise GradfuseError("--dtype float64 needs --backend reference")
+    if opts.trace and not opts.profile:
+        raise GradfuseError("--trace needs --profile")
+    source = module.clone() if opts.profile else module
     program = compile_module(module, backend, pipeline)
-    result = program.run(args=args, feeders=feeders, params=params, entry=opts.entry, **extra)
+    kwargs = {"args": args, "feeders": feeders, "params": params, "entry": opts.entry, **extra}
+    if opts.profile:
+        result = _profiled(program, source, kwargs, opts.trace)
+    else:
+        result = program.run(**kwargs)
     named: list[tuple[str, np.ndarray]] = [
         (f"result{i}", value) for i, value in enumerate(result.results)
     ]
@@ -249,6 +263,22 @@ def run_file(opts: argparse.Namespace) -> dict[str, np.ndarray]:
             )
         out[member] = value
     return out
+
+
+def _profiled(program: Any, source: ModuleOp, kwargs: dict[str, Any], trace: str | None) -> Any:
+    """Runs `program` profiled (every step recorded) and prints the kernel table of its
+    first step, the time per layer and the overview; `trace`: the Chrome trace's file."""
+    from gradfuse.profiler import profile
+
+    if not any(op.dialect_name() == "tg" for op in source.walk()):
+        raise GradfuseError("--profile needs a tg program (the launches are named from its ops)")
+    with profile(with_flops=True) as prof:
+        result = prof.run(program, source, **kwargs)
+    print(prof.summary())
+    if trace:
+        prof.export_chrome_trace(trace)
+        print(f"trace: {trace} (open it in https://ui.perfetto.dev or chrome://tracing)")
+    return result
 
 
 def _diagnostic(err: GradfuseError, program: str | None) -> str:

@@ -1,7 +1,7 @@
 """`ir-opt -t c` and `-t cuda`: whole translation units from lowered IR.
 
-    ir-opt model.tg -p default -t c      # kernels and host program, for gcc
-    ir-opt model.tg -p default -t cuda   # the kernels, for nvcc
+ir-opt model.tg -p default -t c      # kernels and host program, for gcc
+ir-opt model.tg -p default -t cuda   # the kernels, for nvcc
 """
 
 from __future__ import annotations
