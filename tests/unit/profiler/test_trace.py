@@ -124,7 +124,7 @@ def check_trace(trace: dict[str, Any], steps: list[Step]) -> dict[str, list[dict
             m for m in marks if m["ts"] <= e["ts"] and e["ts"] + e["dur"] <= m["ts"] + m["dur"]
         ]
         assert len(inside) == 1, (e["name"], e["ts"], e["dur"])
-    # each step's events are those of its spans, in the order they started
+    # the events within each step's interval are the trace names of its spans
     for step, mark in zip(steps, marks, strict=True):
         end = mark["ts"] + mark["dur"]
         names = [e["name"] for e in xs if e not in marks and mark["ts"] <= e["ts"] <= end]
