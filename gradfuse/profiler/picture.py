@@ -43,6 +43,8 @@ COLOURS = {"forward": "#4e79a7", "backward": "#f28e2b", "optimizer": "#59a14f",
            "host": "#a5a5a5"}  # fmt: skip
 """Fill per direction; a mixed launch stripes these (see the module docstring)."""
 LEGEND = ("forward", "backward", "optimizer", "mixed", "host")
+SEPARATE = ' stroke="#fff" stroke-width="0.5"'
+"""A thin white edge between neighbouring spans of 4 px or more (narrower ones stay whole)."""
 
 LABEL_W, LANE_H, GAP, TOP, AXIS_H = 96, 28, 10, 30, 34
 """Timeline geometry (px): lane labels, lane height, gap, legend row, axis."""
@@ -200,18 +202,21 @@ def timeline_svg(step: Step) -> str:
         body.append(
             f'<rect class="span" data-kind="{span.kind}" data-direction="{escape(span.direction)}"'
             f' x="{_num(x0)}" y="{y + 2}" width="{_num(w)}" height="{LANE_H - 4}"'
-            f' fill="{_fill(span, gradients)}"><title>{_tooltip(span, offset)}</title></rect>'
+            f' fill="{_fill(span, gradients)}"{SEPARATE * (w >= 4)}>'
+            f"<title>{_tooltip(span, offset)}</title></rect>"
         )
         if w >= 7 * len(span.name) + 6:
             body.append(f'<text class="in" x="{_num(x0 + 3)}" y="{y + LANE_H / 2 + 4:.0f}">'
                         f"{escape(span.name)}</text>")  # fmt: skip
     body.append(f'<line x1="{LABEL_W}" y1="{axis_y}" x2="{LABEL_W + width}" y2="{axis_y}"'
                 ' stroke="#444"/>')  # fmt: skip
-    for t in _ticks(step.dur_us):
-        tx = _num(LABEL_W + t * scale)
+    ticks = _ticks(step.dur_us)
+    wide = len(ticks) > 1 and ticks[1] >= 1  # whole µs: 100,000 rather than 100000
+    for t in ticks:
+        tx, label = _num(LABEL_W + t * scale), f"{t:,.0f}" if wide else _num(t)
         body.append(f'<line class="tick" x1="{tx}" y1="{axis_y}" x2="{tx}" y2="{axis_y + 5}"'
                     f' stroke="#444"/><text x="{tx}" y="{axis_y + 18}" text-anchor="middle">'
-                    f"{_num(t)}</text>")  # fmt: skip
+                    f"{label}</text>")  # fmt: skip
     body.append(f'<text x="{LABEL_W + width + 8}" y="{axis_y + 4}">µs</text>')
     out.append("<defs>" + "".join(_gradient(i, p) for p, i in gradients.items()) + "</defs>")
     return "\n".join([*out, *body, "</svg>"])
