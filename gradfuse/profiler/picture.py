@@ -2,6 +2,7 @@
 self-contained HTML page (inline SVG and CSS; no script, font or network) with the
 step's timeline and, beside it, the time per layer.
 
+    import gradfuse
     from gradfuse.profiler import profile, schedule
     from gradfuse.profiler.picture import export_timeline
     with profile(schedule=schedule(wait=1, warmup=1, active=2)) as prof:
@@ -18,7 +19,8 @@ Colours are by direction: forward, backward and optimizer each have their own; a
 that fuses several directions (`fprop 60% bprop 40%`) is drawn as stacked stripes, top
 to bottom forward, backward, optimizer, each as tall as its share (a hard-stopped
 vertical gradient, so it is still one rect, and a 1 px launch still shows its mix);
-callbacks, copies and launches with no direction are grey (host).
+callbacks, copies and launches with no direction are grey (host). The time axis is
+900 px, or 3 px a span for long steps (at most 8000 px, scrolling beside the bars).
 
 The bars are `key_averages(group_by="layer")` of the step: each span's time split by
 its layer shares, callbacks and copies under `host`, launches of no module under
