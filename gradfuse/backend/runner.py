@@ -56,7 +56,8 @@ class Event:
     loop around it (-1 outside loops). `kind` is `kernel`, `feeder`, `receiver`, `copy`,
     `step` (one iteration of the outermost loop) or, on the reference backend, `op` (one
     tg op, `op` holding it). `launch` indexes `gradfuse.profiler.launches()` (kernels
-    and callbacks of a compiled program).
+    and callbacks of a compiled program). `grid` and `block` are a kernel's launch
+    configuration on cuda (`"(64, 1)"`, `"(256, 1, 1)"`), else "".
 
         Event(site=2, kind="kernel", name="r0", launch=1, iteration=1, start_ns=..., end_ns=...)
     """
@@ -69,6 +70,8 @@ class Event:
     start_ns: int
     end_ns: int
     op: Operation | None = None
+    grid: str = ""
+    block: str = ""
 
     @property
     def duration_ns(self) -> int:

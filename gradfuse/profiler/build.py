@@ -63,7 +63,7 @@ def _launch_span(e: Event, launch: Launch, step: int, origin_ns: int) -> Span:
     return Span(
         e.name, e.kind, step, _us(e.start_ns, origin_ns), e.duration_ns / 1000.0, launch,
         dict(launch.layer_shares), dict(launch.shares), launch.direction, launch.flops,
-        launch.bytes_read, launch.bytes_written, sources, layers=layers_of(launch),
+        launch.bytes_read, launch.bytes_written, sources, e.grid, e.block, layers_of(launch),
     )  # fmt: skip
 
 

@@ -25,8 +25,10 @@ from xdsl.dialects import arith, func, gpu, memref, scf
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, MemRefType, ModuleOp, StringAttr
 from xdsl.ir import Block, Operation, SSAValue
 
+from gradfuse.backend import runner
 from gradfuse.backend.cuda.compiler import compile_cubin, cuda_source
 from gradfuse.backend.cuda.memory import device_alloc
+from gradfuse.backend.cuda.profile import ProfiledRun
 from gradfuse.backend.run_control import interrupted, sigint_flag
 from gradfuse.backend.runner import RunResult, RunState, attr_array, dtype_of, tensor_of
 from gradfuse.diagnostics import GradfuseError, position_of
@@ -91,17 +93,14 @@ class CudaProgram:
         check_finite: bool = False,
         profile: tuple[int, int] | None = None,
     ) -> RunResult:
-        """Runs the program; the API and the errors are `interpreters.tg.run`'s (`profile`
-        is not built for cuda yet: asking for it is an error). Ctrl-C stops
+        """Runs the program; the API and the errors are `interpreters.tg.run`'s. Ctrl-C stops
         it at the next iteration of the outermost loop (as the c backend: a flag, set by
         a SIGINT handler installed around the run, checked once per iteration) with the
-        params of the finished iterations in the `KeyboardInterrupt`."""
-        if profile is not None:
-            raise GradfuseError(
-                "the cuda backend cannot profile yet (CUDA events are to come): profile"
-                " on the c backend"
-            )
-        run = _Run(self, feeders or {}, receivers or {}, params or {})
+        params of the finished iterations in the `KeyboardInterrupt`. `profile=(first, last)`
+        times those iterations into `RunResult.events` (`gradfuse.backend.cuda.profile`)."""
+        window = runner.check_window(profile)
+        state = (self, feeders or {}, receivers or {}, params or {})
+        run = _Run(*state) if window is None else _ProfiledRun(*state, window=window)
         run.state.check_finite = check_finite
         previous = signal.getsignal(signal.SIGINT)
 
@@ -121,7 +120,8 @@ class CudaProgram:
             err.params = run.finished_params()  # type: ignore[attr-defined]
             err.received = run.state.received  # type: ignore[attr-defined]
             raise
-        return RunResult(results, run.final_params(), run.state.received)
+        events = run.events() if isinstance(run, _ProfiledRun) else []
+        return RunResult(results, run.final_params(), run.state.received, events)
 
 
 def _arch(drv: Any) -> str:
@@ -292,6 +292,8 @@ class _Run:
             for i in range(lo, hi, st):
                 if outer and self.stop:  # Ctrl-C: the queued iterations finish, no more
                     raise interrupted(self.final_params())
+                if outer:
+                    self.at_iteration(op, (i - lo) // st)
                 if calls or check:  # a callback or a check may fail: keep the params
                     self.save_params()
                 try:
@@ -318,7 +320,7 @@ class _Run:
         if event is not None:
             event.synchronize()  # the copy that last used this staging buffer is done
         np.copyto(host, value, casting="unsafe")
-        self.drv.memcpy_htod_async(buf.ptr, host, self.stream)
+        self.copy_to_device(buf.ptr, host)
         done = self.drv.Event()
         done.record(self.stream)
         ring.append((host, done))
@@ -336,7 +338,7 @@ class _Run:
         while self.pending and (block_all or self.pending[0][0].query()):
             done, key, hosts, where = self.pending.pop(0)
             done.synchronize()
-            self.state.receive(key, tuple(np.array(h) for h in hosts), where)
+            self.deliver(key, hosts, where)
 
     # --- params back to the host ------------------------------------------------------
 
@@ -350,8 +352,8 @@ class _Run:
                 )
                 for name, key in self.keys.items()
             }
-        for dst, b in self.saved.values():
-            self.drv.memcpy_dtod_async(dst, b.ptr, b.nbytes, self.stream)
+        for key, (dst, b) in self.saved.items():
+            self.copy_param(key, dst, b)
 
     def finished_params(self) -> dict[str, np.ndarray]:
         """The params as the last finished iteration left them (or as they are)."""
@@ -374,6 +376,22 @@ class _Run:
             self.drv.memcpy_dtoh(host, b.ptr)
             out[key] = host
         return out
+
+    # --- what a profiled run times (`_ProfiledRun`); plain here ----------------------
+    def copy_to_device(self, ptr: int, host: np.ndarray) -> None:
+        self.drv.memcpy_htod_async(ptr, host, self.stream)
+
+    def deliver(self, key: str, hosts: list[np.ndarray], where: Any) -> None:
+        self.state.receive(key, tuple(np.array(h) for h in hosts), where)
+
+    def copy_param(self, key: str, dst: Any, b: DeviceBuffer) -> None:
+        self.drv.memcpy_dtod_async(dst, b.ptr, b.nbytes, self.stream)
+
+    def at_iteration(self, loop: scf.ForOp, iteration: int) -> None: ...  # outer, -1: ended
+
+
+class _ProfiledRun(ProfiledRun, _Run):
+    """A run timed by `gradfuse.backend.cuda.profile.ProfiledRun`."""
 
 
 def _initial(op: memref.GlobalOp, ty: MemRefType) -> np.ndarray:
