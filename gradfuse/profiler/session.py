@@ -216,6 +216,13 @@ class profile:  # noqa: N801 (torch.profiler's name)
 
         export_chrome_trace(self._recorded(), path)
 
+    def export_timeline(self, path: str | Path, step: int | None = None) -> None:
+        """Writes one recorded step (its number; default the first) as a self-contained
+        HTML page: the timeline coloured by direction, with time per layer beside it."""
+        from gradfuse.profiler.picture import export_timeline
+
+        export_timeline(self._recorded(), path, step)
+
     def summary(self, row_limit: int = 20) -> str:
         """What `ir-run --profile` and the examples' `--profile` print: the kernel table
         of the first recorded step, the time per layer, and the overview."""
