@@ -5,6 +5,7 @@ feeder named by a recommendation, params unchanged by profiling, and misuse."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -127,7 +128,7 @@ def test_steps_are_numbered_across_runs_and_each_cycle_is_handed_over() -> None:
     assert [s.number for s in prof.all_steps] == [1, 2, 4, 5, 7]
 
 
-def test_tables_name_every_launch_and_sort_as_asked() -> None:
+def test_tables_name_every_launch_and_sort_as_asked(tmp_path: Path) -> None:
     record_mlp(16, 2, 3)
     with profile(with_flops=True) as prof:
         gradfuse.execute("c")
@@ -146,6 +147,9 @@ def test_tables_name_every_launch_and_sort_as_asked() -> None:
     text = rows.table(sort_by="count", row_limit=2).splitlines()
     assert len(text) == 3 and "FLOPs" in text[0]
     assert rows.table(sort_by="self_cuda_time_total")  # torch's key names sort too
+    prof.export_timeline(tmp_path / "step.html", step=2)
+    page = (tmp_path / "step.html").read_text()
+    assert "<svg" in page and "ProfilerStep#2" in page and kernel.name in page
 
 
 def test_misuse_gets_one_clear_error() -> None:
