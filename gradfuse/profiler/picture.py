@@ -36,7 +36,7 @@ from pathlib import Path
 
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.profiler.launches import si
-from gradfuse.profiler.steps import Span, Step
+from gradfuse.profiler.steps import Span, Step, pick
 from gradfuse.profiler.tables import key_averages
 from gradfuse.profiler.trace import DEVICE_KINDS
 
@@ -99,19 +99,6 @@ def export_timeline(steps: Sequence[Step], path: str | Path, step: int | None = 
         Path(path).write_text(text, encoding="utf-8")
     except OSError as err:
         raise GradfuseError(f"cannot write the timeline to {path}: {err.strerror}") from None
-
-
-def pick(steps: Sequence[Step], step: int | None) -> Step:
-    """Step number `step` of `steps` (None: the first); an error names the recorded ones."""
-    if not steps:
-        raise GradfuseError("no step to draw: the profile recorded none")
-    if step is None:
-        return steps[0]
-    for s in steps:
-        if s.number == step:
-            return s
-    have = ", ".join(str(s.number) for s in steps)
-    raise GradfuseError(f"step {step} was not recorded (recorded: {have})")
 
 
 def _num(x: float) -> str:
@@ -255,4 +242,4 @@ def layers_svg(step: Step) -> str:
     return "\n".join([*out, "</svg>"])
 
 
-__all__ = ["export_timeline", "layer_times", "pick", "timeline_html", "timeline_svg"]
+__all__ = ["export_timeline", "layer_times", "timeline_html", "timeline_svg"]

@@ -34,7 +34,7 @@ from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.profiler import build
 from gradfuse.profiler.schedule import ProfilerAction, Schedule, always, recorded
-from gradfuse.profiler.steps import Step
+from gradfuse.profiler.steps import Step, pick
 
 _ACTIVE: list[profile] = []
 
@@ -201,7 +201,7 @@ class profile:  # noqa: N801 (torch.profiler's name)
         """PyProf's table of one recorded step (its number; default: the first)."""
         from gradfuse.profiler.tables import kernel_table
 
-        return kernel_table(self._pick(step))
+        return kernel_table(pick(self._recorded(), step))
 
     def overview(self) -> Any:
         """The step breakdown (Kernel, Memcpy, ..., Other) per step, its average and
@@ -228,16 +228,6 @@ class profile:  # noqa: N801 (torch.profiler's name)
         of the first recorded step, the time per layer, and the overview."""
         layers = self.key_averages(group_by="layer").table(row_limit=row_limit)
         return "\n\n".join([self.kernel_table(), layers, str(self.overview())])
-
-    def _pick(self, step: int | None) -> Step:
-        steps = self._recorded()
-        if step is None:
-            return steps[0]
-        for s in steps:
-            if s.number == step:
-                return s
-        have = ", ".join(str(s.number) for s in steps)
-        raise GradfuseError(f"step {step} was not recorded (recorded: {have})")
 
 
 __all__ = ["active", "outer_loops", "profile"]

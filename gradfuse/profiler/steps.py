@@ -15,8 +15,10 @@ backend one span per tg op. Times are µs since the profile started (the clock o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gradfuse.diagnostics import GradfuseError
 from gradfuse.profiler.launches import Launch
 
 KINDS = ("kernel", "feeder", "receiver", "copy", "op")
@@ -101,3 +103,16 @@ class Step:
     def kernels(self) -> list[Span]:
         """Its launches (tg ops other than callbacks on the reference backend)."""
         return [s for s in self.spans if s.kind in ("kernel", "op")]
+
+
+def pick(steps: Sequence[Step], step: int | None) -> Step:
+    """Step number `step` of `steps` (None: the first); an error names the recorded ones."""
+    if not steps:
+        raise GradfuseError("the profile recorded no step")
+    if step is None:
+        return steps[0]
+    for s in steps:
+        if s.number == step:
+            return s
+    have = ", ".join(str(s.number) for s in steps)
+    raise GradfuseError(f"step {step} was not recorded (recorded: {have})")

@@ -10,6 +10,7 @@ text = gradfuse.ir_text()                    # what `ir-opt` reads
 from __future__ import annotations
 
 import importlib.util
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -17,7 +18,17 @@ import numpy as np
 
 import gradfuse
 from gradfuse import Feeder, Receiver, ir_for
-from gradfuse.nn import SGD, Adam, CrossEntropyLoss, Linear, Sequential, Sigmoid
+from gradfuse.nn import (
+    SGD,
+    Adam,
+    Conv2d,
+    CrossEntropyLoss,
+    Flatten,
+    Linear,
+    ReLU,
+    Sequential,
+    Sigmoid,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 Received = list[tuple[np.ndarray, ...]]
@@ -42,6 +53,28 @@ def record_mlp(width: int, batch: int, steps: int) -> tuple[Sequential, Received
     ir_for(range(0, steps), f)
     Receiver(lambda *args: saved.append(args), opt.parameters, name="saving params")
     return nn, saved
+
+
+def record_conv_step(steps: int, feeder_sleep: float = 0.0, feeder: str = "images") -> None:
+    """A conv net's SGD step in an `ir_for` of `steps` iterations (what the profiler
+    tests time): a feeder that sleeps `feeder_sleep` s, and a receiver of the params at
+    the end of each iteration, so that the loop saves params (param copies)."""
+    gradfuse.reset()
+    gradfuse.manual_seed(0)
+    nn = Sequential(Conv2d(3, 4, 3, padding=1), ReLU(), Flatten(), Linear(4 * 6 * 6, 2))
+    opt = SGD(nn.parameters(), lr=0.01)
+
+    def batch() -> np.ndarray:
+        time.sleep(feeder_sleep)
+        return np.full((2, 3, 6, 6), 0.3, dtype=np.float32)
+
+    def f() -> None:
+        opt.zero_grad()
+        nn(Feeder(batch, shape=[2, 3, 6, 6], name=feeder)).backward()
+        opt.step()
+        Receiver(lambda *args: None, opt.parameters, name="log")
+
+    ir_for(range(0, steps), f)
 
 
 def load_example(name: str, **constants: object) -> ModuleType:

@@ -4,22 +4,18 @@ their step, the sites against `gradfuse.profiler.launches`, and a slow feeder's 
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 import pytest
-from example_programs import record_mlp  # tests/unit (conftest puts it on the path)
+from example_programs import record_conv_step, record_mlp  # tests/unit (conftest)
 from xdsl.dialects.builtin import ModuleOp
 
-import gradfuse
-from gradfuse import Feeder, Receiver, ir_for
 from gradfuse.backend.c import compile_c
 from gradfuse.backend.c.host import render_program
 from gradfuse.backend.runner import Event
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.frontend.recorder import program
-from gradfuse.nn import SGD, Conv2d, Flatten, Linear, ReLU, Sequential
 from gradfuse.passes import run_pipeline
 from gradfuse.profiler import launches
 from gradfuse.stats import kernel_stats
@@ -36,27 +32,6 @@ def _inputs() -> dict[str, Any]:
     prog = program()
     params = {k: p.data.copy() for k, p in prog.params.items()}
     return {"feeders": prog.feeders, "receivers": prog.receivers, "params": params}
-
-
-def _conv_step(steps: int, feeder_sleep: float = 0.0) -> None:
-    """A conv net's SGD step in an `ir_for`, with a receiver of the params at the end of
-    each iteration (so the loop saves params: `copy` sites)."""
-    gradfuse.reset()
-    gradfuse.manual_seed(0)
-    nn = Sequential(Conv2d(3, 4, 3, padding=1), ReLU(), Flatten(), Linear(4 * 6 * 6, 2))
-    opt = SGD(nn.parameters(), lr=0.01)
-
-    def batch() -> np.ndarray:
-        time.sleep(feeder_sleep)
-        return np.full((2, 3, 6, 6), 0.3, dtype=np.float32)
-
-    def f() -> None:
-        opt.zero_grad()
-        nn(Feeder(batch, shape=[2, 3, 6, 6], name="images")).backward()
-        opt.step()
-        Receiver(lambda *args: None, opt.parameters, name="log")
-
-    ir_for(range(0, steps), f)
 
 
 def _by_step(events: list[Event]) -> dict[int, list[Event]]:
@@ -82,7 +57,7 @@ def test_profiled_params_are_bitwise_equal(record: str) -> None:
     if record == "mlp":
         record_mlp(16, 2, 5)
     else:
-        _conv_step(5)
+        record_conv_step(5)
     module = _lowered()
     plain = compile_c(module).run(**_inputs())
     profiled = compile_c(module, profile=True).run(**_inputs(), profile=(1, 3))
@@ -112,7 +87,7 @@ def test_a_window_records_its_steps_and_each_step_nests_its_events(record: str) 
     if record == "mlp":
         record_mlp(16, 2, 5)
     else:
-        _conv_step(5)
+        record_conv_step(5)
     module = _lowered()
     per_iteration = kernel_stats(module).kernels_per_iteration
     program_ = compile_c(module, profile=True)
@@ -143,7 +118,7 @@ def test_sites_outside_the_loop_are_iteration_minus_one() -> None:
 
 
 def test_a_slow_feeder_shows_its_time() -> None:
-    _conv_step(3, feeder_sleep=0.02)
+    record_conv_step(3, feeder_sleep=0.02)
     events = compile_c(_lowered(), profile=True).run(**_inputs(), profile=(0, 2)).events
     fed = [e for e in events if e.kind == "feeder"]
     assert [e.name for e in fed] == ["images", "images"]

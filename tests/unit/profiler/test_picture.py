@@ -8,13 +8,11 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import numpy as np
 import pytest
+from example_programs import record_conv_step  # tests/unit (conftest puts it on the path)
 
 import gradfuse
-from gradfuse import Feeder, Receiver, ir_for
 from gradfuse.diagnostics import GradfuseError
-from gradfuse.nn import SGD, Conv2d, Flatten, Linear, ReLU, Sequential
 from gradfuse.profiler import Span, Step, profile, schedule
 from gradfuse.profiler.picture import (
     COLOURS,
@@ -30,20 +28,7 @@ SVG = "{http://www.w3.org/2000/svg}"
 
 def _conv_steps(backend: str) -> list[Step]:
     """Steps 1 and 2 of a conv net's SGD loop (3 iterations) with a feeder named `<x&y>`."""
-    gradfuse.reset()
-    gradfuse.manual_seed(0)
-    nn = Sequential(Conv2d(3, 4, 3, padding=1), ReLU(), Flatten(), Linear(4 * 6 * 6, 2))
-    opt = SGD(nn.parameters(), lr=0.01)
-
-    def f() -> None:
-        opt.zero_grad()
-        images = Feeder(lambda: np.full((2, 3, 6, 6), 0.3, np.float32), shape=[2, 3, 6, 6],
-                        name="<x&y>")  # fmt: skip
-        nn(images).backward()
-        opt.step()
-        Receiver(lambda *args: None, opt.parameters, name="log")
-
-    ir_for(range(0, 3), f)
+    record_conv_step(3, feeder="<x&y>")
     with profile(schedule=schedule(wait=1, warmup=0, active=2)) as prof:
         gradfuse.execute(backend)
     assert [s.number for s in prof.steps] == [1, 2]

@@ -4,41 +4,19 @@ feeder named by a recommendation, params unchanged by profiling, and misuse."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from example_programs import record_mlp  # tests/unit (conftest puts it on the path)
+from example_programs import record_conv_step, record_mlp  # tests/unit (conftest)
 from listing_origins import fuses
 
 import gradfuse
 from gradfuse import Feeder, Receiver, ir_for
 from gradfuse.diagnostics import GradfuseError
-from gradfuse.nn import SGD, Conv2d, Flatten, Linear, ReLU, Sequential
 from gradfuse.profiler import profile, schedule
 from gradfuse.profiler.launches import UNATTRIBUTED
 from gradfuse.profiler.overview import CATEGORIES, overview
-
-
-def _conv_step(steps: int, feeder_sleep: float = 0.0) -> None:
-    """A conv net's SGD step in an `ir_for`, with a receiver of the params in the loop."""
-    gradfuse.reset()
-    gradfuse.manual_seed(0)
-    nn = Sequential(Conv2d(3, 4, 3, padding=1), ReLU(True), Flatten(), Linear(4 * 6 * 6, 2))
-    opt = SGD(nn.parameters(), lr=0.01)
-
-    def batch() -> np.ndarray:
-        time.sleep(feeder_sleep)
-        return np.full((2, 3, 6, 6), 0.3, dtype=np.float32)
-
-    def f() -> None:
-        opt.zero_grad()
-        nn(Feeder(batch, shape=[2, 3, 6, 6], name="images")).sum().backward()
-        opt.step()
-        Receiver(lambda *args: None, opt.parameters, name="log")
-
-    ir_for(range(0, steps), f)
 
 
 def test_the_seed_mlp_records_the_scheduled_steps_with_every_kernel() -> None:
@@ -55,7 +33,7 @@ def test_the_seed_mlp_records_the_scheduled_steps_with_every_kernel() -> None:
 
 @pytest.mark.parametrize("backend", ["c", "reference"])
 def test_every_kernel_row_has_the_layers_and_directions_of_its_fuses_line(backend: str) -> None:
-    _conv_step(3)
+    record_conv_step(3)
     listing = fuses(gradfuse.compile(backend).listing())
     with profile(schedule=schedule(wait=0, warmup=0, active=1, repeat=1)) as prof:
         gradfuse.execute(backend)
@@ -77,7 +55,7 @@ def test_every_kernel_row_has_the_layers_and_directions_of_its_fuses_line(backen
 
 @pytest.mark.parametrize("backend", ["c", "reference"])
 def test_the_overview_parts_sum_to_the_step_and_layers_to_the_kernel_time(backend: str) -> None:
-    _conv_step(4)
+    record_conv_step(4)
     with profile() as prof:
         gradfuse.execute(backend)
     assert [s.number for s in prof.steps] == [0, 1, 2, 3]
@@ -94,7 +72,7 @@ def test_the_overview_parts_sum_to_the_step_and_layers_to_the_kernel_time(backen
 
 
 def test_a_slow_feeder_is_data_loading_and_a_recommendation_names_it() -> None:
-    _conv_step(3, feeder_sleep=0.02)
+    record_conv_step(3, feeder_sleep=0.02)
     with profile(schedule=schedule(wait=1, warmup=0, active=2)) as prof:
         gradfuse.execute("c")
     view = prof.overview()
@@ -105,10 +83,10 @@ def test_a_slow_feeder_is_data_loading_and_a_recommendation_names_it() -> None:
 
 
 def test_profiling_leaves_the_params_bitwise_equal() -> None:
-    _conv_step(3)
+    record_conv_step(3)
     gradfuse.execute("c")
     plain = {k: p.data.copy() for k, p in gradfuse.frontend.recorder.program().params.items()}
-    _conv_step(3)
+    record_conv_step(3)
     with profile():
         gradfuse.execute("c")
     profiled = {k: p.data for k, p in gradfuse.frontend.recorder.program().params.items()}

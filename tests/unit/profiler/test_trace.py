@@ -12,16 +12,13 @@ import gzip
 import importlib.util
 import json
 import re
-import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
+from example_programs import record_conv_step  # tests/unit (conftest puts it on the path)
 
 import gradfuse
-from gradfuse import Feeder, Receiver, ir_for
-from gradfuse.nn import SGD, Conv2d, Flatten, Linear, ReLU, Sequential
 from gradfuse.profiler import Step, profile, schedule, tensorboard_trace_handler
 from gradfuse.profiler.overview import overview
 from gradfuse.profiler.trace import chrome_trace
@@ -33,34 +30,12 @@ STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 DATALOADER = "enumerate(DataLoader)#Feeder[images].__next__"
 
 
-def _record_conv(steps: int, feeder_sleep: float = 0.0) -> None:
-    """A tiny conv net's SGD step in an `ir_for`, fed by a feeder that sleeps
-    `feeder_sleep` s, with a receiver of the params at the end of each iteration (so the
-    loop saves params: param copies)."""
-    gradfuse.reset()
-    gradfuse.manual_seed(0)
-    nn = Sequential(Conv2d(3, 4, 3, padding=1), ReLU(), Flatten(), Linear(4 * 6 * 6, 2))
-    opt = SGD(nn.parameters(), lr=0.01)
-
-    def batch() -> np.ndarray:
-        time.sleep(feeder_sleep)
-        return np.full((2, 3, 6, 6), 0.3, dtype=np.float32)
-
-    def f() -> None:
-        opt.zero_grad()
-        nn(Feeder(batch, shape=[2, 3, 6, 6], name="images")).backward()
-        opt.step()
-        Receiver(lambda *args: None, opt.parameters, name="log")
-
-    ir_for(range(0, steps), f)
-
-
 @pytest.fixture(scope="module")
 def c_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[profile, Path]:
     """A profiled c run of 8 steps, 2 saved cycles of 2 steps each written by
     `tensorboard_trace_handler` to the returned directory."""
     directory = tmp_path_factory.mktemp("tb") / "conv"
-    _record_conv(8, feeder_sleep=0.0002)
+    record_conv_step(8, feeder_sleep=0.0002)
     cycles = schedule(wait=1, warmup=1, active=2, repeat=2)
     with profile(schedule=cycles, on_trace_ready=tensorboard_trace_handler(directory)) as prof:
         gradfuse.execute("c")
@@ -70,7 +45,7 @@ def c_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[profile, Path]:
 @pytest.fixture(scope="module")
 def reference_run() -> profile:
     """A profiled reference run of 2 steps (every tg op a `cpu_op`)."""
-    _record_conv(2)
+    record_conv_step(2)
     with profile() as prof:
         gradfuse.execute("reference")
     return prof
@@ -186,7 +161,7 @@ def test_the_handler_writes_one_file_per_saved_cycle(c_run) -> None:
 
 
 def test_the_gzip_handler_writes_the_same_trace(tmp_path: Path) -> None:
-    _record_conv(2)
+    record_conv_step(2)
     with profile(on_trace_ready=tensorboard_trace_handler(tmp_path, "w", use_gzip=True)) as prof:
         gradfuse.execute("c")
     (file,) = tmp_path.iterdir()
