@@ -173,7 +173,7 @@ def test_resnet18_conv_and_matmul_flops_match_torch_profiler() -> None:
     assert set(counted) == {"aten::conv2d", "aten::addmm", "aten::mm"}, counted
     found, layers = gradfuse_contractions()
     assert {layer for layer, _ in found} <= set(layers), "every contraction is a conv or fc"
-    kernels = Counter({d: 0 for _, d in found})
+    kernels: Counter[str] = Counter()
     for (_, d), v in found.items():
         kernels[d] += len(v)
     # forward: 20 convs and fc; backward: grad weight of the 20 convs and fc, grad input
