@@ -27,6 +27,11 @@ Counting rules (per execution of the launch; loops are not multiplied in, see
   `kernel.scatter_add` counts 1. A multiply-accumulate is a `mulf` feeding a
   `kernel.reduce add`, so it counts 2 and a contraction comes out as 2·ΠP·ΠR.
   A group's or rows' FLOPs are the sum of its kernels'.
+- Inner FLOPs (`KernelWork.inner_flops`): the multiply-adds alone, each `kernel.reduce`
+  and the `mulf` that makes its operand, at ΠP·ΠR points: 2·ΠP·ΠR for a contraction,
+  what torch counts for a matmul or conv. Other prologue ops, elementwise work fused in
+  front of the product and recomputed at every point (a batch norm's backward before a
+  weight gradient), count in `flops` and not here.
 - Bytes. Each `kernel.load`/`kernel.gather` reads, and each `kernel.store`/
   `kernel.scatter_add` writes, element size x the distinct elements it touches,
   taken as min(Π of the sizes of the domain dims its map uses, elements of the buffer):
@@ -91,8 +96,9 @@ class KernelWork:
     layers: tuple[str, ...] = ()
     """Module paths of the body ops, distinct, in body order."""
     inner_flops: int = 0
-    """The FLOPs of the prologue and the reduces (ops at every domain point): for a
-    contraction its multiply-adds, 2·ΠP·ΠR, what torch counts for a matmul or conv."""
+    """The multiply-adds: each reduce and the `mulf` feeding it, at every domain point;
+    2·ΠP·ΠR for a contraction, what torch counts for a matmul or conv. Prologue ops fused
+    in front of the product count in `flops` only."""
     layer_weights: dict[str, int] = field(default_factory=dict)
     """Layer (module path, `UNATTRIBUTED` for ops outside modules) -> its FLOPs (or op
     count where the kernel has no FLOPs), weighed as `direction_weights`."""
@@ -178,6 +184,14 @@ def _op_flops(op: Operation) -> int:
     return int(any(isinstance(o.type, AnyFloat) for o in op.operands))
 
 
+def _multiplies(reduce: K.ReduceOp) -> int:
+    """1 when the reduce is a multiply-accumulate (`reduce add` of a float `mulf`), else 0."""
+    owner = reduce.value.owner
+    if reduce.kind.data != "add" or not isinstance(owner, Operation) or owner.name != "arith.mulf":
+        return 0
+    return _op_flops(owner)
+
+
 def _touched(op: K.LoadOp | K.StoreOp | K.GatherOp | K.ScatterAddOp, dims: Sequence[int]) -> int:
     """Distinct elements an access touches: min(Π used dim sizes, buffer elements)."""
     used = op.map.data.used_dims()
@@ -206,7 +220,8 @@ def kernel_work(k: K.KernelOp) -> KernelWork:
     for op in k.body.block.ops:
         f = _op_flops(op) * points[op]
         flops += f
-        inner += f if points[op] == full and (prologue or reduces) else 0
+        if isinstance(op, K.ReduceOp):
+            inner += f * (1 + _multiplies(op))
         if isinstance(op, K.LoadOp | K.GatherOp | K.StoreOp | K.ScatterAddOp):
             rank = op.map.data.num_dims
             n = _touched(op, dims[:rank]) * element_bytes(op.buffer.type)  # type: ignore[arg-type]

@@ -105,6 +105,17 @@ def test_a_dot_counts_two_flops_per_multiply_add() -> None:
     assert row.bytes_read == 4 * (3 * 5 + 5 * 7) and row.bytes_written == 4 * 3 * 7
 
 
+def test_inner_flops_are_the_multiply_adds_without_the_fused_prologue() -> None:
+    gradfuse.reset()
+    a, b = _two(3, 5, 7)
+    Receiver(lambda y: None, (a + 1.0) @ b, name="y")
+    row = _only_kernel()
+    (work,) = row.kernels
+    assert row.op == "contraction" and work.params == "[3, 7 | 5]"
+    assert work.flops == 3 * 3 * 5 * 7  # the addf runs at every point: addf, mulf, reduce
+    assert work.inner_flops == 2 * 3 * 5 * 7  # torch's count of the matmul
+
+
 def test_an_elementwise_chain_counts_ops_times_points() -> None:
     gradfuse.reset()
     a, b = _two(4, 4, 4)

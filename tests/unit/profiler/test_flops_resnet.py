@@ -1,0 +1,209 @@
+"""ResNet-18's contraction FLOPs against torch.profiler (issue 14, Correctness 7).
+
+One training step (forward, CrossEntropyLoss, backward, SGD with momentum) at batch 2,
+32x32, 10 classes: examples/resnet18.py recorded and run through the `kernels`
+pipeline, and the tutorial's ResNet-18 in plain PyTorch (torchvision's when importable)
+under `torch.profiler.profile(with_flops=True)`.
+
+What torch.profiler counts (torch 2.x, CPU): the rows with FLOPs are `aten::conv2d`
+(the 20 forward convolutions), `aten::addmm` (fc forward) and `aten::mm` (fc's two
+backward matmuls, grad input and grad weight); `aten::convolution_backward` has no
+count. So the like-for-like comparison is
+
+- conv forward: the `inner_flops` (2·ΠP·ΠR) of the contractions whose reduce is a conv
+  layer's forward, against `aten::conv2d`;
+- matmul: the contractions of `fc`, forward and backward, against `aten::addmm` +
+  `aten::mm`;
+
+each within 1 % (today both are exact). The backward convolutions, which torch.profiler
+leaves out, are compared with `torch.utils.flop_counter.FlopCounterMode`'s
+`aten.convolution_backward`: grad weight is the forward's multiply-adds, grad input too,
+except that gradfuse's grad input of a stride-s conv runs over the stride-dilated domain
+(stride² the points, the ones between the strides guarded to zero), which 2·ΠP·ΠR counts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from math import prod
+from typing import Any
+
+import pytest
+from example_programs import load_example  # tests/unit (conftest puts it on the path)
+
+import gradfuse
+from gradfuse.dialects import kernel as K
+from gradfuse.frontend.recorder import program
+from gradfuse.nn import Conv2d, Linear
+from gradfuse.passes import run_pipeline
+from gradfuse.profiler import launches
+from gradfuse.provenance import provenance_of
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+BATCH, IMAGE, CLASSES = 2, 32, 10
+
+
+class BasicBlock(nn.Module):
+    """The tutorial's (torchvision's) BasicBlock."""
+
+    expansion = 1
+
+    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: Any = None) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(inplanes, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = downsample
+
+    def forward(self, x: Any) -> Any:
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        out += identity
+        return self.relu(out)
+
+
+class ResNet(nn.Module):
+    """The tutorial's ResNet; `ResNet([2, 2, 2, 2])` is ResNet-18."""
+
+    def __init__(self, layers: list[int], num_classes: int = 1000) -> None:
+        super().__init__()
+        self.inplanes = 64
+        self.conv1 = nn.Conv2d(3, 64, kernel_size=7, stride=2, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+        self.layer1 = self._make_layer(64, layers[0])
+        self.layer2 = self._make_layer(128, layers[1], stride=2)
+        self.layer3 = self._make_layer(256, layers[2], stride=2)
+        self.layer4 = self._make_layer(512, layers[3], stride=2)
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(512 * BasicBlock.expansion, num_classes)
+
+    def _make_layer(self, planes: int, blocks: int, stride: int = 1) -> Any:
+        downsample = None
+        if stride != 1 or self.inplanes != planes:
+            downsample = nn.Sequential(
+                nn.Conv2d(self.inplanes, planes, 1, stride=stride, bias=False),
+                nn.BatchNorm2d(planes),
+            )
+        layers = [BasicBlock(self.inplanes, planes, stride, downsample)]
+        self.inplanes = planes
+        layers += [BasicBlock(planes, planes) for _ in range(1, blocks)]
+        return nn.Sequential(*layers)
+
+    def forward(self, x: Any) -> Any:
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+def torch_resnet18() -> Any:
+    try:
+        import torchvision  # type: ignore[import-not-found]
+    except ImportError:
+        return ResNet([2, 2, 2, 2], CLASSES)
+    return torchvision.models.resnet18(num_classes=CLASSES)
+
+
+def torch_step(model: Any) -> None:
+    """One training step, as examples/resnet18.py records it."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    images, labels = torch.randn(BATCH, 3, IMAGE, IMAGE), torch.randint(0, CLASSES, (BATCH,))
+    opt.zero_grad()
+    nn.functional.cross_entropy(model(images), labels).backward()
+    opt.step()
+
+
+def torch_profiler_flops() -> dict[str, tuple[int, int]]:
+    """torch.profiler's rows with FLOPs for one step: name -> (calls, FLOPs)."""
+    from torch.profiler import profile
+
+    torch.manual_seed(0)
+    model = torch_resnet18()
+    with profile(with_flops=True) as prof:
+        torch_step(model)
+    return {e.key: (e.count, e.flops) for e in prof.key_averages() if e.flops}
+
+
+def torch_conv_backward_flops() -> int:
+    """FlopCounterMode's `aten.convolution_backward` FLOPs for one step (grad input and
+    grad weight of every conv, none for the images)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.manual_seed(0)
+    model = torch_resnet18()
+    counter = FlopCounterMode(display=False)
+    with counter:
+        torch_step(model)
+    counts = {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
+    return counts["aten.convolution_backward"]
+
+
+def gradfuse_contractions() -> tuple[dict[tuple[str, str], list[int]], dict[str, Any]]:
+    """One step of examples/resnet18.py after the `kernels` pipeline: (layer, direction)
+    of each contraction's reduce -> the `inner_flops` of those contractions, and the
+    model's Conv2d and Linear layers by module path."""
+    ex = load_example("resnet18", BATCH=BATCH, IMAGE=IMAGE, NUM_CLASSES=CLASSES)
+    gradfuse.reset()
+    model, _ = ex.record(steps=1, log_every=1)
+    module = program().module.clone()
+    run_pipeline(module, "kernels")
+    inner = {w.symbol: w.inner_flops for r in launches(module) for w in r.kernels}
+    found: dict[tuple[str, str], list[int]] = {}
+    for op in module.walk():
+        if not (isinstance(op, K.KernelOp) and op.kind.data == "contraction"):
+            continue
+        (reduce,) = [o for o in op.body.block.ops if isinstance(o, K.ReduceOp)]
+        p = provenance_of(reduce.location)
+        assert p.module_path is not None, op.sym_name.data
+        found.setdefault((p.module_path, p.direction), []).append(inner[op.sym_name.data])
+    layers = {n: m for n, m in model.named_modules() if isinstance(m, Conv2d | Linear)}
+    return found, layers
+
+
+def test_resnet18_conv_and_matmul_flops_match_torch_profiler() -> None:
+    counted = torch_profiler_flops()
+    assert set(counted) == {"aten::conv2d", "aten::addmm", "aten::mm"}, counted
+    found, layers = gradfuse_contractions()
+    assert {layer for layer, _ in found} <= set(layers), "every contraction is a conv or fc"
+    kernels: Counter[str] = Counter()
+    for (_, d), v in found.items():
+        kernels[d] += len(v)
+    # forward: 20 convs and fc; backward: grad weight of the 20 convs and fc, grad input
+    # of fc and of 19 convs (not the stem's: the images need none)
+    assert kernels == {"forward": 21, "backward": 21 + 1 + 19}
+
+    def total(keep: Any) -> int:
+        return sum(sum(v) for (layer, d), v in found.items() if keep(layer, d))
+
+    conv_fwd = total(lambda layer, d: layer != "fc" and d == "forward")
+    calls, want = counted["aten::conv2d"]
+    assert calls == sum(len(v) for (la, d), v in found.items() if la != "fc" and d == "forward")
+    assert abs(conv_fwd - want) <= 0.01 * want, (conv_fwd, want)
+
+    matmul = total(lambda layer, d: layer == "fc")
+    want = counted["aten::addmm"][1] + counted["aten::mm"][1]
+    assert abs(matmul - want) <= 0.01 * want, (matmul, want)
+    assert found[("fc", "forward")] == [counted["aten::addmm"][1]]  # 2·2·512·10, no bias add
+    assert counted["aten::mm"] == (2, sum(found[("fc", "backward")]))
+
+
+def test_resnet18_conv_backward_flops_are_torchs_but_strided_grad_inputs() -> None:
+    found, layers = gradfuse_contractions()
+    forward = {layer: sum(v) for (layer, d), v in found.items() if d == "forward"}
+    backward = sum(sum(v) for (layer, d), v in found.items() if d == "backward" and layer != "fc")
+    dilated = sum(
+        (prod(m.stride) - 1) * forward[name]
+        for name, m in layers.items()
+        if isinstance(m, Conv2d) and name != "conv1"  # the stem's input needs no gradient
+    )
+    assert dilated > 0  # layer2..4's first conv1 and downsample: stride 2
+    want = torch_conv_backward_flops() + dilated
+    assert abs(backward - want) <= 0.01 * want, (backward, want)
