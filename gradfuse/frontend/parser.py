@@ -17,14 +17,7 @@ from importlib.resources import files
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 from xdsl.dialects import func
-from xdsl.dialects.builtin import (
-    FileLineColLoc,
-    IndexType,
-    IntAttr,
-    ModuleOp,
-    NameLoc,
-    StringAttr,
-)
+from xdsl.dialects.builtin import FileLineColLoc, IndexType, IntAttr, ModuleOp, NameLoc, StringAttr
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.irdl import IRDLOperation, VarOperandDef, VarResultDef
 from xdsl.utils.exceptions import VerifyException
@@ -41,6 +34,7 @@ crash of the recursive passes)."""
 
 OPS: dict[str, type[IRDLOperation]] = {op.name: op for op in tg.TG.operations}  # type: ignore[misc]
 SPECIAL_OPS = ("tg.for", "tg.grad", "tg.yield")
+
 
 @cache
 def _lark() -> Lark:
@@ -377,6 +371,7 @@ class _Builder(AttributeReader):
                 node, f"{name} has {len(fixed_results)} result(s), got {len(result_types)} type(s)"
             )
 
+
 def _optional(prop_def: object) -> bool:
     from xdsl.irdl import OptPropertyDef
 
@@ -385,4 +380,3 @@ def _optional(prop_def: object) -> bool:
 
 def _types(types: Sequence[Attribute]) -> str:
     return "(" + ", ".join(str(t) for t in types) + ")"
-

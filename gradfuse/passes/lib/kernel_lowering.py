@@ -31,11 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xdsl.dialects import arith, gpu, memref
-from xdsl.dialects.builtin import (
-    AnyFloat,
-    IntegerAttr,
-    i64,
-)
+from xdsl.dialects.builtin import AnyFloat, IntegerAttr, i64
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.ir.affine import (
     AffineBinaryOpExpr,
