@@ -73,7 +73,7 @@ class _Dumper:
                 names = ", ".join(self.name(b) for b in op.buffers)
                 self.lines.append(f'{pad}receive "{op.key.data}" <- {names}')
             elif isinstance(op, K.ForOp):
-                lo, hi, st = op.lower.value.data, op.upper.value.data, op.step.value.data
+                lo, hi, st = op.bounds
                 self.lines.append(f"{pad}for {lo} to {hi} step {st}:")
                 self.block(op.body.block.ops, depth + 1)
             elif isinstance(op, K.GroupOp | K.RowsOp):
@@ -105,14 +105,10 @@ class _Dumper:
         if origins:
             self.lines.append(f"{pad}  fuses: {'; '.join(origins)}")
         outer = dict(zip(k.buffer_args, k.buffers))
-        local: dict[SSAValue, str] = {}
-        for i, a in enumerate(k.index_args):
-            local[a] = f"d{i}"
+        local: dict[SSAValue, str] = {a: f"d{i}" for i, a in enumerate(k.index_args)}
 
         def val(v: SSAValue) -> str:
-            if v in outer:
-                return self.name(outer[v])
-            return local.get(v, "?")
+            return self.name(outer[v]) if v in outer else local.get(v, "?")
 
         for op in k.body.block.ops:
             text = self.body_op(op, val, local)

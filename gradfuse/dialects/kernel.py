@@ -57,13 +57,7 @@ from xdsl.irdl import (
     traits_def,
     var_operand_def,
 )
-from xdsl.traits import (
-    IsolatedFromAbove,
-    MemoryReadEffect,
-    MemoryWriteEffect,
-    NoTerminator,
-    Pure,
-)
+from xdsl.traits import IsolatedFromAbove, MemoryReadEffect, MemoryWriteEffect, NoTerminator, Pure
 
 from gradfuse.dialects.tg_base import access_properties, fail, i64_array, ints
 

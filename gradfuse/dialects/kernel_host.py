@@ -36,13 +36,7 @@ from xdsl.irdl import (
     traits_def,
     var_operand_def,
 )
-from xdsl.traits import (
-    HasParent,
-    IsTerminator,
-    MemoryWriteEffect,
-    Pure,
-    RecursiveMemoryEffect,
-)
+from xdsl.traits import HasParent, IsTerminator, MemoryWriteEffect, Pure, RecursiveMemoryEffect
 
 from gradfuse.dialects.tg_base import CountedLoop, fail
 

@@ -19,6 +19,7 @@ attributes: the generic constructors cost 3x, and autodiff builds many.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from xdsl.builder import Builder
 from xdsl.dialects.builtin import i1
@@ -41,6 +42,16 @@ LOG2_E = 1.0 / math.log(2.0)
 LN_2 = math.log(2.0)
 
 
+def _binary_method(cls: type[E.BinaryOp]) -> Callable[[TgBuilder, Operand, Operand], SSAValue]:
+    """The `TgBuilder` method building `cls` on two operands: `add = _binary_method(E.AddOp)`."""
+    return lambda self, a, b: self.binary(cls, a, b)
+
+
+def _unary_method(cls: type[Operation]) -> Callable[[TgBuilder, SSAValue], SSAValue]:
+    """The `TgBuilder` method building `cls` on one operand: `neg = _unary_method(E.NegOp)`."""
+    return lambda self, x: self.unary(cls, x)
+
+
 class TgBuilder(ShapeBuilder):
     """Builds tg ops through `insert` (which places an op and returns it); misuse is
     reported through `fail(message)`, which returns the exception to raise. Shapes,
@@ -61,42 +72,19 @@ class TgBuilder(ShapeBuilder):
             ty = tensor_type(shape_of(a), i1)
         return self.emit(cls.create(operands=[a, b], result_types=[ty]))
 
-    def add(self, a: Operand, b: Operand) -> SSAValue:
-        return self.binary(E.AddOp, a, b)
-
-    def sub(self, a: Operand, b: Operand) -> SSAValue:
-        return self.binary(E.SubOp, a, b)
-
-    def mul(self, a: Operand, b: Operand) -> SSAValue:
-        return self.binary(E.MulOp, a, b)
-
-    def div(self, a: Operand, b: Operand) -> SSAValue:
-        return self.binary(E.DivOp, a, b)
-
-    def max(self, a: Operand, b: Operand) -> SSAValue:
-        return self.binary(E.MaxOp, a, b)
-
-    def cmplt(self, a: Operand, b: Operand) -> SSAValue:
-        """The mask `a < b`."""
-        return self.binary(C.CmpLtOp, a, b)
-
-    def neg(self, x: SSAValue) -> SSAValue:
-        return self.unary(E.NegOp, x)
-
-    def exp2(self, x: SSAValue) -> SSAValue:
-        return self.unary(E.Exp2Op, x)
-
-    def log2(self, x: SSAValue) -> SSAValue:
-        return self.unary(E.Log2Op, x)
-
-    def sqrt(self, x: SSAValue) -> SSAValue:
-        return self.unary(E.SqrtOp, x)
-
-    def recip(self, x: SSAValue) -> SSAValue:
-        return self.unary(E.RecipOp, x)
-
-    def sin(self, x: SSAValue) -> SSAValue:
-        return self.unary(E.SinOp, x)
+    add = _binary_method(E.AddOp)
+    sub = _binary_method(E.SubOp)
+    mul = _binary_method(E.MulOp)
+    div = _binary_method(E.DivOp)
+    max = _binary_method(E.MaxOp)
+    cmplt = _binary_method(C.CmpLtOp)
+    """The mask `a < b`."""
+    neg = _unary_method(E.NegOp)
+    exp2 = _unary_method(E.Exp2Op)
+    log2 = _unary_method(E.Log2Op)
+    sqrt = _unary_method(E.SqrtOp)
+    recip = _unary_method(E.RecipOp)
+    sin = _unary_method(E.SinOp)
 
     def scale(self, x: SSAValue, factor: float) -> SSAValue:
         """`x * factor` with a splat constant."""

@@ -21,7 +21,13 @@ from gradfuse.dialects import tg_compute, tg_data
 from gradfuse.dialects.tg_base import FLOAT_TYPES, ints, shape_of
 from gradfuse.dialects.tg_elementwise import SEMANTICS
 
-VIEWS = (tg_data.ReshapeOp, tg_data.PermuteOp, tg_data.BroadcastOp, tg_data.SliceOp, tg_data.ViewAccessOp)
+VIEWS = (
+    tg_data.ReshapeOp,
+    tg_data.PermuteOp,
+    tg_data.BroadcastOp,
+    tg_data.SliceOp,
+    tg_data.ViewAccessOp,
+)
 
 
 def splat(value: SSAValue) -> float | None:

@@ -15,21 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
-from xdsl.dialects.builtin import (
-    DenseArrayBase,
-    IntegerAttr,
-    TensorType,
-    i1,
-    i64,
-)
+from xdsl.dialects.builtin import DenseArrayBase, IntegerAttr, TensorType, i1, i64
 from xdsl.ir import Attribute, SSAValue
-from xdsl.irdl import (
-    irdl_op_definition,
-    operand_def,
-    prop_def,
-    result_def,
-    traits_def,
-)
+from xdsl.irdl import irdl_op_definition, operand_def, prop_def, result_def, traits_def
 from xdsl.traits import Pure
 
 from gradfuse.dialects.tg_base import (

@@ -69,10 +69,7 @@ class ParamOp(TgOp):
     traits = traits_def(ParamEffects())
 
     def __init__(
-        self,
-        key: str,
-        type: TensorType,
-        init: float | DenseIntOrFPElementsAttr | None = None,
+        self, key: str, type: TensorType, init: float | DenseIntOrFPElementsAttr | None = None
     ):
         props: dict = {"key": StringAttr(key)}
         if init is not None:

@@ -20,7 +20,7 @@ from gradfuse.frontend.id_ranges import check_fed_ids
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import RECORDING as B
 from gradfuse.frontend.recorder import emit, error, program, rng
-from gradfuse.frontend.tensor import Tensor, element_for, where
+from gradfuse.frontend.tensor import Tensor, dims_arg, element_for, where
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -68,8 +68,7 @@ def rand(*shape: int | Sequence[int], seed: int | None = None) -> Tensor:
     iteration of an `ir_for` draws new numbers; `seed` defaults to a draw from
     `gradfuse.manual_seed`'s generator, so runs are reproducible. `rand(2, 16)`
     """
-    dims = shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape
-    size = [int(d) for d in dims]  # type: ignore[union-attr]
+    size = [int(d) for d in dims_arg(shape)]
     if seed is None:
         seed = int(rng().integers(0, 2**32))
     prog = program()

@@ -17,14 +17,7 @@ from importlib.resources import files
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 from xdsl.dialects import func
-from xdsl.dialects.builtin import (
-    FileLineColLoc,
-    IndexType,
-    IntAttr,
-    ModuleOp,
-    NameLoc,
-    StringAttr,
-)
+from xdsl.dialects.builtin import FileLineColLoc, IndexType, IntAttr, ModuleOp, NameLoc, StringAttr
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.irdl import IRDLOperation, VarOperandDef, VarResultDef
 from xdsl.utils.exceptions import VerifyException
@@ -41,6 +34,7 @@ crash of the recursive passes)."""
 
 OPS: dict[str, type[IRDLOperation]] = {op.name: op for op in tg.TG.operations}  # type: ignore[misc]
 SPECIAL_OPS = ("tg.for", "tg.grad", "tg.yield")
+
 
 @cache
 def _lark() -> Lark:
@@ -110,7 +104,10 @@ class _Builder(AttributeReader):
     def pos(self, node: Tree | Token) -> Position:
         line = node.line if isinstance(node, Token) else node.meta.line
         col = node.column if isinstance(node, Token) else node.meta.column
-        line, col = line or 1, col or 1
+        return self.at(line or 1, col or 1)
+
+    def at(self, line: int, col: int) -> Position:
+        """The position of line `line` (of this chunk), column `col`, with its source."""
         src = self.lines[line - 1] if 0 < line <= len(self.lines) else None
         return Position(self.filename, line + self.offset, col, src)
 
@@ -138,11 +135,8 @@ class _Builder(AttributeReader):
         try:
             return unquote(str(tok)[1:-1])
         except EscapeError as err:
-            line, col = tok.line or 1, (tok.column or 1) + 1 + err.offset
-            src = self.lines[line - 1] if 0 < line <= len(self.lines) else None
-            raise GradfuseError(
-                str(err), Position(self.filename, line + self.offset, col, src)
-            ) from None
+            at = self.at(tok.line or 1, (tok.column or 1) + 1 + err.offset)
+            raise GradfuseError(str(err), at) from None
 
     # --- SSA names ----------------------------------------------------------------
 
@@ -265,10 +259,7 @@ class _Builder(AttributeReader):
                 node,
                 "return is only allowed at the end of a function body; loops end with tg.yield",
             )
-        op = func.ReturnOp(*self.values(values))
-        op.location = self.location(node, loc)
-        block.add_op(op)
-        return op
+        return self.finish(func.ReturnOp(*self.values(values)), node, block, None, loc)
 
     def for_op(self, node: Tree, block: Block, in_func: bool) -> Operation:
         results, _, ivar, lo, hi, step, iter_node, types, body, loc = node.children
@@ -377,6 +368,7 @@ class _Builder(AttributeReader):
                 node, f"{name} has {len(fixed_results)} result(s), got {len(result_types)} type(s)"
             )
 
+
 def _optional(prop_def: object) -> bool:
     from xdsl.irdl import OptPropertyDef
 
@@ -385,4 +377,3 @@ def _optional(prop_def: object) -> bool:
 
 def _types(types: Sequence[Attribute]) -> str:
     return "(" + ", ".join(str(t) for t in types) + ")"
-

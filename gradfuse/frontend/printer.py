@@ -208,4 +208,3 @@ def _nested(values: np.ndarray, element: Attribute) -> str:
 
 def _file_loc(loc: FileLineColLoc) -> str:
     return f"{quote(loc.filename.data)}:{loc.line.data}:{loc.column.data}"
-

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Protocol, TypeVar
@@ -176,23 +176,23 @@ def provenance() -> Provenance:
 
 
 @contextmanager
-def module_scope(path: str) -> Iterator[None]:
+def _pushed(stack: str, item: Any) -> Iterator[None]:
+    """`item` on top of the list `stack` of the program being recorded, while inside."""
+    getattr(_program, stack).append(item)
+    try:
+        yield
+    finally:
+        getattr(_program, stack).pop()
+
+
+def module_scope(path: str) -> AbstractContextManager[None]:
     """Ops recorded inside belong to the module at `path` (`"0"`, `"encoder.linear1"`)."""
-    _program.module_paths.append(path)
-    try:
-        yield
-    finally:
-        _program.module_paths.pop()
+    return _pushed("module_paths", path)
 
 
-@contextmanager
-def direction_scope(direction: str) -> Iterator[None]:
+def direction_scope(direction: str) -> AbstractContextManager[None]:
     """Ops recorded inside have `direction` ("forward", "backward", "optimizer")."""
-    _program.directions.append(direction)
-    try:
-        yield
-    finally:
-        _program.directions.pop()
+    return _pushed("directions", direction)
 
 
 # --- insertion ------------------------------------------------------------------------
@@ -203,14 +203,9 @@ def insertion_block() -> Block:
     return _program.insertion[-1]
 
 
-@contextmanager
-def insert_into(block: Block) -> Iterator[None]:
+def insert_into(block: Block) -> AbstractContextManager[None]:
     """Records into `block` (a `tg.for` body) while inside."""
-    _program.insertion.append(block)
-    try:
-        yield
-    finally:
-        _program.insertion.pop()
+    return _pushed("insertion", block)
 
 
 def _defining_block(value: SSAValue) -> Block | None:

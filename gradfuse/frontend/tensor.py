@@ -12,16 +12,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
-from xdsl.dialects.builtin import (
-    Float16Type,
-    Float32Type,
-    Float64Type,
-    IntegerType,
-    TensorType,
-)
+from xdsl.dialects.builtin import Float16Type, Float32Type, Float64Type, IntegerType, TensorType
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from gradfuse.dialects import tg
@@ -29,16 +22,7 @@ from gradfuse.dialects.tg_base import shape_of, tensor
 from gradfuse.dialects.tg_builder import LN_2, LOG2_E, element_type
 from gradfuse.frontend.reach import backward_paths
 from gradfuse.frontend.recorder import RECORDING as B
-from gradfuse.frontend.recorder import (
-    direction_scope,
-    emit,
-    error,
-    is_visible,
-    program,
-)
-
-if TYPE_CHECKING:
-    pass
+from gradfuse.frontend.recorder import direction_scope, emit, error, is_visible, program
 
 Scalar = float | int
 _ELEMENTS: dict[str, Attribute] = {
@@ -75,6 +59,22 @@ def _operand(x: object) -> SSAValue | Scalar:
 
 
 F32 = Float32Type()
+
+
+def dims_arg(args: tuple[int | Sequence[int], ...]) -> Sequence[int]:
+    """The dims of `f(2, 3)` or `f([2, 3])`: the one sequence argument, else the ints."""
+    return args[0] if len(args) == 1 and not isinstance(args[0], int) else args  # type: ignore[return-value]
+
+
+def _binary(cls: type[Operation], reflected: bool = False) -> Callable[[Tensor, object], Tensor]:
+    """A `Tensor` operator that records the elementwise op `cls` on `self` and a tensor or
+    number: `__sub__ = _binary(tg.SubOp)` is `self - other`, with `reflected` `other - self`."""
+
+    def method(self: Tensor, other: object) -> Tensor:
+        x, y = self.value, _operand(other)
+        return Tensor(B.binary(cls, y, x) if reflected else B.binary(cls, x, y))
+
+    return method
 
 
 def _unary(cls: type[Operation], doc: str) -> Callable[[Tensor], Tensor]:
@@ -153,23 +153,12 @@ class Tensor:
 
     # --- arithmetic ---------------------------------------------------------------------
 
-    def __add__(self, other: object) -> Tensor:
-        return Tensor(B.binary(tg.AddOp, self.value, _operand(other)))
-
-    def __radd__(self, other: object) -> Tensor:
-        return Tensor(B.binary(tg.AddOp, _operand(other), self.value))
-
-    def __sub__(self, other: object) -> Tensor:
-        return Tensor(B.binary(tg.SubOp, self.value, _operand(other)))
-
-    def __rsub__(self, other: object) -> Tensor:
-        return Tensor(B.binary(tg.SubOp, _operand(other), self.value))
-
-    def __mul__(self, other: object) -> Tensor:
-        return Tensor(B.binary(tg.MulOp, self.value, _operand(other)))
-
-    def __rmul__(self, other: object) -> Tensor:
-        return Tensor(B.binary(tg.MulOp, _operand(other), self.value))
+    __add__ = _binary(tg.AddOp)
+    __radd__ = _binary(tg.AddOp, reflected=True)
+    __sub__ = _binary(tg.SubOp)
+    __rsub__ = _binary(tg.SubOp, reflected=True)
+    __mul__ = _binary(tg.MulOp)
+    __rmul__ = _binary(tg.MulOp, reflected=True)
 
     def __truediv__(self, other: object) -> Tensor:
         o = _operand(other)
@@ -177,8 +166,7 @@ class Tensor:
             return Tensor(B.binary(tg.MulOp, self.value, 1.0 / o))
         return Tensor(B.binary(tg.DivOp, self.value, o))
 
-    def __rtruediv__(self, other: object) -> Tensor:
-        return Tensor(B.binary(tg.DivOp, _operand(other), self.value))
+    __rtruediv__ = _binary(tg.DivOp, reflected=True)
 
     def __neg__(self) -> Tensor:
         return Tensor(B.unary(tg.NegOp, self.value))
@@ -265,9 +253,8 @@ class Tensor:
         """`|self|`, recorded as `max(self, -self)`."""
         return Tensor(B.binary(tg.MaxOp, self.value, B.unary(tg.NegOp, self.value)))
 
-    def maximum(self, other: object) -> Tensor:
-        """Elementwise maximum (`tg.max`)."""
-        return Tensor(B.binary(tg.MaxOp, self.value, _operand(other)))
+    maximum = _binary(tg.MaxOp)
+    maximum.__doc__ = "Elementwise maximum (`tg.max`)."
 
     relu = _unary(tg.ReluOp, "`max(self, 0)` (the `tg.relu` composite).")
     sigmoid = _unary(tg.SigmoidOp, "`1 / (1 + exp(-self))` (the `tg.sigmoid` composite).")
@@ -313,8 +300,7 @@ class Tensor:
 
     def reshape(self, *shape: int | Sequence[int]) -> Tensor:
         """Same elements in a new shape; one dim may be -1 (`tg.reshape`)."""
-        dims = shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape
-        return Tensor(B.reshape(self.value, list(dims)))  # type: ignore[arg-type]
+        return Tensor(B.reshape(self.value, list(dims_arg(shape))))
 
     view = reshape
 
@@ -324,8 +310,7 @@ class Tensor:
 
     def permute(self, *dims: int | Sequence[int]) -> Tensor:
         """Reorders dims: result dim i is dim `dims[i]` (`tg.permute`)."""
-        perm = dims[0] if len(dims) == 1 and not isinstance(dims[0], int) else dims
-        return Tensor(B.permute(self.value, list(perm)))  # type: ignore[arg-type]
+        return Tensor(B.permute(self.value, list(dims_arg(dims))))
 
     def transpose(self, d0: int, d1: int) -> Tensor:
         """Swaps two dims."""

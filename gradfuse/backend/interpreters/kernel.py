@@ -138,7 +138,7 @@ class _Machine:
             )
 
     def loop(self, op: K.ForOp, outer: bool) -> None:
-        lo, hi, st = op.lower.value.data, op.upper.value.data, op.step.value.data
+        lo, hi, st = op.bounds
         for i in range(lo, hi, st):
             try:
                 self.block(op.body.block)

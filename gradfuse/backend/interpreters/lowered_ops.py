@@ -203,14 +203,11 @@ class GpuMemrefFunctions(impls_for(_IDS, _run_id), InterpreterFunctions):  # typ
         """Workgroup memory (memory space `WORKGROUP`): one array for all the
         threads of a block; else one per thread."""
         ty = op.memref.type
-        fill = np.nan if dtype_of(ty.element_type).kind == "f" else 0
+        dt = dtype_of(ty.element_type)
+        fresh = np.full(tuple(ty.get_shape()), np.nan if dt.kind == "f" else 0, dtype=dt)
         if not is_workgroup(ty):
-            return (np.full(tuple(ty.get_shape()), fill, dtype=dtype_of(ty.element_type)),)
-        key = (self.state.block, op)
-        if key not in self.state.shared:
-            shape = tuple(ty.get_shape())
-            self.state.shared[key] = np.full(shape, fill, dtype=dtype_of(ty.element_type))
-        return (self.state.shared[key],)
+            return (fresh,)
+        return (self.state.shared.setdefault((self.state.block, op), fresh),)
 
     @impl(memref.DeallocOp)
     def run_dealloc(self, interp: Interpreter, op: memref.DeallocOp, args: PythonValues):

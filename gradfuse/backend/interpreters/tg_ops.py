@@ -193,7 +193,7 @@ class TgFunctions(
     @impl(tg.ForOp)
     def run_for(self, interp: Interpreter, op: tg.ForOp, args: PythonValues) -> PythonValues:
         st = self.state
-        lo, hi, step = op.lower.value.data, op.upper.value.data, op.step.value.data
+        lo, hi, step = op.bounds
         outermost = st.loop_depth == 0
         carried = tuple(args)
         st.loop_depth += 1
@@ -213,15 +213,12 @@ class TgFunctions(
                         st.events.append(
                             Event(-1, "step", f"loop {loop}", None, iteration, start, end)
                         )
-                except KeyboardInterrupt:
-                    if snapshot is not None:  # Ctrl-C: the params of the last full iteration
+                except (KeyboardInterrupt, GradfuseError) as err:
+                    if snapshot is not None:  # an error or Ctrl-C: the last full iteration's
                         st.params.clear()
                         st.params.update(snapshot)
-                    raise
-                except GradfuseError as err:
-                    if snapshot is not None:  # params as at the end of the last full iteration
-                        st.params.clear()
-                        st.params.update(snapshot)
+                    if isinstance(err, KeyboardInterrupt):
+                        raise
                     raise _in_iteration(err, op, iteration, i) from err
         finally:
             st.loop_depth -= 1

@@ -28,7 +28,7 @@ from math import prod
 from typing import TYPE_CHECKING
 
 from xdsl.dialects import arith, gpu
-from xdsl.ir import Block, SSAValue
+from xdsl.ir import SSAValue
 
 from gradfuse.dialects import kernel as kd
 from gradfuse.passes.lib import fast_ops as fast
@@ -64,34 +64,26 @@ def lower_cooperative(
     red, total = sizes[npar:], prod(sizes[npar:])
     prologue, reds, epilogue = k.phases()
     inits = [b._init(r) for r in reds]
-    body = Block(arg_types=[fast.INDEX, *[a.type for a in inits]])
-    loop = fast.scf_for(b.const(0), b.const(-(-total // THREADS)), b.const(1), inits, body)
-    b.add(loop, loc)
-    outer, b.block = b.block, body
-    base = b.add(fast.index_op(arith.MuliOp, body.args[0], b.const(THREADS), flags=True), loc)
-    kk = b.add(fast.index_op(arith.AddiOp, base, tid, flags=True), loc)
-    valid = b.add(fast.cmpi(kk, b.const(total), "ult"), loc)
-    clamped = b.add(fast.select(valid, kk, b.const(total - 1)), loc)
-    vm: dict[SSAValue, SSAValue] = {a: args[a] for a in k.buffer_args}
-    vm.update(zip(k.body.block.args[:npar], row))
-    point = [*row, *b.delinearize(clamped, red, loc)]
-    vm.update(zip(k.body.block.args[npar : len(sizes)], point[npar:]))
-    for op in prologue:
-        if not isinstance(op, kd.StoreOp | kd.ScatterAddOp):
-            b.lower_op(op, k, vm, point)
-            continue
-        then = Block()  # past the end the point is clamped: only valid ones store
-        b.block = then
-        b.lower_op(op, k, vm, point)
-        b.add(fast.scf_yield())
-        b.block = body
-        b.add(fast.scf_if(valid, then, None), op.location)
-    steps = []
-    for r, acc in zip(reds, body.args[1:]):
-        step = b.add(combine(r.kind.data, acc, vm[r.value]), r.location)
-        steps.append(b.add(fast.select(valid, step, acc), r.location))
-    b.add(fast.scf_yield(*steps))
-    b.block = outer
+    with b.counted_loop(-(-total // THREADS), inits, loc) as (body, loop):
+        base = b.add(fast.index_op(arith.MuliOp, body.args[0], b.const(THREADS), flags=True), loc)
+        kk = b.add(fast.index_op(arith.AddiOp, base, tid, flags=True), loc)
+        valid = b.add(fast.cmpi(kk, b.const(total), "ult"), loc)
+        clamped = b.add(fast.select(valid, kk, b.const(total - 1)), loc)
+        vm: dict[SSAValue, SSAValue] = {a: args[a] for a in k.buffer_args}
+        vm.update(zip(k.body.block.args[:npar], row))
+        point = [*row, *b.delinearize(clamped, red, loc)]
+        vm.update(zip(k.body.block.args[npar : len(sizes)], point[npar:]))
+        for op in prologue:
+            if not isinstance(op, kd.StoreOp | kd.ScatterAddOp):
+                b.lower_op(op, k, vm, point)
+                continue
+            with b.if_then(valid, op.location):  # past the end the point is clamped
+                b.lower_op(op, k, vm, point)
+        steps = []
+        for r, acc in zip(reds, body.args[1:]):
+            step = b.add(combine(r.kind.data, acc, vm[r.value]), r.location)
+            steps.append(b.add(fast.select(valid, step, acc), r.location))
+        b.add(fast.scf_yield(*steps))
     partials = []
     for r, acc in zip(reds, loop.results):
         alloca = fast.workgroup_alloca(acc.type, [THREADS])
@@ -102,26 +94,19 @@ def lower_cooperative(
     half = THREADS // 2
     while half:
         b.add(gpu.BarrierOp(), loc)
-        then = Block()
-        b.block = then
-        other = b.add(fast.index_op(arith.AddiOp, tid, b.const(half), flags=True), loc)
-        for r, partial in partials:
-            mine = b.add(fast.load(partial, [tid]), loc)
-            theirs = b.add(fast.load(partial, [other]), loc)
-            b.add(fast.store(b.add(combine(r.kind.data, mine, theirs), loc), partial, [tid]), loc)
-        b.add(fast.scf_yield())
-        b.block = outer
-        b.add(fast.scf_if(b.add(fast.cmpi(tid, b.const(half), "ult"), loc), then, None), loc)
+        with b.if_then(b.add(fast.cmpi(tid, b.const(half), "ult"), loc), loc):
+            other = b.add(fast.index_op(arith.AddiOp, tid, b.const(half), flags=True), loc)
+            for r, partial in partials:
+                mine = b.add(fast.load(partial, [tid]), loc)
+                theirs = b.add(fast.load(partial, [other]), loc)
+                total = b.add(combine(r.kind.data, mine, theirs), loc)
+                b.add(fast.store(total, partial, [tid]), loc)
         half //= 2
     b.add(gpu.BarrierOp(), loc)
-    then = Block()
-    b.block = then
-    at_end: dict[SSAValue, SSAValue] = {a: args[a] for a in k.buffer_args}
-    at_end.update(zip(k.body.block.args[:npar], row))
-    for r, partial in partials:
-        at_end[r.result] = b.add(fast.load(partial, [b.const(0)]), loc)
-    for op in epilogue:
-        b.lower_op(op, k, at_end, row)
-    b.add(fast.scf_yield())
-    b.block = outer
-    b.add(fast.scf_if(b.add(fast.cmpi(tid, b.const(0), "eq"), loc), then, None), loc)
+    with b.if_then(b.add(fast.cmpi(tid, b.const(0), "eq"), loc), loc):
+        at_end: dict[SSAValue, SSAValue] = {a: args[a] for a in k.buffer_args}
+        at_end.update(zip(k.body.block.args[:npar], row))
+        for r, partial in partials:
+            at_end[r.result] = b.add(fast.load(partial, [b.const(0)]), loc)
+        for op in epilogue:
+            b.lower_op(op, k, at_end, row)

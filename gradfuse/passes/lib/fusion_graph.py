@@ -126,10 +126,7 @@ def stores(g: Group) -> None:
 
 
 def stored(
-    members: set[Operation],
-    value: SSAValue,
-    views: list[SSAValue],
-    plain_copy: bool = False,
+    members: set[Operation], value: SSAValue, views: list[SSAValue], plain_copy: bool = False
 ) -> bool:
     """Whether some op outside `members` reads `value` (other than a host op reading
     one of `views`, which the group stores laid out on their own: `plain_copy` says

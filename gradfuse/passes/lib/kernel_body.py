@@ -35,13 +35,7 @@ from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import FLOAT_TYPES, i64_array, ints, shape_of
 from gradfuse.dialects.tg_elementwise import SEMANTICS
 from gradfuse.passes.lib import fast_ops as fast
-from gradfuse.passes.lib.fusion_graph import (
-    Group,
-    Member,
-    is_splat,
-    resolve,
-    resolve_guard,
-)
+from gradfuse.passes.lib.fusion_graph import Group, Member, is_splat, resolve, resolve_guard
 
 if TYPE_CHECKING:
     from gradfuse.passes.kernel.convert_tg_to_kernel import _FunctionFuser

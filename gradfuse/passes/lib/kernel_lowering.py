@@ -28,14 +28,11 @@ A group's kernels share one id space, each its own range of ids (a chain of
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
-from xdsl.dialects import arith, gpu, memref
-from xdsl.dialects.builtin import (
-    AnyFloat,
-    IntegerAttr,
-    i64,
-)
+from xdsl.dialects import arith, gpu, memref, scf
+from xdsl.dialects.builtin import AnyFloat, IntegerAttr, i64
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.ir.affine import (
     AffineBinaryOpExpr,
@@ -104,6 +101,33 @@ class KernelBuilder:
             self.entry.add_op(op)
         else:
             self.entry.insert_op_before(op, self._anchor)
+
+    @contextmanager
+    def counted_loop(
+        self, upper: int | SSAValue, inits: Sequence[SSAValue], loc: Attribute
+    ) -> Iterator[tuple[Block, scf.ForOp]]:
+        """`scf.for 0 to upper step 1` carrying `inits`, added here; ops added inside go into
+        its body (block arguments: the index, then the carried values), which the caller
+        ends with `scf.yield`."""
+        body = Block(arg_types=[INDEX, *[a.type for a in inits]])
+        lower = self.const(0)
+        bound = upper if isinstance(upper, SSAValue) else self.const(upper)
+        loop = fast.scf_for(lower, bound, self.const(1), inits, body)
+        self.add(loop, loc)
+        outer, self.block = self.block, body
+        yield body, loop
+        self.block = outer
+
+    @contextmanager
+    def if_then(self, cond: SSAValue, loc: Attribute) -> Iterator[None]:
+        """Ops added inside go into the then block of an `scf.if cond` (empty else) added
+        here after them."""
+        outer, then = self.block, Block()
+        self.block = then
+        yield
+        self.add(fast.scf_yield())
+        self.block = outer
+        self.add(fast.scf_if(cond, then, None), loc)
 
     def thread_id(self) -> SSAValue:
         """`gpu.thread_id x`, the first op after the hoisted ones (see `hoist`)."""
@@ -284,24 +308,20 @@ class KernelBuilder:
     ) -> list[SSAValue]:
         """One `scf.for` per reduction dim (of `k`'s domain `sizes`) from `dim` on; the
         prologue runs innermost."""
-        body = Block(arg_types=[INDEX, *[a.type for a in accs]])
-        loop = fast.scf_for(self.const(0), self.const(sizes[dim]), self.const(1), accs, body)
-        self.add(loop, k.location)
-        outer, self.block = self.block, body
-        vm[k.body.block.args[dim]] = body.args[0]
-        inner = [*point, body.args[0]]
-        carried = list(body.args[1:])
-        if dim + 1 < len(sizes):
-            new = self._loops(k, sizes, prologue, reds, carried, vm, inner, dim + 1)
-        else:
-            for op in prologue:
-                self.lower_op(op, k, vm, inner)
-            new = []
-            for r, acc in zip(reds, carried):
-                value = vm[r.value]
-                new.append(self.add(combine(r.kind.data, acc, value), r.location))
-        self.add(fast.scf_yield(*new))
-        self.block = outer
+        with self.counted_loop(sizes[dim], accs, k.location) as (body, loop):
+            vm[k.body.block.args[dim]] = body.args[0]
+            inner = [*point, body.args[0]]
+            carried = list(body.args[1:])
+            if dim + 1 < len(sizes):
+                new = self._loops(k, sizes, prologue, reds, carried, vm, inner, dim + 1)
+            else:
+                for op in prologue:
+                    self.lower_op(op, k, vm, inner)
+                new = []
+                for r, acc in zip(reds, carried):
+                    value = vm[r.value]
+                    new.append(self.add(combine(r.kind.data, acc, value), r.location))
+            self.add(fast.scf_yield(*new))
         return list(loop.results)
 
     def lower_op(

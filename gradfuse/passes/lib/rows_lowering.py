@@ -38,7 +38,7 @@ from math import prod
 
 from xdsl.dialects import arith, gpu
 from xdsl.dialects.builtin import i64
-from xdsl.ir import Block, SSAValue
+from xdsl.ir import SSAValue
 
 from gradfuse.dialects import kernel as kd
 from gradfuse.passes.lib import fast_ops as fast
@@ -98,22 +98,15 @@ class RowsBuilder(KernelBuilder):
         inner = k.domain_sizes[len(row) : k.num_parallel]
         count = self.const(prod(inner))
         trips = self.add(fast.index_op(arith.CeilDivUIOp, count, bdim), k.location)
-        body = Block(arg_types=[fast.INDEX])
-        loop = fast.scf_for(self.const(0), trips, self.const(1), [], body)
-        self.add(loop, k.location)
-        outer, self.block = self.block, body
-        base = self.add(fast.index_op(arith.MuliOp, body.args[0], bdim, flags=True), k.location)
-        p = self.add(fast.index_op(arith.AddiOp, base, tid, flags=True), k.location)
-        cond = self.add(fast.cmpi(p, count, "ult"), k.location)
-        then = Block()
-        self.block = then
-        point = self.delinearize(p, inner, k.location)
-        self.lower_kernel_at(k, [*row, *point], args)
-        self.add(fast.scf_yield())
-        self.block = body
-        self.add(fast.scf_if(cond, then, None), k.location)
-        self.add(fast.scf_yield())
-        self.block = outer
+        with self.counted_loop(trips, [], k.location) as (body, _):
+            it = body.args[0]
+            base = self.add(fast.index_op(arith.MuliOp, it, bdim, flags=True), k.location)
+            p = self.add(fast.index_op(arith.AddiOp, base, tid, flags=True), k.location)
+            cond = self.add(fast.cmpi(p, count, "ult"), k.location)
+            with self.if_then(cond, k.location):
+                point = self.delinearize(p, inner, k.location)
+                self.lower_kernel_at(k, [*row, *point], args)
+            self.add(fast.scf_yield())
 
 
 def build_rows_func(

@@ -79,30 +79,22 @@ class TileBuilder(KernelBuilder):
         prologue, reds, epilogue = k.phases()
         self.tiles = self.stage_plan(prologue)
         inits = [self._init(r) for r in reds]
-        body = Block(arg_types=[fast.INDEX, *[a.type for a in inits]])
         chunks = self.const(-(-self.big_k // tk))
-        loop = fast.scf_for(self.const(0), chunks, self.const(1), inits, body)
-        self.add(loop, self.loc)
-        outer_block, self.block = self.block, body
-        self.stage(body.args[0])
-        self.add(gpu.BarrierOp(), self.loc)
-        point = self.place(self.clamp(m, self.big_m), self.clamp(n, self.big_n))
-        done = self.accumulate(body.args[0], list(body.args[1:]), prologue, reds, point)
-        self.add(gpu.BarrierOp(), self.loc)
-        self.add(fast.scf_yield(*done))
-        self.block = outer_block
+        with self.counted_loop(chunks, inits, self.loc) as (body, loop):
+            self.stage(body.args[0])
+            self.add(gpu.BarrierOp(), self.loc)
+            point = self.place(self.clamp(m, self.big_m), self.clamp(n, self.big_n))
+            done = self.accumulate(body.args[0], list(body.args[1:]), prologue, reds, point)
+            self.add(gpu.BarrierOp(), self.loc)
+            self.add(fast.scf_yield(*done))
         inside = self.add(
             arith.AndIOp(self.less(m, self.big_m), self.less(n, self.big_n)), self.loc
         )
-        then = Block()
-        self.block = then
-        vm = self.values()
-        vm.update((r.result, v) for r, v in zip(reds, loop.results))
-        for op in epilogue:
-            self.lower_op(op, k, vm, self.place(m, n))
-        self.add(fast.scf_yield())
-        self.block = outer_block
-        self.add(fast.scf_if(inside, then, None), self.loc)
+        with self.if_then(inside, self.loc):
+            vm = self.values()
+            vm.update((r.result, v) for r, v in zip(reds, loop.results))
+            for op in epilogue:
+                self.lower_op(op, k, vm, self.place(m, n))
         self.add(gpu.ReturnOp.create())
         return prod(grid), tm * tn
 
@@ -166,7 +158,7 @@ class TileBuilder(KernelBuilder):
                 if (j + 1) * threads <= rows * cols:  # every thread has an element
                     self.stage_element(op, side, tile, e, k0, (rows, cols))
                     continue
-                outer_block, then = self.block, Block()
+                outer_block, then = self.block, Block()  # the bound's constant comes after
                 self.block = then
                 self.stage_element(op, side, tile, e, k0, (rows, cols))
                 self.add(fast.scf_yield())
@@ -219,30 +211,26 @@ class TileBuilder(KernelBuilder):
         point: list[SSAValue],
     ) -> list[SSAValue]:
         """The TK steps of chunk `kc`: the prologue with staged reads from the tiles."""
-        body = Block(arg_types=[fast.INDEX, *[a.type for a in accs]])
-        loop = fast.scf_for(self.const(0), self.const(self.tk), self.const(1), accs, body)
-        self.add(loop, self.loc)
-        outer_block, self.block = self.block, body
-        kk = body.args[0]
-        k0 = self.mul(kc, self.tk)
-        kg = self.add(fast.index_op(arith.AddiOp, k0, kk, flags=True), self.loc)
-        here = [*point, *self.delinearize(self.clamp(kg, self.big_k), self.red, self.loc)]
-        vm = self.values()
-        for op in prologue:
-            staged = self.tiles.get(op) if isinstance(op, kd.LoadOp) else None
-            if staged is None:
-                self.lower_op(op, self.k, vm, here)
-                continue
-            side, tile = staged
-            at = {"m": [self.ty, kk], "n": [kk, self.tx], "k": [kk]}[side]
-            vm[op.result] = self.add(fast.load(tile, at), op.location)
-        valid = self.less(kg, self.big_k)
-        new = []
-        for r, acc in zip(reds, body.args[1:]):
-            step = self.add(combine(r.kind.data, acc, vm[r.value]), r.location)
-            new.append(self.add(fast.select(valid, step, acc), r.location))
-        self.add(fast.scf_yield(*new))
-        self.block = outer_block
+        with self.counted_loop(self.tk, accs, self.loc) as (body, loop):
+            kk = body.args[0]
+            k0 = self.mul(kc, self.tk)
+            kg = self.add(fast.index_op(arith.AddiOp, k0, kk, flags=True), self.loc)
+            here = [*point, *self.delinearize(self.clamp(kg, self.big_k), self.red, self.loc)]
+            vm = self.values()
+            for op in prologue:
+                staged = self.tiles.get(op) if isinstance(op, kd.LoadOp) else None
+                if staged is None:
+                    self.lower_op(op, self.k, vm, here)
+                    continue
+                side, tile = staged
+                at = {"m": [self.ty, kk], "n": [kk, self.tx], "k": [kk]}[side]
+                vm[op.result] = self.add(fast.load(tile, at), op.location)
+            valid = self.less(kg, self.big_k)
+            new = []
+            for r, acc in zip(reds, body.args[1:]):
+                step = self.add(combine(r.kind.data, acc, vm[r.value]), r.location)
+                new.append(self.add(fast.select(valid, step, acc), r.location))
+            self.add(fast.scf_yield(*new))
         return list(loop.results)
 
 

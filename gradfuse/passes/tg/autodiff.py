@@ -33,11 +33,7 @@ from xdsl.context import Context
 from xdsl.dialects import builtin
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
-from xdsl.pattern_rewriter import (
-    PatternRewriter,
-    RewritePattern,
-    op_type_rewrite_pattern,
-)
+from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
 
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
@@ -158,10 +154,7 @@ class TgAutodiffPass(ModulePass):
     name = "tg-autodiff"
 
     def apply(self, ctx: Context, op: builtin.ModuleOp) -> None:
-        walker = rewrite_walker(
-            populate_tg_autodiff_patterns(),
-            apply_recursively=False,
-        )
+        walker = rewrite_walker(populate_tg_autodiff_patterns(), apply_recursively=False)
         try:
             walker.rewrite_module(op)
         except GradfuseError as err:

@@ -108,8 +108,5 @@ class TgDecomposePass(ModulePass):
     name = "tg-decompose"
 
     def apply(self, ctx: Context, op: builtin.ModuleOp) -> None:
-        walker = rewrite_walker(
-            populate_tg_decompose_patterns(),
-            apply_recursively=False,
-        )
+        walker = rewrite_walker(populate_tg_decompose_patterns(), apply_recursively=False)
         walker.rewrite_module(op)

@@ -22,11 +22,7 @@ from xdsl.dialects import builtin
 from xdsl.ir import Operation
 from xdsl.ir.affine import AffineMap, AffineSet
 from xdsl.passes import ModulePass
-from xdsl.pattern_rewriter import (
-    PatternRewriter,
-    RewritePattern,
-    op_type_rewrite_pattern,
-)
+from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
 
 from gradfuse import affine
 from gradfuse.dialects import tg
