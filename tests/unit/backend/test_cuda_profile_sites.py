@@ -5,8 +5,7 @@ launch configuration goes from its `Event` into its `Span`."""
 
 from __future__ import annotations
 
-from example_programs import record_mlp  # tests/unit (conftest puts it on the path)
-from test_c_profile import _conv_step  # tests/unit/backend
+from example_programs import record_conv_step, record_mlp  # tests/unit (conftest)
 from xdsl.dialects.builtin import ModuleOp
 
 from gradfuse.backend.c.host import main_function, render_program
@@ -39,7 +38,7 @@ def _check_sites() -> list[tuple[str, str, int]]:
 
 
 def test_a_conv_nets_sites_with_a_receiver_in_the_loop() -> None:
-    _conv_step(3)
+    record_conv_step(3)
     found = _check_sites()
     assert [k for k, _, _ in found] == ["feeder", "kernel", "kernel", "receiver"]
     assert (found[0][1], found[-1][1]) == ("images", "log")
@@ -52,7 +51,7 @@ def test_the_seed_mlps_sites_with_a_receiver_after_the_loop() -> None:
 
 
 def test_sites_are_the_ops_of_the_host_function() -> None:
-    _conv_step(2)
+    record_conv_step(2)
     main = main_function(_lowered("cuda"))
     sites = profile_sites(main)
     assert all(s.op.parent_op() is not None for s in sites)
