@@ -25,6 +25,7 @@ except that gradfuse's grad input of a stride-s conv runs over the stride-dilate
 from __future__ import annotations
 
 from collections import Counter
+from functools import cache
 from math import prod
 from typing import Any
 
@@ -146,6 +147,7 @@ def torch_conv_backward_flops() -> int:
     return counts["aten.convolution_backward"]
 
 
+@cache  # both tests read it: one recording and one pipeline run
 def gradfuse_contractions() -> tuple[dict[tuple[str, str], list[int]], dict[str, Any]]:
     """One step of examples/resnet18.py after the `kernels` pipeline: (layer, direction)
     of each contraction's reduce -> the `inner_flops` of those contractions, and the

@@ -60,7 +60,10 @@ def test_the_examples_profile_on_the_reference_backend(
 ) -> None:
     """`python examples/<name>.py --profile` runs `profile_steps()`: here on the reference
     interpreter at small sizes (no C build), one row per tg op of the step."""
-    small = {"dcgan": {"BATCH": 2, "NGF": 4, "NDF": 4}, "transformer": {"BATCH": 2}}[name]
+    small = {
+        "dcgan": {"BATCH": 2, "NGF": 4, "NDF": 4},
+        "transformer": {"BATCH": 2, "D_MODEL": 8, "HEADS": 2, "FF": 16, "LAYERS": 1},
+    }[name]
     gradfuse.reset()
     prof = load_example(name, **small).profile_steps(steps=3, backend="reference")
     out = capsys.readouterr().out
