@@ -158,13 +158,14 @@ def _runner(backend: str) -> Callable[[ModuleOp], Callable[..., Any]]:
     if backend == "c":
         from gradfuse.backend.c import compile_c
 
-        return lambda module: _bound(compile_c(module).run)
+        return lambda module: bound_run(compile_c(module).run)
     from gradfuse.backend.cuda import compile_cuda  # type: ignore[import-not-found]
 
-    return lambda module: _bound(compile_cuda(module).run)
+    return lambda module: bound_run(compile_cuda(module).run)
 
 
-def _bound(run: Callable[..., Any]) -> Callable[..., Any]:
+def bound_run(run: Callable[..., Any]) -> Callable[..., Any]:
+    """A compiled program's `run` as a `Program.runner` (which is also given the module)."""
     return lambda module, **kwargs: run(**kwargs)
 
 

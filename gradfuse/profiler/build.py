@@ -17,39 +17,53 @@ each launch's layers, direction, FLOPs and bytes.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from xdsl.dialects import memref
 from xdsl.dialects.builtin import ModuleOp
 
-from gradfuse.backend import Program
+from gradfuse.backend import Program, bound_run
 from gradfuse.backend.runner import Event, cannot_profile
 from gradfuse.dialects import tg
 from gradfuse.passes import run_pipeline
 from gradfuse.passes.kernel.plan_buffers import nbytes
 from gradfuse.profiler.launches import UNATTRIBUTED, Launch, direction_of, launches
 from gradfuse.profiler.steps import Span, Step
+from gradfuse.profiler.text import sources_text
 from gradfuse.provenance import provenance_of
 
 PROFILING = ("reference", "c", "cuda")
 """The backends that time a run."""
 
 
-def variant(program: Program, source: ModuleOp) -> tuple[Callable[..., Any], list[Launch]]:
-    """The runner of `program`'s profiling variant, and its launches (see module doc).
-    A param copy's bytes are read from the `memref.global` it copies."""
+@dataclass(frozen=True)
+class Variant:
+    """What a profile runs for one compiled program: `run` (as `Program.run`), the
+    program's `launches`, and the bytes of each param global (what a `copy` moves)."""
+
+    program: Program
+    run: Callable[..., Any]
+    launches: list[Launch]
+    copied: dict[str, int]
+
+
+def variant(program: Program, source: ModuleOp) -> Variant:
+    """The profiling variant of `program` (see the module docstring)."""
     if program.backend not in PROFILING:
         cannot_profile(program.backend, (0, 1))
     kernels = source.clone()
     run_pipeline(kernels, "kernels")
     found = launches(kernels)
-    if program.backend != "c":
-        return program.run, found
+    if program.backend == "reference":
+        return Variant(program, program.run, found, {})
+    copied = copy_bytes(program.module)
+    if program.backend == "cuda":
+        return Variant(program, program.run, found, copied)
     from gradfuse.backend.c import compile_c
 
     built = compile_c(program.module, profile=True)
-    return replace(program, runner=lambda module, **kwargs: built.run(**kwargs)).run, found
+    return Variant(program, replace(program, runner=bound_run(built.run)).run, found, copied)
 
 
 def _us(ns: int, origin_ns: int) -> float:
@@ -57,9 +71,7 @@ def _us(ns: int, origin_ns: int) -> float:
 
 
 def _launch_span(e: Event, launch: Launch, step: int, origin_ns: int) -> Span:
-    sources = ",".join(launch.sources[:2]) + (
-        f" +{len(launch.sources) - 2}" if len(launch.sources) > 2 else ""
-    )
+    sources = sources_text(launch.sources)
     return Span(
         e.name, e.kind, step, _us(e.start_ns, origin_ns), e.duration_ns / 1000.0, launch,
         dict(launch.layer_shares), dict(launch.shares), launch.direction, launch.flops,

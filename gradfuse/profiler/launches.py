@@ -56,6 +56,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.dialects import kernel as K
 from gradfuse.passes.kernel.plan_buffers import element_bytes, nbytes
+from gradfuse.profiler.text import cut, render, si, sources_text
 from gradfuse.provenance import provenance_of
 
 UNATTRIBUTED = "(no module)"
@@ -342,35 +343,19 @@ def launches(module: ModuleOp) -> list[Launch]:
     return out
 
 
-def si(n: int) -> str:
-    for unit, scale in (("G", 10**9), ("M", 10**6), ("k", 10**3)):
-        if n >= scale:
-            return f"{n / scale:.3g}{unit}"
-    return str(n)
+def kernel_table(rows: Sequence[Launch], *, layer_width: int = 40) -> str:
+    """The launches as PyProf's kernel table, without times (a profile's
+    `prof.kernel_table()` has them): Idx, Direction, Layer, Op, Kernel, Params, FLOPs,
+    Read and Written bytes, Source.
 
-
-def kernel_table(
-    rows: Sequence[Launch], *, layer_width: int = 40, times: Sequence[float] | None = None
-) -> str:
-    """The launches as PyProf's kernel table: Idx, Direction, Layer, Op, Kernel, Params,
-    Time (µs, from `times` when given, else empty), FLOPs, Read and Written bytes, Source.
-
-        Idx  Direction  Layer   Op           Kernel  Params           Time  FLOPs  ...
-        2    fprop      main.0  contraction  k0      [8, 512 | 1600]        13.1M  ...
+        Idx  Direction  Layer   Op           Kernel  Params           FLOPs  ...
+        2    fprop      main.0  contraction  k0      [8, 512 | 1600]  13.1M  ...
     """
-    head = ("Idx", "Direction", "Layer", "Op", "Kernel", "Params", "Time", "FLOPs", "Read",
-            "Written", "Source")  # fmt: skip
+    head = ("Idx", "Direction", "Layer", "Op", "Kernel", "Params", "FLOPs", "Read", "Written",
+            "Source")  # fmt: skip
     table = [head]
-    for i, r in enumerate(rows):
-        layer = ",".join(r.layers)
-        if len(layer) > layer_width:
-            layer = layer[: layer_width - 1] + "…"
-        time = f"{times[i]:.1f}" if times is not None else ""
-        src = ",".join(r.sources[:2]) + (f" +{len(r.sources) - 2}" if len(r.sources) > 2 else "")
-        params = r.params if len(r.params) <= 40 else r.params[:39] + "…"
-        table.append((str(r.idx), r.direction, layer or "-", r.op, r.symbol, params, time,
-                      si(r.flops), si(r.bytes_read), si(r.bytes_written), src))  # fmt: skip
-    widths = [max(len(row[c]) for row in table) for c in range(len(head))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table
-    )
+    for r in rows:
+        table.append((str(r.idx), r.direction, cut(",".join(r.layers), layer_width) or "-",
+                      r.op, r.symbol, cut(r.params, 40), si(r.flops), si(r.bytes_read),
+                      si(r.bytes_written), sources_text(r.sources)))  # fmt: skip
+    return render(table)

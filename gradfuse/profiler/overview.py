@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gradfuse.profiler.steps import Step
-from gradfuse.profiler.tables import render
+from gradfuse.profiler.text import render
 
 CATEGORIES = ("Kernel", "Memcpy", "Memset", "Runtime", "DataLoader", "CPU Exec", "Other")
 CATEGORY_OF = {"kernel": "Kernel", "op": "Kernel", "copy": "Memcpy", "feeder": "DataLoader",

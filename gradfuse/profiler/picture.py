@@ -35,9 +35,9 @@ from html import escape
 from pathlib import Path
 
 from gradfuse.diagnostics import GradfuseError
-from gradfuse.profiler.launches import si
 from gradfuse.profiler.steps import Span, Step, pick
 from gradfuse.profiler.tables import key_averages
+from gradfuse.profiler.text import si
 from gradfuse.profiler.trace import DEVICE_KINDS
 
 DIRECTIONS = ("forward", "backward", "optimizer")

@@ -25,11 +25,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from gradfuse.backend import Program
-from gradfuse.backend.runner import Event, RunResult
+from gradfuse.backend.runner import Event, RunResult, entry_function
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.profiler import build
@@ -44,11 +43,9 @@ def active() -> profile | None:
     return _ACTIVE[-1] if _ACTIVE else None
 
 
-def outer_loops(source: ModuleOp) -> list[tg.ForOp]:
+def outer_loops(source: ModuleOp, entry: str = "main") -> list[tg.ForOp]:
     """The outermost `tg.for`s of the recorded program's entry function."""
-    funcs = [f for f in source.ops if isinstance(f, func.FuncOp) and f.body.blocks]
-    entry = next((f for f in funcs if f.sym_name.data == "main"), funcs[0] if funcs else None)
-    return [] if entry is None else [op for op in entry.body.block.ops if isinstance(op, tg.ForOp)]
+    return [op for op in entry_function(source, entry).body.block.ops if isinstance(op, tg.ForOp)]
 
 
 class profile:  # noqa: N801 (torch.profiler's name)
@@ -86,7 +83,7 @@ class profile:  # noqa: N801 (torch.profiler's name)
         self._pending: list[Step] = []
         self._origin_ns = 0
         self._running = False
-        self._builds: dict[int, Any] = {}
+        self._builds: dict[int, build.Variant] = {}  # by id(program); each keeps its own
 
     # -- torch's life cycle ------------------------------------------------------------
     def __enter__(self) -> profile:
@@ -130,7 +127,7 @@ class profile:  # noqa: N801 (torch.profiler's name)
     def run(self, program: Program, source: ModuleOp, **kwargs: Any) -> RunResult:
         """Runs `program` (compiled from the tg module `source`) with the steps this
         profile's schedule records timed; called by `Compiled.run` inside the profile."""
-        loops = outer_loops(source)
+        loops = outer_loops(source, kwargs.get("entry", "main"))
         if len(loops) > 1:
             where = ", ".join(str(position_of(op.location) or "?") for op in loops)
             raise GradfuseError(
@@ -144,10 +141,10 @@ class profile:  # noqa: N801 (torch.profiler's name)
             window = (steps[0] - first, steps[-1] + 1 - first) if steps else None
         else:
             window = (-1, 0) if steps else None
-        runner, launches = self._variant(program, source)
+        built = self._variant(program, source)
         kwargs = {**kwargs, "profile": window} if window else kwargs
         start = time.monotonic_ns()
-        result = runner(**kwargs)
+        result = built.run(**kwargs)
         end = time.monotonic_ns()
         self.step_num += trips
         if window is None:
@@ -155,8 +152,9 @@ class profile:  # noqa: N801 (torch.profiler's name)
         events: list[Event] = result.events
         if not loops:  # the whole run is the step
             events = [*events, Event(-1, "step", "run", None, -1, start, end)]
-        copied = build.copy_bytes(program.module) if program.backend != "reference" else {}
-        made = build.steps(events, launches, program.backend, first, self._origin_ns, copied)
+        made = build.steps(
+            events, built.launches, program.backend, first, self._origin_ns, built.copied
+        )
         self._collect({s.number: s for s in made}, range(first, first + trips))
         result.events = []
         return result
@@ -174,13 +172,11 @@ class profile:  # noqa: N801 (torch.profiler's name)
             ):
                 self._save()
 
-    def _variant(self, program: Program, source: ModuleOp) -> tuple[Callable[..., Any], list]:
-        """The program's profiling variant and its launches, built once per program."""
-        key = id(program)
-        if key not in self._builds:
-            self._builds[key] = (program, *build.variant(program, source))
-        _, run, launches = self._builds[key]
-        return run, launches
+    def _variant(self, program: Program, source: ModuleOp) -> build.Variant:
+        """The program's profiling variant, built once per program."""
+        if id(program) not in self._builds:
+            self._builds[id(program)] = build.variant(program, source)
+        return self._builds[id(program)]
 
     # -- what it recorded --------------------------------------------------------------
     def _recorded(self) -> list[Step]:

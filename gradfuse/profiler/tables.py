@@ -16,8 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gradfuse.diagnostics import GradfuseError
-from gradfuse.profiler.launches import UNATTRIBUTED, si
+from gradfuse.profiler.launches import UNATTRIBUTED
 from gradfuse.profiler.steps import Span, Step
+from gradfuse.profiler.text import cut, render, si
 
 SORT_KEYS = {
     "self_time_total": "self_time_total_us", "time_total": "time_total_us",
@@ -27,22 +28,6 @@ SORT_KEYS = {
     "count": "count", "calls": "count", "flops": "flops",
 }  # fmt: skip
 """`table(sort_by=...)`: gradfuse's keys and torch's names for them."""
-
-
-def render(rows: Sequence[Sequence[str]], right: frozenset[int] = frozenset()) -> str:
-    """Rows of cells as aligned columns (columns in `right` aligned right)."""
-    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(
-            cell.rjust(w) if c in right else cell.ljust(w)
-            for c, (cell, w) in enumerate(zip(r, widths))
-        ).rstrip()
-        for r in rows
-    )
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _rate(amount: float, us: float) -> str:
@@ -69,8 +54,8 @@ def kernel_table(step: Step, *, layer_width: int = 40) -> str:
         kernel = "-" if s.kind == "op" else s.name
         moved = s.bytes_read + s.bytes_written
         rows.append([
-            str(i), s.direction, _cut(",".join(s.layers), layer_width) or "-", _op(s), kernel,
-            _cut(params, 40), *([s.grid, s.block] * cuda), f"{s.dur_us:.1f}", si(s.flops),
+            str(i), s.direction, cut(",".join(s.layers), layer_width) or "-", _op(s), kernel,
+            cut(params, 40), *([s.grid, s.block] * cuda), f"{s.dur_us:.1f}", si(s.flops),
             si(s.bytes_read), si(s.bytes_written), _rate(s.flops, s.dur_us),
             _rate(moved, s.dur_us), s.source,
         ])  # fmt: skip
@@ -116,7 +101,7 @@ class KeyAverages(list[KeyAverage]):
         head += ["FLOPs", "GFLOP/s"] if self.with_flops else []
         out = [head]
         for r in rows:
-            cells = [_cut(r.key, 48), str(r.count), f"{r.self_time_total_us:.1f}",
+            cells = [cut(r.key, 48), str(r.count), f"{r.self_time_total_us:.1f}",
                      f"{r.self_time_avg_us:.1f}",
                      f"{100 * r.self_time_total_us / self.step_us:.1f}" if self.step_us else "",
                      f"{r.time_total_us:.1f}"]  # fmt: skip

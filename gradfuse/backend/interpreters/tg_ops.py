@@ -203,7 +203,7 @@ class TgFunctions(
             for iteration, i in enumerate(range(lo, hi, step)):
                 snapshot = dict(st.params) if outermost else None
                 st.iteration = iteration if outermost else st.iteration
-                start = monotonic_ns()
+                start = monotonic_ns() if outermost and st.timing() else 0  # profiling
                 try:
                     carried = interp.run_ssacfg_region(op.body, (i, *carried), "tg.for")
                     if snapshot is not None:
