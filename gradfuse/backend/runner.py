@@ -36,6 +36,7 @@ from xdsl.dialects.builtin import (
     IntegerType,
     MemRefType,
     ModuleOp,
+    StringAttr,
     TensorType,
 )
 from xdsl.interpreter import OpImplResult, PythonValues, impl
@@ -147,6 +148,13 @@ def check_window(window: tuple[int, int] | None) -> tuple[int, int] | None:
             " outermost loop, -1 <= first < last (-1: what runs outside the loops)"
         )
     return None if window is None else (window[0], window[1])
+
+
+def callback_key(op: Operation) -> str:
+    """The `gradfuse.key` of a host call (feeder or receiver) or a param global, else an
+    empty string."""
+    key = op.attributes.get("gradfuse.key")
+    return key.data if isinstance(key, StringAttr) else ""
 
 
 def cannot_profile(backend: str, window: tuple[int, int] | None) -> None:

@@ -27,7 +27,6 @@ from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, MemRefType, ModuleOp
 
 from gradfuse.backend.c.cache import build_library
 from gradfuse.backend.c.host import (
-    callback_key,
     host_symbols,
     main_function,
     render_program,
@@ -39,6 +38,7 @@ from gradfuse.backend.runner import (
     RunResult,
     RunState,
     attr_array,
+    callback_key,
     check_window,
     dtype_of,
     entry_function,

@@ -23,13 +23,13 @@ status 2) and ends with the optional `ctx->check` (`check_finite`):
 from __future__ import annotations
 
 from xdsl.dialects import arith, func, gpu, memref, scf
-from xdsl.dialects.builtin import ModuleOp, StringAttr
-from xdsl.ir import Block, Operation
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block
 
 from gradfuse.backend.c.profile import KINDS, Site, profiled_context
 from gradfuse.backend.c.rows import RowsRenderer
 from gradfuse.backend.cstyle import CTarget, Renderer, element_ctype
-from gradfuse.backend.runner import entry_function
+from gradfuse.backend.runner import callback_key, entry_function
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.stats import constant_trips
 
@@ -228,13 +228,6 @@ class HostRenderer(Renderer):
         self.emit("gf_on = GF_IN_WINDOW(gf_iter);", depth)
         self.emit("long long gf_s0 = gf_on ? gf_now() : 0;", depth)
         return len(self.sites) - 1
-
-
-def callback_key(op: Operation) -> str:
-    """The `gradfuse.key` of a host call (feeder or receiver) or a param global, else an
-    empty string."""
-    key = op.attributes.get("gradfuse.key")
-    return key.data if isinstance(key, StringAttr) else ""
 
 
 def _written_args(fn: gpu.FuncOp) -> set[int]:

@@ -60,10 +60,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from xdsl.dialects import func, gpu, scf
-from xdsl.dialects.builtin import StringAttr
 from xdsl.ir import Operation
 
-from gradfuse.backend.runner import Event
+from gradfuse.backend.runner import Event, callback_key
 
 if TYPE_CHECKING:
     from gradfuse.backend.cuda.runtime import _Run
@@ -98,8 +97,7 @@ def profile_sites(main: func.FuncOp) -> list[LaunchSite]:
             out.append(LaunchSite(op, "kernel", name, len(out)))
         elif isinstance(op, func.CallOp):
             callee = op.callee.root_reference.data
-            key = op.attributes.get("gradfuse.key")
-            name = key.data if isinstance(key, StringAttr) else callee
+            name = callback_key(op) or callee
             kind = "feeder" if callee.startswith("gradfuse_feed") else "receiver"
             out.append(LaunchSite(op, kind, name, len(out)))
     return out

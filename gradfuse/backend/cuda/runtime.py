@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 from xdsl.dialects import arith, func, gpu, memref, scf
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, MemRefType, ModuleOp, StringAttr
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, MemRefType, ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 
 from gradfuse.backend import runner
@@ -30,7 +30,14 @@ from gradfuse.backend.cuda.compiler import compile_cubin, cuda_source
 from gradfuse.backend.cuda.memory import device_alloc
 from gradfuse.backend.cuda.profile import ProfiledRun
 from gradfuse.backend.run_control import interrupted, sigint_flag
-from gradfuse.backend.runner import RunResult, RunState, attr_array, dtype_of, tensor_of
+from gradfuse.backend.runner import (
+    RunResult,
+    RunState,
+    attr_array,
+    callback_key,
+    dtype_of,
+    tensor_of,
+)
 from gradfuse.diagnostics import GradfuseError, position_of
 
 Action = Callable[[], None]
@@ -49,11 +56,6 @@ class DeviceBuffer:
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
 
-def _key(op: Operation) -> str:
-    callee = op.attributes.get("gradfuse.key")
-    return callee.data if isinstance(callee, StringAttr) else ""
-
-
 class CudaProgram:
     """A lowered module compiled for the GPU; `run` may be called many times."""
 
@@ -70,7 +72,7 @@ class CudaProgram:
         }
         self.main = next(op for op in module.ops if isinstance(op, func.FuncOp) and op.body.blocks)
         self.externals = {
-            op.sym_name.data: _key(op)
+            op.sym_name.data: callback_key(op)
             for op in module.ops
             if isinstance(op, func.FuncOp) and not op.body.blocks
         }
