@@ -43,73 +43,16 @@ from gradfuse.provenance import provenance_of
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
+from torch_resnet import TorchResNet18  # noqa: E402 (tests/unit: needs torch)
+
 BATCH, IMAGE, CLASSES = 2, 32, 10
-
-
-class BasicBlock(nn.Module):
-    """The tutorial's (torchvision's) BasicBlock."""
-
-    expansion = 1
-
-    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: Any = None) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(inplanes, planes, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(planes)
-        self.relu = nn.ReLU(inplace=True)
-        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(planes)
-        self.downsample = downsample
-
-    def forward(self, x: Any) -> Any:
-        identity = x
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        if self.downsample is not None:
-            identity = self.downsample(x)
-        out += identity
-        return self.relu(out)
-
-
-class ResNet(nn.Module):
-    """The tutorial's ResNet; `ResNet([2, 2, 2, 2])` is ResNet-18."""
-
-    def __init__(self, layers: list[int], num_classes: int = 1000) -> None:
-        super().__init__()
-        self.inplanes = 64
-        self.conv1 = nn.Conv2d(3, 64, kernel_size=7, stride=2, padding=3, bias=False)
-        self.bn1 = nn.BatchNorm2d(64)
-        self.relu = nn.ReLU(inplace=True)
-        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
-        self.layer1 = self._make_layer(64, layers[0])
-        self.layer2 = self._make_layer(128, layers[1], stride=2)
-        self.layer3 = self._make_layer(256, layers[2], stride=2)
-        self.layer4 = self._make_layer(512, layers[3], stride=2)
-        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
-        self.fc = nn.Linear(512 * BasicBlock.expansion, num_classes)
-
-    def _make_layer(self, planes: int, blocks: int, stride: int = 1) -> Any:
-        downsample = None
-        if stride != 1 or self.inplanes != planes:
-            downsample = nn.Sequential(
-                nn.Conv2d(self.inplanes, planes, 1, stride=stride, bias=False),
-                nn.BatchNorm2d(planes),
-            )
-        layers = [BasicBlock(self.inplanes, planes, stride, downsample)]
-        self.inplanes = planes
-        layers += [BasicBlock(planes, planes) for _ in range(1, blocks)]
-        return nn.Sequential(*layers)
-
-    def forward(self, x: Any) -> Any:
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
 def torch_resnet18() -> Any:
     try:
         import torchvision  # type: ignore[import-not-found]
     except ImportError:
-        return ResNet([2, 2, 2, 2], CLASSES)
+        return TorchResNet18(CLASSES)
     return torchvision.models.resnet18(num_classes=CLASSES)
 
 
