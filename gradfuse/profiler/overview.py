@@ -39,16 +39,24 @@ class StepBreakdown:
 
 
 def breakdown(step: Step) -> StepBreakdown:
-    """Splits `step` into categories: each instant to the first category covering it."""
-    cuts = {step.start_us, step.end_us}
-    for s in step.spans:
-        cuts.update(min(max(t, step.start_us), step.end_us) for t in (s.start_us, s.end_us))
-    points = sorted(cuts)
-    parts = dict.fromkeys(CATEGORIES, 0.0)
+    """Splits `step` into categories: each instant to the first category covering it
+    (a sweep over the spans' starts and ends, clipped to the step)."""
     rank = {c: i for i, c in enumerate(CATEGORIES)}
-    for a, b in zip(points, points[1:]):
-        covering = [CATEGORY_OF[s.kind] for s in step.spans if s.start_us <= a and s.end_us >= b]
-        parts[min(covering, key=rank.__getitem__) if covering else "Other"] += b - a
+    edges: list[tuple[float, int, int]] = []  # (time, +1 start / -1 end, category rank)
+    for s in step.spans:
+        start, end = max(s.start_us, step.start_us), min(s.end_us, step.end_us)
+        if end > start:
+            edges += [(start, 1, rank[CATEGORY_OF[s.kind]]), (end, -1, rank[CATEGORY_OF[s.kind]])]
+    edges.sort()
+    parts = dict.fromkeys(CATEGORIES, 0.0)
+    open_ = [0] * len(CATEGORIES)
+    at = step.start_us
+    for time, delta, category in [*edges, (step.end_us, 0, 0)]:
+        if time > at:
+            first = next((c for c in range(len(CATEGORIES)) if open_[c]), rank["Other"])
+            parts[CATEGORIES[first]] += time - at
+            at = time
+        open_[category] += delta
     return StepBreakdown(step.name, step.dur_us, parts)
 
 
