@@ -28,6 +28,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg_compute as C
 from gradfuse.dialects import tg_elementwise as E
+from gradfuse.dialects import tg_sparse as S
 from gradfuse.dialects.tg_base import shape_of
 from gradfuse.dialects.tg_builder_shapes import (  # noqa: F401 (one place to import from)
     ShapeBuilder,
@@ -117,6 +118,31 @@ class TgBuilder(ShapeBuilder):
     def logical_not(self, mask: SSAValue, element: Attribute) -> SSAValue:
         """`not mask` for an i1 mask: `cast(mask) < 0.5` (the cast to `element`)."""
         return self.cmplt(self.cast(mask, element), 0.5)
+
+    # --- stacks: one slot per loop iteration ----------------------------------------
+
+    def _slot_index(self, stack: SSAValue, counter: SSAValue) -> SSAValue:
+        """The gather/scatter index of slot `counter` (a tensor<1xf32>) of `stack`."""
+        slot = [1, *shape_of(stack)[1:]]
+        return self.broadcast(self.reshape(counter, [1] * len(slot)), slot)
+
+    def take(self, stack: SSAValue, counter: SSAValue) -> SSAValue:
+        """Slot `counter` of `stack` (`stack[c]`, c a tensor<1xf32> holding an integer):
+
+        %r = tg.reshape %c : tensor<1x1x1xf32>
+        %i = tg.broadcast %r : tensor<1x2x3xf32>
+        %g = tg.gather %stack, %i dim=0 : tensor<1x2x3xf32>   // stack: 5x2x3
+        %x = tg.reshape %g : tensor<2x3xf32>
+        """
+        got = self.emit(S.GatherOp(stack, self._slot_index(stack, counter), 0))
+        return self.reshape(got, shape_of(stack)[1:])
+
+    def put(self, stack: SSAValue, counter: SSAValue, value: SSAValue) -> SSAValue:
+        """`stack` with `value` added into slot `counter` (a slot written once, from
+        zeros, holds `value`): `stack + scatter_add(index of c, value)`."""
+        index = self._slot_index(stack, counter)
+        src = self.reshape(value, shape_of(index))
+        return self.add(stack, self.emit(S.ScatterAddOp(index, src, 0, shape_of(stack))))
 
 
 class Emitter(TgBuilder):

@@ -25,22 +25,24 @@ gradient op has the provenance of the forward op it differentiates, direction
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import lru_cache
 
 from xdsl.context import Context
 from xdsl.dialects import builtin
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern, op_type_rewrite_pattern
 
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_builder import Emitter
-from gradfuse.passes.lib.derivatives import RULES, is_differentiable
+from gradfuse.passes.lib.backprop import (
+    DEFAULT_STACK_LIMIT,
+    backprop,
+    backward_location,
+    dependents,
+)
 from gradfuse.passes.lib.op_facts import rewrite_walker
-from gradfuse.provenance import provenance_of
 
 INDEPENDENT = (
     "backward(): the output does not depend on any of the values it is differentiated"
@@ -48,50 +50,9 @@ INDEPENDENT = (
 )
 
 
-def backward_location(op: Operation) -> Attribute:
-    """The location of a gradient op: `op`'s provenance with direction "backward"."""
-    return _backward(op.location)
-
-
-@lru_cache(maxsize=4096)
-def _backward(location: Attribute) -> Attribute:
-    return provenance_of(location).with_direction("backward").to_location()
-
-
-def uses_any(op: Operation, values: set[SSAValue]) -> bool:
-    """Whether `op`, or an op nested in its regions, reads one of `values`."""
-    return any(v in values for inner in op.walk() for v in inner.operands)
-
-
-def dependents(ops: Iterable[Operation], wrt: Iterable[SSAValue]) -> set[SSAValue]:
-    """The wrt values and every result of `ops` (in program order) computed from them;
-    dependence stops at `tg.stop_gradient` (`detach()`), where no gradient flows."""
-    depends = set(wrt)
-    for op in ops:
-        if uses_any(op, depends) and not isinstance(op, tg.StopGradientOp):
-            depends.update(op.results)
-    return depends
-
-
-def active_ops(ops: list[Operation], output: SSAValue, depends: set[SSAValue]) -> list[Operation]:
-    """The ops on a path from a wrt value to `output`, last first."""
-    needed = {output}
-    active: list[Operation] = []
-    for op in reversed(ops):
-        if any(r in needed for r in op.results) and uses_any(op, depends):
-            active.append(op)
-            needed.update(v for v in op.operands if v in depends)
-    return active
-
-
-def no_rule_error(op: Operation) -> GradfuseError:
-    return GradfuseError(
-        f"backward(): cannot differentiate through {op.name} (no derivative rule)",
-        position_of(op.location),
-    )
-
-
-def expand_grad(grad: tg.GradOp, rewriter: PatternRewriter) -> list[SSAValue]:
+def expand_grad(
+    grad: tg.GradOp, rewriter: PatternRewriter, stack_limit: int = DEFAULT_STACK_LIMIT
+) -> list[SSAValue]:
     """Emits the gradient program of `grad` before it; returns one gradient per wrt value."""
     block = grad.parent_block()
     assert block is not None
@@ -105,21 +66,8 @@ def expand_grad(grad: tg.GradOp, rewriter: PatternRewriter) -> list[SSAValue]:
         raise GradfuseError(INDEPENDENT, position_of(grad.location))
 
     seed = Emitter(rewriter, backward_location(grad))
-    cotangents: dict[SSAValue, SSAValue] = {grad.output: seed.const(1.0, grad.output)}
-    for op in active_ops(forward, grad.output, depends):
-        rule = RULES.get(type(op))
-        if rule is None or len(op.results) != 1:
-            raise no_rule_error(op)
-        g = cotangents.get(op.results[0])
-        if g is None:
-            continue
-        e = seed.at(backward_location(op))
-        for operand, ct in zip(op.operands, rule(e, op, g), strict=True):
-            if ct is None or operand not in depends or not is_differentiable(operand):
-                continue
-            previous = cotangents.get(operand)
-            cotangents[operand] = ct if previous is None else e.add(previous, ct)
-
+    cotangents = {grad.output: seed.const(1.0, grad.output)}
+    backprop(seed, forward, cotangents, depends, stack_limit)
     grads = [cotangents[w] if w in cotangents else seed.const(0.0, w) for w in grad.wrt]
     # rules compute every operand's cotangent; drop those nobody needed
     kept = set(grads)
@@ -129,18 +77,21 @@ def expand_grad(grad: tg.GradOp, rewriter: PatternRewriter) -> list[SSAValue]:
     return grads
 
 
+@dataclass
 class ExpandGrad(RewritePattern):
     """Replaces a `tg.grad` by its gradient program."""
 
+    stack_limit: int = DEFAULT_STACK_LIMIT
+
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: tg.GradOp, rewriter: PatternRewriter, /):
-        grads = expand_grad(op, rewriter)
+        grads = expand_grad(op, rewriter, self.stack_limit)
         rewriter.replace(op, [], grads)
 
 
-def populate_tg_autodiff_patterns() -> list[RewritePattern]:
+def populate_tg_autodiff_patterns(stack_limit: int = DEFAULT_STACK_LIMIT) -> list[RewritePattern]:
     """The patterns of `tg-autodiff`."""
-    return [ExpandGrad()]
+    return [ExpandGrad(stack_limit)]
 
 
 @dataclass(frozen=True)
@@ -153,8 +104,13 @@ class TgAutodiffPass(ModulePass):
 
     name = "tg-autodiff"
 
+    stack_limit: int = DEFAULT_STACK_LIMIT
+    """Bytes of stacks one differentiated loop may fill before its body is recomputed
+    in the reverse loop instead (`tg-autodiff{stack_limit=0}` always recomputes)."""
+
     def apply(self, ctx: Context, op: builtin.ModuleOp) -> None:
-        walker = rewrite_walker(populate_tg_autodiff_patterns(), apply_recursively=False)
+        patterns = populate_tg_autodiff_patterns(self.stack_limit)
+        walker = rewrite_walker(patterns, apply_recursively=False)
         try:
             walker.rewrite_module(op)
         except GradfuseError as err:

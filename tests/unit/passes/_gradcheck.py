@@ -72,6 +72,18 @@ def build(
     return ModuleOp([fn])
 
 
+def loop(
+    e: Emitter, n: int, inits: Sequence[SSAValue], body: Callable[..., Sequence[SSAValue]]
+) -> list[SSAValue]:
+    """`tg.for 0 to n iter(inits)` whose body yields `body(e_inner, *carried)`; its results."""
+    op = tg.ForOp(0, n, 1, inits)
+    e.emit(op)
+    block = op.body.block
+    inner = type(e)(Builder(InsertPoint.at_end(block)), e.location, e.emitted)
+    block.add_op(tg.YieldOp(body(inner, *block.args[1:])))
+    return list(op.results)
+
+
 def apply(module: ModuleOp, *passes: ModulePass) -> ModuleOp:
     """Runs `passes` on `module` in place, verifying after each; returns the module."""
     ctx = Context()
@@ -141,4 +153,13 @@ def check_gradients(
     return module
 
 
-__all__ = ["build", "apply", "ops_named", "check_gradients", "random_inputs", "run", "model_loc"]
+__all__ = [
+    "build",
+    "loop",
+    "apply",
+    "ops_named",
+    "check_gradients",
+    "random_inputs",
+    "run",
+    "model_loc",
+]

@@ -154,23 +154,6 @@ def test_grad_inside_a_for_body_trains_a_param():
     np.testing.assert_allclose(got, w, rtol=1e-10)
 
 
-def test_differentiating_through_a_loop_is_an_error():
-    block = Block(arg_types=[tensor([2])])
-    (x,) = block.args
-    b = Builder(InsertPoint.at_end(block))
-    loop = tg.ForOp(0, 3, 1, [x])
-    loop.location = model_loc(4, 3)
-    b.insert(loop)
-    inner = Builder(InsertPoint.at_end(loop.body.block))
-    carried = loop.body.block.args[1]
-    inner.insert(tg.YieldOp([inner.insert(tg.SinOp(carried)).result]))
-    grad = b.insert(tg.GradOp(loop.results[0], [x]))
-    b.insert(func.ReturnOp(grad.grads[0]))
-    fn = func.FuncOp("main", FunctionType.from_lists([tensor([2])], [tensor([2])]), Region(block))
-    with pytest.raises(GradfuseError, match="cannot differentiate through tg.for"):
-        apply(ModuleOp([fn]), TgAutodiffPass())
-
-
 def test_reduce_max_splits_ties_evenly():
     module = build(lambda e, x: e.reduce_max(x, [1]), [(2, 3)], grad=True, square=False)
     apply(module, TgAutodiffPass())
