@@ -5,6 +5,7 @@ from gradfuse.nn import Linear, Sequential, Sigmoid, SGD
 """
 
 from gradfuse.frontend.functional import constant, dropout, erf, gather, rand, scatter_add
+from gradfuse.frontend.loops import scan, steps
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import manual_seed
 from gradfuse.frontend.tensor import Tensor, where
@@ -23,5 +24,5 @@ from gradfuse.frontend.tracing import (
 __all__ = [
     "Tensor", "Parameter", "where", "Feeder", "Receiver", "execute", "ir_for", "ir_text",
     "print_graph", "reset", "manual_seed", "compile", "Compiled", "constant", "erf", "gather",
-    "scatter_add", "rand", "dropout",
+    "scatter_add", "rand", "dropout", "scan", "steps",
 ]  # fmt: skip

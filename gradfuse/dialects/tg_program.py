@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 
 from xdsl.dialects.builtin import (
@@ -13,7 +13,7 @@ from xdsl.dialects.builtin import (
     TensorType,
     f64,
 )
-from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.irdl import (
     irdl_op_definition,
     lazy_traits_def,
@@ -26,6 +26,7 @@ from xdsl.irdl import (
     var_operand_def,
     var_result_def,
 )
+from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.traits import (
     EffectInstance,
     HasParent,
@@ -239,6 +240,36 @@ class ForOp(TgOp, CountedLoop):
             )
 
 
+def extend_loop(
+    loop: ForOp,
+    inits: Sequence[SSAValue],
+    nexts: Callable[[Sequence[BlockArgument]], Sequence[SSAValue]],
+) -> ForOp:
+    """`loop` rebuilt to carry `inits` too; `nexts(args)` builds the next values of the
+    new body arguments `args` (inserting before the body's yield). The new loop takes
+    `loop`'s place (its first results replace `loop`'s), and `loop` is erased:
+
+        %r = tg.for ... iter(%a = %x) { ...; tg.yield %b }
+        // extend_loop(loop, [%s0], lambda args: [<%s + 1>]):
+        %r, %s = tg.for ... iter(%a = %x, %t = %s0) { ...; tg.yield %b, %t1 }
+    """
+    body = loop.detach_region(loop.body)
+    block = body.block
+    args = [block.insert_arg(v.type, len(block.args)) for v in inits]
+    old_yield = block.last_op
+    assert isinstance(old_yield, YieldOp)
+    new_yield = YieldOp([*old_yield.values, *nexts(args)])
+    new_yield.location = old_yield.location
+    Rewriter.replace_op(old_yield, new_yield)
+    new = ForOp(*loop.bounds, [*loop.inits, *inits], body)
+    new.location = loop.location
+    Rewriter.insert_op(new, InsertPoint.before(loop))
+    for old, res in zip(loop.results, new.results):
+        old.replace_all_uses_with(res)
+    Rewriter.erase_op(loop)
+    return new
+
+
 @irdl_op_definition
 class GradOp(TgOp):
     """d(sum of `output`)/d(`wrt`...): one result per `wrt`, of its type.
@@ -265,4 +296,13 @@ class GradOp(TgOp):
                 )
 
 
-__all__ = ["ParamOp", "AssignOp", "FeederOp", "ReceiverOp", "ForOp", "YieldOp", "GradOp"]
+__all__ = [
+    "ParamOp",
+    "AssignOp",
+    "FeederOp",
+    "ReceiverOp",
+    "ForOp",
+    "YieldOp",
+    "GradOp",
+    "extend_loop",
+]

@@ -14,7 +14,7 @@ from xdsl.ir import Operation, SSAValue
 
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import tensor
-from gradfuse.frontend.recorder import emit, error, insertion_block, program
+from gradfuse.frontend.recorder import emit, emit_before, error, insertion_block, program
 from gradfuse.frontend.tensor import Tensor, element_for
 
 
@@ -56,7 +56,17 @@ class Parameter(Tensor):
         current = prog.current.get((id(block), key))
         if current is None:
             ty = tensor(self.data.shape, element_for(self.data.dtype))
-            current = emit(tg.ParamOp(key, ty)).result
+            loop = prog.scan_loops.get(id(block))
+            if loop is None:
+                current = emit(tg.ParamOp(key, ty)).result
+            else:  # read before the scan loop, so that gradients reach the param
+                while (outer := loop.parent_block()) is not None and id(outer) in prog.scan_loops:
+                    loop = prog.scan_loops[id(outer)]
+                assert outer is not None
+                current = prog.current.get((id(outer), key))
+                if current is None:
+                    current = emit_before(loop, tg.ParamOp(key, ty)).result
+                    prog.current[(id(outer), key)] = current
             prog.current[(id(block), key)] = current
         return current
 

@@ -18,6 +18,7 @@ from xdsl.ir import Block, OpResult, SSAValue
 
 from gradfuse.dialects import tg
 from gradfuse.frontend.recorder import insertion_block, program
+from gradfuse.passes.lib.backprop import free_values
 
 if TYPE_CHECKING:
     from gradfuse.frontend.parameter import Parameter
@@ -49,8 +50,13 @@ def _ancestors(value: SSAValue) -> dict[SSAValue, list[SSAValue]]:
         v = todo.pop()
         if v in operands or not _carries_gradient(v):
             continue
-        stops = not isinstance(v, OpResult) or isinstance(v.owner, tg.StopGradientOp)
-        operands[v] = [] if stops else list(v.owner.operands)  # type: ignore[union-attr]
+        owner = v.owner
+        if not isinstance(v, OpResult) or isinstance(owner, tg.StopGradientOp):
+            operands[v] = []
+        elif isinstance(owner, tg.ForOp):  # a loop's result: its inits and what its body reads
+            operands[v] = [*owner.inits, *free_values(owner)]
+        else:
+            operands[v] = list(owner.operands)  # type: ignore[union-attr]
         todo.extend(operands[v])
     return operands
 

@@ -67,6 +67,11 @@ class Program:
     """(backend, dtype, version) -> the `Compiled` of this program at that version."""
     freed: set[SSAValue] = field(default_factory=set)
     """Values of graphs that a `backward()` went through (without `retain_graph=True`)."""
+    scan_loops: dict[int, Operation] = field(default_factory=dict)
+    """id(body block) -> its `tg.for`, for the loops of `scan`/`steps` being traced:
+    params read in them are read before the loop (so that gradients reach them)."""
+    broken: str | None = None
+    """Why recording cannot go on (a `steps` loop left by `break`), raised at the next op."""
 
     def __post_init__(self) -> None:
         body = Block()
@@ -243,6 +248,8 @@ def emit(op: OpT) -> OpT:
 
     `emit(tg.AddOp(a, b))` appends `%z = tg.add %a, %b` and returns the op.
     """
+    if _program.broken is not None:
+        raise error(_program.broken)
     block = insertion_block()
     for value in op.operands:
         if not is_visible(value, block):
@@ -264,6 +271,33 @@ def emit(op: OpT) -> OpT:
         op.erase()
         raise error(str(err)) from None
     return op
+
+
+def emit_before(anchor: Operation, op: OpT) -> OpT:
+    """Records `op` just before `anchor` (a loop being traced), with the user's
+    provenance: a param read hoisted out of a `scan` body."""
+    op.location = provenance().to_location()
+    _program.version += 1
+    block = anchor.parent_block()
+    assert block is not None
+    block.insert_op_before(op, anchor)
+    return op
+
+
+@dataclass(frozen=True)
+class Step:
+    """The step of a `scan`/`steps` loop being traced: `x[t]` is slot t of `x` (on its
+    first dim, or where `t` stands in the key). `counter` holds the step number as a
+    `tensor<1xf32>`, carried by the loop."""
+
+    counter: SSAValue
+    count: int
+
+    def __index__(self) -> int:
+        raise error(
+            "a gradfuse.steps/scan step is symbolic (the loop is traced once): index a"
+            " tensor with it (x[t]), not a Python sequence"
+        )
 
 
 RECORDING = TgBuilder(emit, error)

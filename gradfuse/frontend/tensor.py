@@ -22,7 +22,7 @@ from gradfuse.dialects.tg_base import shape_of, tensor
 from gradfuse.dialects.tg_builder import LN_2, LOG2_E, element_type
 from gradfuse.frontend.reach import backward_paths
 from gradfuse.frontend.recorder import RECORDING as B
-from gradfuse.frontend.recorder import direction_scope, emit, error, is_visible, program
+from gradfuse.frontend.recorder import Step, direction_scope, emit, error, is_visible, program
 
 Scalar = float | int
 _ELEMENTS: dict[str, Attribute] = {
@@ -326,7 +326,29 @@ class Tensor:
         return Tensor(B.broadcast(self.value, list(shape)))
 
     def __getitem__(self, key: object) -> Tensor:
-        return Tensor(B.getitem(self.value, key))
+        keys = key if isinstance(key, tuple) else (key,)
+        at = [d for d, k in enumerate(keys) if isinstance(k, Step)]
+        if not at:
+            return Tensor(B.getitem(self.value, key))
+        return self._step_item(keys, at)
+
+    def _step_item(self, keys: tuple, at: list[int]) -> Tensor:
+        """`x[t]`, `x[:, t]`: step t of a `scan`/`steps` loop along that dim."""
+        if len(at) > 1 or any(k is Ellipsis for k in keys[: at[0]]):
+            raise error("x[...]: index with one loop step, with no ... before it")
+        d, step = at[0], keys[at[0]]
+        assert isinstance(step, Step)
+        x = self.value
+        if d >= len(self.shape) or self.shape[d] != step.count:
+            raise error(
+                f"x[t]: the loop has {step.count} steps, but the tensor's dim {d} has"
+                f" {self.shape[d] if d < len(self.shape) else 'no'} entries"
+            )
+        if d:
+            x = B.permute(x, [d, *(i for i in range(len(self.shape)) if i != d)])
+        out = B.take(x, step.counter)
+        rest = keys[:d] + keys[d + 1 :]
+        return Tensor(B.getitem(out, rest) if rest else out)
 
     # --- autodiff -------------------------------------------------------------------------
 

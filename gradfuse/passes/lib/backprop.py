@@ -176,32 +176,22 @@ def active_carried(loop: tg.ForOp, depends: set[SSAValue]) -> list[bool]:
         active = now
 
 
-def push_stacks(loop: tg.ForOp, values: Sequence[SSAValue]) -> tuple[tg.ForOp, list[SSAValue]]:
-    """`loop` rebuilt to also stack `values` (values of its body, or its carried
-    arguments at the start of each iteration) one slot per iteration, with a counter;
-    returns the new loop, which replaced `loop`, and the full stacks."""
-    n, k = loop.trip_count, len(loop.inits)
+def push_stacks(loop: tg.ForOp, values: Sequence[SSAValue]) -> list[SSAValue]:
+    """Rebuilds `loop` (`tg.extend_loop`) to also stack `values` (values of its body,
+    or its carried arguments at the start of each iteration) one slot per iteration,
+    with a counter; returns the full stacks after the loop."""
     before = Emitter(Builder(InsertPoint.before(loop)), loop.location)
+    n, k = loop.trip_count, len(loop.inits)
     stacks = [before.const(0.0, tensor([n, *shape_of(v)], element_type(v))) for v in values]
-    inits = [*loop.inits, *stacks, before.const(0.0, tensor([1]))]
-    body = loop.detach_region(loop.body)
-    block = body.block
-    args = [block.insert_arg(v.type, len(block.args)) for v in inits[k:]]
-    old_yield = block.last_op
-    assert isinstance(old_yield, tg.YieldOp)
-    e = Emitter(Builder(InsertPoint.before(old_yield)), loop.location)
-    counter = args[-1]
-    nexts = [e.put(s, counter, v) for s, v in zip(args, values)]
-    new_yield = tg.YieldOp([*old_yield.values, *nexts, e.add(counter, 1.0)])
-    new_yield.location = old_yield.location
-    Rewriter.replace_op(old_yield, new_yield)
-    new = tg.ForOp(*loop.bounds, inits, body)
-    new.location = loop.location
-    Rewriter.insert_op(new, InsertPoint.before(loop))
-    for old, res in zip(loop.results, new.results):
-        old.replace_all_uses_with(res)
-    Rewriter.erase_op(loop)
-    return new, list(new.results[k : k + len(values)])
+    counter = before.const(0.0, tensor([1]))
+    e = Emitter(Builder(InsertPoint.before(loop.body.block.last_op)), loop.location)  # type: ignore[arg-type]
+
+    def nexts(args: Sequence[SSAValue]) -> list[SSAValue]:
+        slot = args[-1]
+        return [*(e.put(s, slot, v) for s, v in zip(args, values)), e.add(slot, 1.0)]
+
+    new = tg.extend_loop(loop, [*stacks, counter], nexts)
+    return list(new.results[k : k + len(values)])
 
 
 def reverse_loop(
@@ -254,7 +244,7 @@ def reverse_loop(
 
     stacked = choose_stacks(rb, set(copies.values()), placeholders, n, stack_limit)
     forward_of = {c: v for v, c in copies.items()}
-    _, stacks = push_stacks(loop, [forward_of[c] for c in stacked])
+    stacks = push_stacks(loop, [forward_of[c] for c in stacked])
     te = Emitter(Builder(InsertPoint.at_start(rb)), e.location)
     for copy, stack in zip(stacked, stacks):
         copy.replace_all_uses_with(te.take(stack, counter))
