@@ -24,7 +24,6 @@ from gradfuse.nn import (
     AvgPool2d,
     BatchNorm1d,
     BatchNorm2d,
-    Buffer,
     Conv2d,
     ConvTranspose2d,
     Flatten,
@@ -56,7 +55,7 @@ def run_gradfuse(
     xp = Parameter(x, name="input")
     out = model(xp)
     (out * gradfuse.constant(r)).sum().backward()
-    trained = [p for p in model.parameters() if not isinstance(p, Buffer)]
+    trained = model.parameters()  # not the running statistics: buffers, as in PyTorch
     got: list[np.ndarray] = []
     grads = [xp.grad] + [p.grad for p in trained]
     Receiver(lambda *v: got.extend(v), [out] + grads, name="first")  # type: ignore[operator]
