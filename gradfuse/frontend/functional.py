@@ -9,7 +9,7 @@ loss = F.cross_entropy(logits, target)      # log-softmax, tg.gather along the c
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, TensorType
@@ -20,7 +20,7 @@ from gradfuse.frontend.id_ranges import check_fed_ids
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import RECORDING as B
 from gradfuse.frontend.recorder import emit, error, program, rng
-from gradfuse.frontend.tensor import Tensor, dims_arg, element_for, where
+from gradfuse.frontend.tensor import Tensor, dims_arg, element_for, new_dim, where
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -37,6 +37,78 @@ def constant(array: np.ndarray | Sequence[float] | float, dtype: object = np.flo
     ty = TensorType(element, list(arr.shape))
     attr = DenseIntOrFPElementsAttr.from_list(ty, [float(v) for v in arr.ravel()])  # type: ignore[arg-type]
     return Tensor(emit(tg.ConstantOp(attr, ty)).result)
+
+
+def _tensor_list(what: str, tensors: Sequence[Tensor]) -> list[Tensor]:
+    """`tensors` as a non-empty list of Tensors of one element type, or an error."""
+    if isinstance(tensors, Tensor) or not isinstance(tensors, Sequence | Iterator):
+        raise error(f"{what}: expected a list or tuple of Tensors, got {type(tensors).__name__}")
+    xs = list(tensors)
+    if not xs:
+        raise error(f"{what}: expected a non-empty list of Tensors")
+    for i, x in enumerate(xs):
+        if not isinstance(x, Tensor):
+            raise error(f"{what}: entry {i} is a {type(x).__name__}, not a Tensor")
+        if x.dtype != xs[0].dtype:
+            raise error(f"{what}: entry {i} holds {x.dtype}, entry 0 {xs[0].dtype}")
+    return xs
+
+
+def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    """Joins `tensors` along `dim` (`tg.concat`); they agree in every other dim.
+
+    `gradfuse.cat([a, b], dim=1)`: [2, 3] and [2, 4] -> [2, 7]
+    """
+    xs = _tensor_list("cat", tensors)
+    rank = xs[0].ndim
+    if rank == 0:
+        raise error("cat: a 0-d tensor cannot be concatenated (stack() makes a new dim)")
+    d = B.normalize_dims(dim, rank, "cat")[0]
+    for i, x in enumerate(xs):
+        if x.ndim != rank or any(
+            a != b for j, (a, b) in enumerate(zip(x.shape, xs[0].shape)) if j != d
+        ):
+            raise error(
+                f"cat: entry {i} has shape {fmt_shape(x.shape)} and entry 0"
+                f" {fmt_shape(xs[0].shape)}: they must agree except in dim {d}"
+            )
+    if len(xs) == 1:
+        return xs[0]
+    return Tensor(B.concat([x.value for x in xs], d))
+
+
+concat = cat
+
+
+def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    """Joins equal-shaped `tensors` along a new dim `dim` (each unsqueezed, then `cat`).
+
+    `gradfuse.stack([a, b], dim=0)`: two [2, 3] -> [2, 2, 3]
+    """
+    xs = _tensor_list("stack", tensors)
+    for i, x in enumerate(xs):
+        if x.shape != xs[0].shape:
+            raise error(
+                f"stack: entry {i} has shape {fmt_shape(x.shape)} and entry 0"
+                f" {fmt_shape(xs[0].shape)}: stack needs equal shapes"
+            )
+    d = new_dim(dim, xs[0].ndim, "stack")
+    return cat([x.unsqueeze(d) for x in xs], d)
+
+
+def unsqueeze(input: Tensor, dim: int) -> Tensor:
+    """`input.unsqueeze(dim)`: a new dim of size 1. `gradfuse.unsqueeze(x, 0)`"""
+    return input.unsqueeze(dim)
+
+
+def squeeze(input: Tensor, dim: int | Sequence[int] | None = None) -> Tensor:
+    """`input.squeeze(dim)`: drops dims of size 1. `gradfuse.squeeze(x, (0, 2))`"""
+    return input.squeeze(dim)
+
+
+def masked_fill(input: Tensor, mask: Tensor, value: Tensor | float) -> Tensor:
+    """`input.masked_fill(mask, value)`. `gradfuse.masked_fill(s, m, -1e9)`"""
+    return input.masked_fill(mask, value)
 
 
 def erf(x: Tensor) -> Tensor:
