@@ -265,6 +265,57 @@ def binary_cross_entropy(input: Tensor, target: Tensor, reduction: str = "mean")
     return _reduce(value.detach() + (moved - moved.detach()), reduction, "binary_cross_entropy")
 
 
+def _loss_operand(what: str, name: str, value: object, input: Tensor) -> Tensor | None:
+    """An optional `weight`-like argument (a Tensor, an array or a torch tensor) as a
+    Tensor that broadcasts to `input`'s shape, or None."""
+    if value is None:
+        return None
+    if not isinstance(value, Tensor):
+        value = constant(
+            np.asarray(value.detach().cpu().numpy() if hasattr(value, "detach") else value)
+        )  # type: ignore[attr-defined]
+    rank = max(value.ndim, input.ndim)
+    padded = (1,) * (rank - value.ndim) + value.shape
+    if rank > input.ndim or any(
+        a not in (1, b) for a, b in zip(padded[-input.ndim :], input.shape)
+    ):
+        raise error(
+            f"{what}: {name} {fmt_shape(value.shape)} does not broadcast to the input"
+            f" {fmt_shape(input.shape)}"
+        )
+    return value
+
+
+def binary_cross_entropy_with_logits(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+    pos_weight: Tensor | None = None,
+) -> Tensor:
+    """Binary cross-entropy of logits, stable for any logit `x`, as PyTorch computes it:
+    `((1 - y) x + (1 + (pos_weight - 1) y) * softplus(-x)) * weight`, where
+    `softplus(-x) = -log sigmoid(x) = log1p(exp(-|x|)) + max(-x, 0)` (`tg.log1p`).
+
+    `|x|` and the max are `where(x > 0, ...)`, so the gradient is `sigmoid`'s exactly, at
+    x = 0 too. `binary_cross_entropy_with_logits(logits, labels, pos_weight=pw)`
+    """
+    what = "binary_cross_entropy_with_logits"
+    _same_shape(what, input, target)
+    if size_average is not None or reduce is not None:  # PyTorch's deprecated arguments
+        reduction = "none" if reduce is False else "sum" if size_average is False else "mean"
+    w = _loss_operand(what, "weight", weight, input)
+    pw = _loss_operand(what, "pos_weight", pos_weight, input)
+    x, y = input, target
+    positive = x > 0.0
+    softplus = where(positive, -x, x).exp().log1p() + where(positive, 0.0, -x)
+    log_weight = softplus if pw is None else ((pw - 1.0) * y + 1.0) * softplus
+    loss = (1.0 - y) * x + log_weight
+    return _reduce(loss if w is None else loss * w, reduction, what)
+
+
 def cross_entropy(
     input: Tensor, target: Tensor, reduction: str = "mean", label_smoothing: float = 0.0
 ) -> Tensor:
@@ -301,5 +352,6 @@ def cross_entropy(
 
 __all__ = [
     "constant", "erf", "gather", "scatter_add", "rand", "dropout", "linear", "gelu", "softmax",
-    "log_softmax", "layer_norm", "mse_loss", "binary_cross_entropy", "cross_entropy",
+    "log_softmax", "layer_norm", "mse_loss", "binary_cross_entropy",
+    "binary_cross_entropy_with_logits", "cross_entropy",
 ]  # fmt: skip
