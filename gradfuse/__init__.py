@@ -4,7 +4,20 @@ from gradfuse import execute, ir_for, Feeder, Receiver, print_graph
 from gradfuse.nn import Linear, Sequential, Sigmoid, SGD
 """
 
-from gradfuse.frontend.functional import constant, dropout, erf, gather, rand, scatter_add
+from gradfuse.frontend.functional import (
+    cat,
+    concat,
+    constant,
+    dropout,
+    erf,
+    gather,
+    masked_fill,
+    rand,
+    scatter_add,
+    squeeze,
+    stack,
+    unsqueeze,
+)
 from gradfuse.frontend.loops import scan, steps
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import manual_seed
@@ -24,5 +37,6 @@ from gradfuse.frontend.tracing import (
 __all__ = [
     "Tensor", "Parameter", "where", "Feeder", "Receiver", "execute", "ir_for", "ir_text",
     "print_graph", "reset", "manual_seed", "compile", "Compiled", "constant", "erf", "gather",
-    "scatter_add", "rand", "dropout", "scan", "steps",
+    "scatter_add", "rand", "dropout", "cat", "concat", "stack", "squeeze", "unsqueeze",
+    "masked_fill", "scan", "steps",
 ]  # fmt: skip

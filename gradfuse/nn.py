@@ -3,6 +3,7 @@ whose `__all__` is the list).
 
 from gradfuse.nn import Conv2d, BatchNorm2d, Linear, Sequential, Sigmoid, SGD
 import gradfuse.nn.functional as F
+gradfuse.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
 """
 
 import sys
@@ -13,3 +14,4 @@ from gradfuse.frontend.nn import *  # noqa: F403 (the package's public names, as
 __all__ = list(_nn.__all__)
 
 sys.modules[f"{__name__}.functional"] = _nn.functional  # `import gradfuse.nn.functional as F`
+sys.modules[f"{__name__}.utils"] = _nn.utils  # `from gradfuse.nn.utils import clip_grad_norm_`

@@ -9,7 +9,7 @@ loss = F.cross_entropy(logits, target)      # log-softmax, tg.gather along the c
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, TensorType
@@ -20,7 +20,7 @@ from gradfuse.frontend.id_ranges import check_fed_ids
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import RECORDING as B
 from gradfuse.frontend.recorder import emit, error, program, rng
-from gradfuse.frontend.tensor import Tensor, dims_arg, element_for, where
+from gradfuse.frontend.tensor import Tensor, dims_arg, element_for, new_dim, where
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -37,6 +37,78 @@ def constant(array: np.ndarray | Sequence[float] | float, dtype: object = np.flo
     ty = TensorType(element, list(arr.shape))
     attr = DenseIntOrFPElementsAttr.from_list(ty, [float(v) for v in arr.ravel()])  # type: ignore[arg-type]
     return Tensor(emit(tg.ConstantOp(attr, ty)).result)
+
+
+def _tensor_list(what: str, tensors: Sequence[Tensor]) -> list[Tensor]:
+    """`tensors` as a non-empty list of Tensors of one element type, or an error."""
+    if isinstance(tensors, Tensor) or not isinstance(tensors, Sequence | Iterator):
+        raise error(f"{what}: expected a list or tuple of Tensors, got {type(tensors).__name__}")
+    xs = list(tensors)
+    if not xs:
+        raise error(f"{what}: expected a non-empty list of Tensors")
+    for i, x in enumerate(xs):
+        if not isinstance(x, Tensor):
+            raise error(f"{what}: entry {i} is a {type(x).__name__}, not a Tensor")
+        if x.dtype != xs[0].dtype:
+            raise error(f"{what}: entry {i} holds {x.dtype}, entry 0 {xs[0].dtype}")
+    return xs
+
+
+def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    """Joins `tensors` along `dim` (`tg.concat`); they agree in every other dim.
+
+    `gradfuse.cat([a, b], dim=1)`: [2, 3] and [2, 4] -> [2, 7]
+    """
+    xs = _tensor_list("cat", tensors)
+    rank = xs[0].ndim
+    if rank == 0:
+        raise error("cat: a 0-d tensor cannot be concatenated (stack() makes a new dim)")
+    d = B.normalize_dims(dim, rank, "cat")[0]
+    for i, x in enumerate(xs):
+        if x.ndim != rank or any(
+            a != b for j, (a, b) in enumerate(zip(x.shape, xs[0].shape)) if j != d
+        ):
+            raise error(
+                f"cat: entry {i} has shape {fmt_shape(x.shape)} and entry 0"
+                f" {fmt_shape(xs[0].shape)}: they must agree except in dim {d}"
+            )
+    if len(xs) == 1:
+        return xs[0]
+    return Tensor(B.concat([x.value for x in xs], d))
+
+
+concat = cat
+
+
+def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    """Joins equal-shaped `tensors` along a new dim `dim` (each unsqueezed, then `cat`).
+
+    `gradfuse.stack([a, b], dim=0)`: two [2, 3] -> [2, 2, 3]
+    """
+    xs = _tensor_list("stack", tensors)
+    for i, x in enumerate(xs):
+        if x.shape != xs[0].shape:
+            raise error(
+                f"stack: entry {i} has shape {fmt_shape(x.shape)} and entry 0"
+                f" {fmt_shape(xs[0].shape)}: stack needs equal shapes"
+            )
+    d = new_dim(dim, xs[0].ndim, "stack")
+    return cat([x.unsqueeze(d) for x in xs], d)
+
+
+def unsqueeze(input: Tensor, dim: int) -> Tensor:
+    """`input.unsqueeze(dim)`: a new dim of size 1. `gradfuse.unsqueeze(x, 0)`"""
+    return input.unsqueeze(dim)
+
+
+def squeeze(input: Tensor, dim: int | Sequence[int] | None = None) -> Tensor:
+    """`input.squeeze(dim)`: drops dims of size 1. `gradfuse.squeeze(x, (0, 2))`"""
+    return input.squeeze(dim)
+
+
+def masked_fill(input: Tensor, mask: Tensor, value: Tensor | float) -> Tensor:
+    """`input.masked_fill(mask, value)`. `gradfuse.masked_fill(s, m, -1e9)`"""
+    return input.masked_fill(mask, value)
 
 
 def erf(x: Tensor) -> Tensor:
@@ -193,6 +265,57 @@ def binary_cross_entropy(input: Tensor, target: Tensor, reduction: str = "mean")
     return _reduce(value.detach() + (moved - moved.detach()), reduction, "binary_cross_entropy")
 
 
+def _loss_operand(what: str, name: str, value: object, input: Tensor) -> Tensor | None:
+    """An optional `weight`-like argument (a Tensor, an array or a torch tensor) as a
+    Tensor that broadcasts to `input`'s shape, or None."""
+    if value is None:
+        return None
+    if not isinstance(value, Tensor):
+        value = constant(
+            np.asarray(value.detach().cpu().numpy() if hasattr(value, "detach") else value)
+        )  # type: ignore[attr-defined]
+    rank = max(value.ndim, input.ndim)
+    padded = (1,) * (rank - value.ndim) + value.shape
+    if rank > input.ndim or any(
+        a not in (1, b) for a, b in zip(padded[-input.ndim :], input.shape)
+    ):
+        raise error(
+            f"{what}: {name} {fmt_shape(value.shape)} does not broadcast to the input"
+            f" {fmt_shape(input.shape)}"
+        )
+    return value
+
+
+def binary_cross_entropy_with_logits(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average: bool | None = None,
+    reduce: bool | None = None,
+    reduction: str = "mean",
+    pos_weight: Tensor | None = None,
+) -> Tensor:
+    """Binary cross-entropy of logits, stable for any logit `x`, as PyTorch computes it:
+    `((1 - y) x + (1 + (pos_weight - 1) y) * softplus(-x)) * weight`, where
+    `softplus(-x) = -log sigmoid(x) = log1p(exp(-|x|)) + max(-x, 0)` (`tg.log1p`).
+
+    `|x|` and the max are `where(x > 0, ...)`, so the gradient is `sigmoid`'s exactly, at
+    x = 0 too. `binary_cross_entropy_with_logits(logits, labels, pos_weight=pw)`
+    """
+    what = "binary_cross_entropy_with_logits"
+    _same_shape(what, input, target)
+    if size_average is not None or reduce is not None:  # PyTorch's deprecated arguments
+        reduction = "none" if reduce is False else "sum" if size_average is False else "mean"
+    w = _loss_operand(what, "weight", weight, input)
+    pw = _loss_operand(what, "pos_weight", pos_weight, input)
+    x, y = input, target
+    positive = x > 0.0
+    softplus = where(positive, -x, x).exp().log1p() + where(positive, 0.0, -x)
+    log_weight = softplus if pw is None else ((pw - 1.0) * y + 1.0) * softplus
+    loss = (1.0 - y) * x + log_weight
+    return _reduce(loss if w is None else loss * w, reduction, what)
+
+
 def cross_entropy(
     input: Tensor, target: Tensor, reduction: str = "mean", label_smoothing: float = 0.0
 ) -> Tensor:
@@ -229,5 +352,6 @@ def cross_entropy(
 
 __all__ = [
     "constant", "erf", "gather", "scatter_add", "rand", "dropout", "linear", "gelu", "softmax",
-    "log_softmax", "layer_norm", "mse_loss", "binary_cross_entropy", "cross_entropy",
+    "log_softmax", "layer_norm", "mse_loss", "binary_cross_entropy",
+    "binary_cross_entropy_with_logits", "cross_entropy",
 ]  # fmt: skip

@@ -26,12 +26,19 @@ from gradfuse.frontend.tensor import Tensor, where
 IntPair = int | Sequence[int]
 
 
+def ntuple(value: IntPair, n: int, what: str) -> tuple[int, ...]:
+    """An int or a sequence of `n` ints as an n-tuple: `ntuple(3, 1, "stride") == (3,)`."""
+    values = (value,) * n if isinstance(value, int | np.integer) else tuple(value)
+    if len(values) != n or not all(isinstance(v, int | np.integer) for v in values):
+        count = "one int" if n == 1 else f"an int or {n} ints"
+        raise error(f"{what}: expected {count}, got {value!r}")
+    return tuple(int(v) for v in values)
+
+
 def pair(value: IntPair, what: str) -> tuple[int, int]:
     """An int or a sequence of two ints as a pair: `pair(3, "kernel_size") == (3, 3)`."""
-    values = (value, value) if isinstance(value, int) else tuple(value)
-    if len(values) != 2 or not all(isinstance(v, int | np.integer) for v in values):
-        raise error(f"{what}: expected an int or two ints, got {value!r}")
-    return int(values[0]), int(values[1])
+    first, second = ntuple(value, 2, what)
+    return first, second
 
 
 def _check_nchw(what: str, x: Tensor) -> None:
@@ -84,6 +91,41 @@ def conv2d(
         pad = pair(padding, "conv2d padding")
     op = tg.Conv2dOp(input.value, weight.value, st, pad, dil, groups)
     return _add_channel_bias(Tensor(emit(op).result), bias)
+
+
+def conv1d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: IntPair = 1,
+    padding: IntPair | str = 0,
+    dilation: IntPair = 1,
+    groups: int = 1,
+) -> Tensor:
+    """1-d cross-correlation of [N, C, L] (or [C, L]) `input` with weight [out, in/groups, k],
+    plus `bias`: a `tg.conv2d` over a 1-high image [N, C, 1, L], as PyTorch computes it.
+
+    `padding` may be `"valid"` or `"same"` (stride 1). `conv1d(x, w, b, padding=2)`
+    """
+    if input.ndim not in (2, 3) or weight.ndim != 3:
+        raise error(
+            f"conv1d: expected an input [N, C, L] or [C, L] and a weight [out, in/groups, k],"
+            f" got {fmt_shape(input.shape)} and {fmt_shape(weight.shape)}"
+        )
+    if input.shape[-2] != weight.shape[1] * groups:
+        raise error(
+            f"conv1d: input {fmt_shape(input.shape)} has {input.shape[-2]} channels, weight"
+            f" {fmt_shape(weight.shape)} with groups={groups} expects {weight.shape[1] * groups}"
+        )
+    if padding == "same" and ntuple(stride, 1, "conv1d stride") != (1,):
+        raise error("conv1d: padding='same' needs stride 1")
+    batched = input if input.ndim == 3 else input.unsqueeze(0)
+    pad = padding if isinstance(padding, str) else (0, *ntuple(padding, 1, "conv1d padding"))
+    y = conv2d(
+        batched.unsqueeze(2), weight.unsqueeze(2), bias, (1, *ntuple(stride, 1, "conv1d stride")),
+        pad, (1, *ntuple(dilation, 1, "conv1d dilation")), groups,
+    ).squeeze(2)  # fmt: skip
+    return y if input.ndim == 3 else y.squeeze(0)
 
 
 def conv_transpose2d(
@@ -299,6 +341,6 @@ def batch_norm(
 
 
 __all__ = [
-    "conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
-    "leaky_relu", "flatten", "batch_norm", "pair",
+    "conv1d", "conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
+    "leaky_relu", "flatten", "batch_norm", "pair", "ntuple",
 ]  # fmt: skip

@@ -66,6 +66,16 @@ def dims_arg(args: tuple[int | Sequence[int], ...]) -> Sequence[int]:
     return args[0] if len(args) == 1 and not isinstance(args[0], int) else args  # type: ignore[return-value]
 
 
+def new_dim(dim: int, rank: int, what: str) -> int:
+    """Where a new dim `dim` goes in a result of rank `rank + 1` (-1: last), or an error."""
+    if not -rank - 1 <= dim <= rank:
+        raise error(
+            f"{what}: dim {dim} is out of range for a tensor of rank {rank}"
+            f" (expected {-rank - 1} to {rank})"
+        )
+    return dim % (rank + 1)
+
+
 def _binary(cls: type[Operation], reflected: bool = False) -> Callable[[Tensor, object], Tensor]:
     """A `Tensor` operator that records the elementwise op `cls` on `self` and a tensor or
     number: `__sub__ = _binary(tg.SubOp)` is `self - other`, with `reflected` `other - self`."""
@@ -320,6 +330,40 @@ class Tensor:
     def T(self) -> Tensor:
         """All dims reversed (the transpose of a matrix)."""
         return self.permute(list(reversed(range(self.ndim))))
+
+    def unsqueeze(self, dim: int) -> Tensor:
+        """A new dim of size 1 at `dim` (in [-ndim - 1, ndim], as PyTorch), a `tg.reshape`.
+
+        `x.unsqueeze(1)`: [N, L] -> [N, 1, L]
+        """
+        shape = list(self.shape)
+        shape.insert(new_dim(dim, self.ndim, "unsqueeze"), 1)
+        return self.reshape(shape)
+
+    def squeeze(self, dim: int | Sequence[int] | None = None) -> Tensor:
+        """Drops the dims of size 1 (all, or those in `dim`, an int or a tuple); a named
+        dim of another size stays, as in PyTorch (`tg.reshape`).
+
+        `x.squeeze(1)`: [N, 1, L] -> [N, L]; `x.squeeze()` drops every 1.
+        """
+        dims = B.normalize_dims(dim, self.ndim, "squeeze")
+        return self.reshape([n for i, n in enumerate(self.shape) if n != 1 or i not in dims])
+
+    def masked_fill(self, mask: Tensor, value: Tensor | Scalar) -> Tensor:
+        """`value` where the boolean `mask` holds, else `self` (`tg.where`, broadcast as
+        PyTorch); no gradient reaches the filled positions. `value` is a number or a
+        0-d tensor. `scores.masked_fill(pad > 0.5, float("-inf"))`
+        """
+        if not isinstance(mask, Tensor) or mask.dtype != np.bool_:
+            got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
+            raise error(
+                f"masked_fill: the mask must be a boolean Tensor (from a comparison), got {got}"
+            )
+        if isinstance(value, Tensor) and value.ndim:
+            raise error(
+                f"masked_fill: value must be a number or a 0-d tensor, got shape {list(value.shape)}"
+            )
+        return Tensor(B.where(mask.value, _operand(value), self.value))
 
     def broadcast_to(self, shape: Sequence[int]) -> Tensor:
         """Repeated to `shape` by NumPy's rules."""

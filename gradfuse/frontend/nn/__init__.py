@@ -3,11 +3,11 @@
 from gradfuse.nn import Linear, Sequential, Sigmoid, SGD
 """
 
-from gradfuse.frontend.nn import functional
+from gradfuse.frontend.nn import functional, utils
 from gradfuse.frontend.nn.activation import GELU, Dropout, LeakyReLU, LogSoftmax
 from gradfuse.frontend.nn.batchnorm import BatchNorm1d, BatchNorm2d
 from gradfuse.frontend.nn.buffer import Buffer
-from gradfuse.frontend.nn.conv import Conv2d, ConvTranspose2d
+from gradfuse.frontend.nn.conv import Conv1d, Conv2d, ConvTranspose2d
 from gradfuse.frontend.nn.layers import (
     Flatten,
     Identity,
@@ -19,7 +19,7 @@ from gradfuse.frontend.nn.layers import (
     Softmax,
     Tanh,
 )
-from gradfuse.frontend.nn.loss import BCELoss, CrossEntropyLoss, MSELoss
+from gradfuse.frontend.nn.loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
 from gradfuse.frontend.nn.module import Module
 from gradfuse.frontend.nn.normalization import LayerNorm
 from gradfuse.frontend.nn.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
@@ -35,8 +35,8 @@ from gradfuse.frontend.parameter import Parameter
 __all__ = [
     "Module", "Parameter", "Buffer", "Linear", "Sequential", "ModuleList", "Identity", "Flatten",
     "Sigmoid", "ReLU", "LeakyReLU", "Tanh", "Softmax", "LogSoftmax", "GELU", "Dropout",
-    "LayerNorm", "BatchNorm1d", "BatchNorm2d", "Conv2d", "ConvTranspose2d", "MaxPool2d",
+    "LayerNorm", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d", "ConvTranspose2d", "MaxPool2d",
     "AvgPool2d", "AdaptiveAvgPool2d", "Embedding", "MultiheadAttention",
     "TransformerEncoderLayer", "TransformerEncoder", "MSELoss", "CrossEntropyLoss", "BCELoss",
-    "Optimizer", "SGD", "Adam", "AdamW", "functional",
+    "BCEWithLogitsLoss", "Optimizer", "SGD", "Adam", "AdamW", "functional", "utils",
 ]  # fmt: skip

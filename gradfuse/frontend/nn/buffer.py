@@ -2,11 +2,12 @@
 
 `BatchNorm2d` keeps `running_mean`, `running_var` and `num_batches_tracked` as
 buffers: they are params of the program (updated with `tg.assign`) and appear in
-`state_dict()` under PyTorch's names, but a gradient never lands in their `.grad`,
-so optimizers leave them alone:
+`state_dict()` under PyTorch's names, but not in `parameters()` (as in PyTorch), and
+a gradient never lands in their `.grad`:
 
     bn = BatchNorm2d(8)
-    sorted(bn.state_dict())   # ['bias', 'num_batches_tracked', 'running_mean', ...]
+    list(bn.state_dict())      # ['weight', 'bias', 'running_mean', 'running_var', ...]
+    len(bn.parameters())       # 2; bn.buffers() lists the other 3
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from gradfuse.frontend.tensor import Tensor
 class Buffer(Parameter):
     """A `Parameter` whose `.grad` stays None: `backward()` never gives it a gradient.
 
-    `self.running_mean = Buffer(np.zeros(8, np.float32))` inside a `Module.__init__`.
-    Module.parameters() lists it (gradfuse keeps one kind of module state), but
-    optimizers skip it because it never has a gradient.
+    `self.running_mean = Buffer(np.zeros(8, np.float32))` inside a `Module.__init__`
+    (or `self.register_buffer("running_mean", np.zeros(8, np.float32))`), listed by
+    `Module.buffers()`, not by `Module.parameters()`.
     """
 
     __slots__ = ()

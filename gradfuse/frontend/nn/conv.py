@@ -1,10 +1,12 @@
-"""`Conv2d` and `ConvTranspose2d` with PyTorch's arguments, layouts and initialisation.
+"""`Conv1d`, `Conv2d` and `ConvTranspose2d` with PyTorch's arguments, layouts and init.
 
-Weights are OIHW for `Conv2d` and [in, out/groups, kh, kw] for `ConvTranspose2d`,
+Weights are [out, in/groups, k] for `Conv1d`, OIHW for `Conv2d` and
+[in, out/groups, kh, kw] for `ConvTranspose2d`,
 both kaiming-uniform with a = sqrt(5) (U(-1/sqrt(fan_in), 1/sqrt(fan_in))), as is
 the bias, drawn from `gradfuse.manual_seed`'s generator:
 
     conv = Conv2d(3, 64, kernel_size=7, stride=2, padding=3, bias=False)
+    seq = Conv1d(80, 512, kernel_size=5, padding=2)      # over [N, 80, L]
     up = ConvTranspose2d(100, 512, 4, 1, 0, bias=False)
 """
 
@@ -34,6 +36,7 @@ class _ConvNd(Module):
         groups: int,
         bias: bool,
         transposed: bool,
+        dims: int = 2,
     ):
         super().__init__()
         what = type(self).__name__
@@ -44,25 +47,59 @@ class _ConvNd(Module):
             )
         self.in_channels = in_channels
         self.out_channels = out_channels
-        self.kernel_size = F.pair(kernel_size, f"{what} kernel_size")
-        self.stride = F.pair(stride, f"{what} stride")
-        self.padding = padding if isinstance(padding, str) else F.pair(padding, f"{what} padding")
-        self.dilation = F.pair(dilation, f"{what} dilation")
+        self.kernel_size = F.ntuple(kernel_size, dims, f"{what} kernel_size")
+        self.stride = F.ntuple(stride, dims, f"{what} stride")
+        self.padding = (
+            padding if isinstance(padding, str) else F.ntuple(padding, dims, f"{what} padding")
+        )
+        self.dilation = F.ntuple(dilation, dims, f"{what} dilation")
         self.groups = groups
-        kh, kw = self.kernel_size
         if transposed:
-            shape = (in_channels, out_channels // groups, kh, kw)
+            shape = (in_channels, out_channels // groups, *self.kernel_size)
         else:
-            shape = (out_channels, in_channels // groups, kh, kw)
+            shape = (out_channels, in_channels // groups, *self.kernel_size)
         self.weight, self.bias = kaiming_uniform(shape, out_channels if bias else None)
 
     def extra_repr(self) -> str:
         return (
             f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size},"
             f" stride={self.stride}, padding={self.padding}"
-            + (f", dilation={self.dilation}" if self.dilation != (1, 1) else "")
+            + (f", dilation={self.dilation}" if any(d != 1 for d in self.dilation) else "")
             + (f", groups={self.groups}" if self.groups != 1 else "")
             + (", bias=False" if self.bias is None else "")
+        )
+
+
+class Conv1d(_ConvNd):
+    """1-d convolution of [N, C, L] input with weight [out, in/groups, k] and bias [out].
+
+    `Conv1d(80, 512, 5, padding=2)(x)` maps [N, 80, L] to [N, 512, L].
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: F.IntPair,
+        stride: F.IntPair = 1,
+        padding: F.IntPair | str = 0,
+        dilation: F.IntPair = 1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device: Any = None,
+        dtype: Any = None,
+    ):
+        only("Conv1d", "padding_mode", padding_mode, "zeros")
+        device_and_dtype("Conv1d", device, dtype)
+        super().__init__(
+            in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
+            transposed=False, dims=1,
+        )  # fmt: skip
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.conv1d(
+            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
         )
 
 

@@ -27,4 +27,4 @@ def tanh(input: Tensor) -> Tensor:
     return input.tanh()
 
 
-__all__ = [*_base, *(n for n in _conv if n != "pair"), "relu", "sigmoid", "tanh"]
+__all__ = [*_base, *(n for n in _conv if n not in ("pair", "ntuple")), "relu", "sigmoid", "tanh"]

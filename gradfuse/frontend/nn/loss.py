@@ -53,6 +53,31 @@ class BCELoss(_Loss):
         return F.binary_cross_entropy(input, target, self.reduction)
 
 
+class BCEWithLogitsLoss(_Loss):
+    """Binary cross-entropy of logits, stable for any logit, with PyTorch's `weight` and
+    `pos_weight` (buffers, in `state_dict()` as in PyTorch when given).
+
+    `BCEWithLogitsLoss(pos_weight=np.full(5, 3.0, np.float32))(logits, labels)`
+    """
+
+    def __init__(
+        self,
+        weight: object = None,
+        size_average: bool | None = None,
+        reduce: bool | None = None,
+        reduction: str = "mean",
+        pos_weight: object = None,
+    ):
+        super().__init__(size_average, reduce, reduction)
+        self.register_buffer("weight", weight)
+        self.register_buffer("pos_weight", pos_weight)
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return F.binary_cross_entropy_with_logits(
+            input, target, self.weight, reduction=self.reduction, pos_weight=self.pos_weight
+        )
+
+
 class CrossEntropyLoss(_Loss):
     """Cross-entropy of logits [N, C, ...] and class ids [N, ...] (floats holding integers).
 

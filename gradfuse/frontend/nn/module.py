@@ -1,9 +1,12 @@
-"""`Module`, the base of every layer: parameters, children, state dicts, provenance.
+"""`Module`, the base of every layer: parameters, buffers, children, state dicts, provenance.
 
-Names and layouts follow PyTorch, so state dicts move between the two:
+Names and layouts follow PyTorch, so state dicts move between the two: parameters
+are what optimizers train, buffers (BatchNorm's running statistics) are state
+that is saved and loaded but never trained, and `state_dict()` holds both:
 
-    model = Sequential(Linear(4, 8), Sigmoid(), Linear(8, 2))
-    sorted(model.state_dict())   # ['0.bias', '0.weight', '2.bias', '2.weight']
+    model = Sequential(Linear(4, 8), BatchNorm1d(8), Linear(8, 2))
+    len(model.parameters())      # 6: the weights and biases
+    list(model.state_dict())[2:5]  # ['1.weight', '1.bias', '1.running_mean']
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from typing import Any
 import numpy as np
 
 from gradfuse.diagnostics import GradfuseError
+from gradfuse.frontend.nn.buffer import Buffer
 from gradfuse.frontend.parameter import Parameter
-from gradfuse.frontend.recorder import module_scope
+from gradfuse.frontend.recorder import error, module_scope
+from gradfuse.frontend.tensor import Tensor
 
 
 class Module:
@@ -28,6 +33,8 @@ class Module:
 
     def __init__(self) -> None:
         object.__setattr__(self, "_parameters", {})
+        object.__setattr__(self, "_buffers", {})
+        object.__setattr__(self, "_non_persistent_buffers_set", set())
         object.__setattr__(self, "_modules", {})
         object.__setattr__(self, "_parent", None)
         object.__setattr__(self, "_name", "")
@@ -38,18 +45,57 @@ class Module:
             raise AttributeError(
                 f"{type(self).__name__}.__init__ must call super().__init__() first"
             )
+        if name in self._buffers and not isinstance(value, Parameter | Module):
+            if value is not None:  # PyTorch: assigning to a buffer's name keeps it a buffer
+                value = _as_buffer(name, value)
+                value._hint = value._hint or _hint_of(self, name)
+            self._buffers[name] = value
+            object.__setattr__(self, name, value)
+            return
         self._parameters.pop(name, None)
+        self._buffers.pop(name, None)
         self._modules.pop(name, None)
-        if isinstance(value, Parameter):
+        if isinstance(value, Buffer):
+            self._buffers[name] = value
+        elif isinstance(value, Parameter):
             self._parameters[name] = value
-            if value._hint is None:
-                value._hint = _hint_of(self, name)
         elif isinstance(value, Module):
             self._modules[name] = value
             if value._parent is None and value is not self:
                 object.__setattr__(value, "_parent", self)
                 object.__setattr__(value, "_name", name)
+        if isinstance(value, Parameter) and value._hint is None:
+            value._hint = _hint_of(self, name)
         object.__setattr__(self, name, value)
+
+    def register_buffer(self, name: str, tensor: Any, persistent: bool = True) -> None:
+        """Adds state that is saved and loaded but not trained (PyTorch's `register_buffer`).
+
+        `tensor` is an array (NumPy, torch or a nested list), a `Buffer`, or None (a slot
+        that `state_dict()` skips until set); `persistent=False` leaves it out of
+        `state_dict()`. `self.register_buffer("mask", np.tril(np.ones((4, 4), np.float32)))`
+        """
+        if "_buffers" not in self.__dict__:
+            raise AttributeError(
+                f"{type(self).__name__}.__init__ must call super().__init__() first"
+            )
+        if not isinstance(name, str) or not name or "." in name:
+            raise error(
+                f"register_buffer: the name must be a non-empty string without '.', got {name!r}"
+            )
+        if hasattr(self, name) and name not in self._buffers:
+            raise error(f"register_buffer: attribute {name!r} already exists")
+        buffer = None if tensor is None else _as_buffer(name, tensor)
+        self._parameters.pop(name, None)
+        self._modules.pop(name, None)
+        self._buffers[name] = buffer
+        if persistent:
+            self._non_persistent_buffers_set.discard(name)
+        else:
+            self._non_persistent_buffers_set.add(name)
+        if buffer is not None and buffer._hint is None:
+            buffer._hint = _hint_of(self, name)
+        object.__setattr__(self, name, buffer)
 
     # --- names -------------------------------------------------------------------------
 
@@ -86,33 +132,72 @@ class Module:
         for _, m in self.named_modules():
             yield m
 
-    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Parameter]]:
-        """Every parameter once, with its PyTorch name: `("0.weight", p)`."""
+    def _named(
+        self, table: str, prefix: str, recurse: bool, remove_duplicate: bool
+    ) -> Iterator[tuple[str, Any]]:
+        """The entries of `_parameters` or `_buffers` here (and below with `recurse`)."""
         seen: set[int] = set()
-        for mod_name, mod in self.named_modules(prefix):
-            for name, p in mod._parameters.items():
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    yield (f"{mod_name}.{name}" if mod_name else name), p
+        mods = self.named_modules(prefix) if recurse else iter([(prefix, self)])
+        for mod_name, mod in mods:
+            for name, p in getattr(mod, table).items():
+                if p is None or (remove_duplicate and id(p) in seen):
+                    continue
+                seen.add(id(p))
+                yield (f"{mod_name}.{name}" if mod_name else name), p
 
-    def parameters(self) -> list[Parameter]:
-        """Every parameter once, in definition order."""
-        return [p for _, p in self.named_parameters()]
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Parameter]]:
+        """Every trainable parameter once, with its PyTorch name: `("0.weight", p)`.
+
+        Buffers (BatchNorm's running statistics) are not parameters, as in PyTorch.
+        """
+        yield from self._named("_parameters", prefix, recurse, remove_duplicate)
+
+    def parameters(self, recurse: bool = True) -> list[Parameter]:
+        """Every trainable parameter once, in definition order (no buffers).
+
+        `SGD(model.parameters(), lr=0.1)`
+        """
+        return [p for _, p in self.named_parameters(recurse=recurse)]
+
+    def named_buffers(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Buffer]]:
+        """Every buffer once, with its PyTorch name: `("1.running_mean", b)`."""
+        yield from self._named("_buffers", prefix, recurse, remove_duplicate)
+
+    def buffers(self, recurse: bool = True) -> list[Buffer]:
+        """Every buffer once, in definition order. `[b.shape for b in bn.buffers()]`"""
+        return [b for _, b in self.named_buffers(recurse=recurse)]
 
     # --- state -------------------------------------------------------------------------
 
+    def _state_entries(self) -> Iterator[tuple[str, Parameter]]:
+        """What `state_dict()` holds, in PyTorch's order: each module's parameters, then
+        its persistent buffers, then its children's, depth first."""
+        for mod_name, mod in self.named_modules():
+            prefix = f"{mod_name}." if mod_name else ""
+            for name, p in mod._parameters.items():
+                if p is not None:
+                    yield prefix + name, p
+            for name, b in mod._buffers.items():
+                if b is not None and name not in mod._non_persistent_buffers_set:
+                    yield prefix + name, b
+
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Copies of the parameter values by PyTorch name (Linear weight is [out, in])."""
-        return {name: p.data.copy() for name, p in self.named_parameters()}
+        """Copies of the parameter and persistent buffer values by PyTorch name, in
+        PyTorch's order (Linear weight is [out, in])."""
+        return {name: p.data.copy() for name, p in self._state_entries()}
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
-        """Sets parameter values from `state` (NumPy arrays, torch tensors or anything
-        `np.asarray` takes), cast to each parameter's dtype.
+        """Sets parameter and buffer values from `state` (NumPy arrays, torch tensors or
+        anything `np.asarray` takes), cast to each one's dtype.
 
         Every entry is checked (keys when `strict`, shapes, numeric data) before any is
         written: on an error the model is unchanged. `model.load_state_dict(saved)`
         """
-        params = dict(self.named_parameters())
+        params = dict(self._state_entries())
         if strict:
             missing = sorted(set(params) - set(state))
             unexpected = sorted(set(state) - set(params))
@@ -170,8 +255,10 @@ class Module:
         for name, child in new._modules.items():
             object.__setattr__(child, "_parent", new)
             object.__setattr__(child, "_name", name)
-        for name, p in new._parameters.items():
-            p._hint = _hint_of(new, name)
+        for table in (new._parameters, new._buffers):
+            for name, p in table.items():
+                if p is not None:
+                    p._hint = _hint_of(new, name)
         return new
 
     # --- calling -----------------------------------------------------------------------
@@ -197,6 +284,23 @@ class Module:
             for name, child in self.named_children()
         )
         return f"{type(self).__name__}({self.extra_repr()}{inner}{chr(10) if inner else ''})"
+
+
+def _as_buffer(name: str, value: Any) -> Buffer:
+    """`value` as a `Buffer`: itself, or one holding a copy of its host data."""
+    if isinstance(value, Buffer):
+        return value
+    if isinstance(value, Parameter):
+        return Buffer(value.data.copy())
+    if isinstance(value, Tensor):
+        raise error(
+            f"register_buffer: buffer {name!r} needs host data (a NumPy array), not a traced"
+            " Tensor; assign() a traced value to a registered buffer instead"
+        )
+    arr = np.asarray(value.detach().cpu().numpy() if hasattr(value, "detach") else value)
+    if arr.dtype.kind not in "biuf":
+        raise error(f"register_buffer: buffer {name!r} holds {arr.dtype} data, not numbers")
+    return Buffer(arr if arr.dtype.kind == "f" else arr.astype(np.float32))
 
 
 def _hint_of(module: Module, name: str) -> Any:

@@ -24,7 +24,7 @@ from gradfuse.nn import (
     AvgPool2d,
     BatchNorm1d,
     BatchNorm2d,
-    Buffer,
+    Conv1d,
     Conv2d,
     ConvTranspose2d,
     Flatten,
@@ -56,7 +56,7 @@ def run_gradfuse(
     xp = Parameter(x, name="input")
     out = model(xp)
     (out * gradfuse.constant(r)).sum().backward()
-    trained = [p for p in model.parameters() if not isinstance(p, Buffer)]
+    trained = model.parameters()  # not the running statistics: buffers, as in PyTorch
     got: list[np.ndarray] = []
     grads = [xp.grad] + [p.grad for p in trained]
     Receiver(lambda *v: got.extend(v), [out] + grads, name="first")  # type: ignore[operator]
@@ -140,6 +140,30 @@ CASES: dict[str, Case] = {
         lambda: Conv2d(2, 3, 4, padding="same"),
         lambda: torch.nn.Conv2d(2, 3, 4, padding="same"),
         (2, 2, 5, 5),
+    ),
+    "conv1d-k5-pad2": (
+        lambda: Conv1d(3, 4, 5, padding=2),
+        lambda: torch.nn.Conv1d(3, 4, 5, padding=2),
+        (2, 3, 7),
+    ),
+    "conv1d-stride-dilated-groups-nobias": (
+        lambda: Conv1d(4, 6, 3, stride=2, padding=(1,), dilation=2, groups=2, bias=False),
+        lambda: torch.nn.Conv1d(4, 6, 3, stride=2, padding=(1,), dilation=2, groups=2, bias=False),
+        (2, 4, 9),
+    ),
+    "conv1d-same-even-kernel": (
+        lambda: Conv1d(2, 3, 4, padding="same"),
+        lambda: torch.nn.Conv1d(2, 3, 4, padding="same"),
+        (2, 2, 6),
+    ),
+    "conv1d-bn1d-relu": (  # Tacotron's encoder and postnet blocks
+        lambda: Sequential(Conv1d(3, 4, 5, padding=2, bias=False), BatchNorm1d(4), ReLU()),
+        lambda: torch.nn.Sequential(
+            torch.nn.Conv1d(3, 4, 5, padding=2, bias=False),
+            torch.nn.BatchNorm1d(4),
+            torch.nn.ReLU(),
+        ),  # fmt: skip
+        (2, 3, 6),
     ),
     "convT-4x4-stride2": (
         lambda: ConvTranspose2d(4, 3, 4, stride=2, padding=1),
@@ -271,6 +295,7 @@ def test_state_dict_names_and_layouts_are_pytorchs() -> None:
             lambda: torch.nn.ConvTranspose2d(4, 6, 3, groups=2, bias=False),
         ),
         (lambda: BatchNorm2d(5), lambda: torch.nn.BatchNorm2d(5)),
+        (lambda: Conv1d(4, 6, 3, groups=2), lambda: torch.nn.Conv1d(4, 6, 3, groups=2)),
     ]:
         state, want = make().state_dict(), make_torch().state_dict()
         assert list(state) == list(want)
@@ -284,9 +309,10 @@ def test_default_init_is_kaiming_uniform_from_manual_seed() -> None:
     gradfuse.manual_seed(3)
     conv = Conv2d(8, 16, 3, groups=2)
     up = ConvTranspose2d(16, 8, 4, groups=4)
+    seq = Conv1d(8, 16, 5, groups=2)
     gradfuse.manual_seed(3)
     np.testing.assert_array_equal(Conv2d(8, 16, 3, groups=2).weight.data, conv.weight.data)
-    for module, fan_in in [(conv, 4 * 9), (up, 2 * 16)]:
+    for module, fan_in in [(conv, 4 * 9), (up, 2 * 16), (seq, 4 * 5)]:
         bound = 1.0 / np.sqrt(fan_in)
         for p in (module.weight.data, module.bias.data):  # type: ignore[union-attr]
             assert np.abs(p).max() <= bound and np.abs(p).max() > 0.6 * bound
@@ -336,7 +362,32 @@ def test_shape_errors_name_the_module_and_the_users_line() -> None:
         Conv2d(4, 2, 3)(x)
     with pytest.raises(GradfuseError, match="divisible by groups"):
         Conv2d(3, 4, 3, groups=2)
+    seq = Feeder(lambda: np.ones((2, 3, 8), np.float32), shape=[2, 3, 8])
+    with pytest.raises(GradfuseError, match="conv1d: input 2x3x8 has 3 channels, weight") as info:
+        Conv1d(4, 2, 3)(seq)
+    assert "test_conv_layers.py" in str(info.value)
+    with pytest.raises(GradfuseError, match="expected an input \\[N, C, L\\] or \\[C, L\\]"):
+        Conv1d(4, 2, 3)(x)
+    with pytest.raises(GradfuseError, match="Conv1d kernel_size: expected one int"):
+        Conv1d(4, 2, (3, 3))
     with pytest.raises(GradfuseError, match="at most half of kernel_size"):
         MaxPool2d(2, padding=2)(x)
     with pytest.raises(GradfuseError, match="more than 1 value per channel"):
         BatchNorm1d(3)(Feeder(lambda: np.ones((1, 3), np.float32), shape=[1, 3]))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_conv1d_of_an_unbatched_input_matches_pytorch(backend: str) -> None:
+    """F.conv1d on [C, L] as PyTorch takes it; float32 against float32, one 3-tap sum per
+    output, so 1e-6 holds (measured 2e-7)."""
+    import gradfuse.nn.functional as F
+
+    rng = np.random.default_rng(0)
+    x, w = _rand(rng, (3, 6)), _rand(rng, (2, 3, 3))
+    b = _rand(rng, (2,))
+    got: list[np.ndarray] = []
+    y = F.conv1d(gradfuse.constant(x), gradfuse.constant(w), gradfuse.constant(b), padding=1)
+    Receiver(got.append, y)
+    execute(backend=backend)
+    want = torch.nn.functional.conv1d(torch.tensor(x), torch.tensor(w), torch.tensor(b), padding=1)
+    np.testing.assert_allclose(got[0], want.numpy(), rtol=1e-6, atol=1e-6)

@@ -91,12 +91,13 @@ def run(size: int, steps: int, backend: str, dtype: Any, rtol: float) -> None:
         tmodel = tmodel.double()
     model = ex.resnet18(ex.NUM_CLASSES)
     model.load_state_dict(tmodel.state_dict())
-    for p in model.parameters():
+    state = [*model.named_parameters(), *model.named_buffers()]
+    for _, p in state:
         p.data = p.data.astype(dtype)
     _, losses = ex.record(steps, 1, model=model, data=ex.Data(seed=3))
     finals: dict[str, np.ndarray] = {}
-    names = [n for n, _ in model.named_parameters()]
-    Receiver(lambda *v: finals.update(zip(names, v)), model.parameters, name="final")
+    names = [n for n, _ in state]
+    Receiver(lambda *v: finals.update(zip(names, v)), [p for _, p in state], name="final")
     execute(backend=backend)
     want_losses = torch_train(ex, tmodel, ex.Data(seed=3), steps)
     np.testing.assert_allclose(losses, want_losses, rtol=rtol)
@@ -135,7 +136,7 @@ def example_losses(backend: str, dtype: Any, steps: int = 4, noise: float = 0.0)
     ex.Data.images = noisy
     gradfuse.manual_seed(0)
     model = ex.resnet18(ex.NUM_CLASSES)
-    for p in model.parameters():
+    for p in [*model.parameters(), *model.buffers()]:
         p.data = p.data.astype(dtype)
     _, losses = ex.record(steps, 1, model=model, data=ex.Data(seed=0))
     execute(backend=backend)
