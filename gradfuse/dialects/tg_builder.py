@@ -137,6 +137,24 @@ class TgBuilder(ShapeBuilder):
         got = self.emit(S.GatherOp(stack, self._slot_index(stack, counter), 0))
         return self.reshape(got, shape_of(stack)[1:])
 
+    def getitem_step(
+        self, x: SSAValue, keys: tuple, d: int, counter: SSAValue, count: int
+    ) -> SSAValue:
+        """`x[keys]` where `keys[d]` is the step of a loop of `count` steps, whose number
+        `counter` holds: dim d moves first, `take` reads its slot, the other keys apply.
+        `x[:, t]` on [B, T, H] is `take(permute(x, [1, 0, 2]), t)`, [B, H]."""
+        shape = shape_of(x)
+        if any(k is Ellipsis for k in keys[:d]):
+            raise self.fail("x[...]: no ... before a loop step in an index")
+        if d >= len(shape) or shape[d] != count:
+            got = f"{shape[d]} entries" if d < len(shape) else "no entries"
+            raise self.fail(f"x[t]: the loop has {count} steps, but the tensor's dim {d} has {got}")
+        if d:
+            x = self.permute(x, [d, *(i for i in range(len(shape)) if i != d)])
+        out = self.take(x, counter)
+        rest = keys[:d] + keys[d + 1 :]
+        return self.getitem(out, rest) if rest else out
+
     def put(self, stack: SSAValue, counter: SSAValue, value: SSAValue) -> SSAValue:
         """`stack` with `value` added into slot `counter` (a slot written once, from
         zeros, holds `value`): `stack + scatter_add(index of c, value)`."""

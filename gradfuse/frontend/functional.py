@@ -16,11 +16,12 @@ from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, TensorType
 
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import fmt_shape, tensor
+from gradfuse.frontend.dtypes import element_for
 from gradfuse.frontend.id_ranges import check_fed_ids
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import RECORDING as B
 from gradfuse.frontend.recorder import emit, error, program, rng
-from gradfuse.frontend.tensor import Tensor, dims_arg, element_for, new_dim, where
+from gradfuse.frontend.tensor import Tensor, dims_arg, new_dim, where
 
 _REDUCTIONS = ("mean", "sum", "none")
 

@@ -14,8 +14,9 @@ from xdsl.ir import Operation, SSAValue
 
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import tensor
+from gradfuse.frontend.dtypes import element_for
 from gradfuse.frontend.recorder import emit, emit_before, error, insertion_block, program
-from gradfuse.frontend.tensor import Tensor, element_for
+from gradfuse.frontend.tensor import Tensor
 
 
 class Parameter(Tensor):

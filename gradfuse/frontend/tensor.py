@@ -14,40 +14,18 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
-from xdsl.dialects.builtin import Float16Type, Float32Type, Float64Type, IntegerType, TensorType
+from xdsl.dialects.builtin import Float32Type, TensorType
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of, tensor
 from gradfuse.dialects.tg_builder import LN_2, LOG2_E, element_type
+from gradfuse.frontend.dtypes import numpy_dtype
 from gradfuse.frontend.reach import backward_paths
 from gradfuse.frontend.recorder import RECORDING as B
 from gradfuse.frontend.recorder import Step, direction_scope, emit, error, is_visible, program
 
 Scalar = float | int
-_ELEMENTS: dict[str, Attribute] = {
-    "float16": Float16Type(),
-    "float32": Float32Type(),
-    "float64": Float64Type(),
-}
-
-
-def element_for(dtype: object) -> Attribute:
-    """The tg element type of a NumPy dtype (float16/32/64)."""
-    name = np.dtype(dtype).name  # type: ignore[call-overload]
-    if name not in _ELEMENTS:
-        raise error(f"unsupported dtype {name} (float16, float32 or float64)")
-    return _ELEMENTS[name]
-
-
-def numpy_dtype(element: Attribute) -> np.dtype:
-    """The NumPy dtype of a tg element type (`bool` for masks)."""
-    if isinstance(element, IntegerType):
-        return np.dtype(bool) if element.width.data == 1 else np.dtype(f"int{element.width.data}")
-    for name, el in _ELEMENTS.items():
-        if el == element:
-            return np.dtype(name)
-    raise TypeError(f"no NumPy dtype for {element}")
 
 
 def _operand(x: object) -> SSAValue | Scalar:
@@ -374,25 +352,11 @@ class Tensor:
         at = [d for d, k in enumerate(keys) if isinstance(k, Step)]
         if not at:
             return Tensor(B.getitem(self.value, key))
-        return self._step_item(keys, at)
-
-    def _step_item(self, keys: tuple, at: list[int]) -> Tensor:
-        """`x[t]`, `x[:, t]`: step t of a `scan`/`steps` loop along that dim."""
-        if len(at) > 1 or any(k is Ellipsis for k in keys[: at[0]]):
-            raise error("x[...]: index with one loop step, with no ... before it")
-        d, step = at[0], keys[at[0]]
+        if len(at) > 1:
+            raise error("x[...]: index with one loop step at most")
+        step = keys[at[0]]
         assert isinstance(step, Step)
-        x = self.value
-        if d >= len(self.shape) or self.shape[d] != step.count:
-            raise error(
-                f"x[t]: the loop has {step.count} steps, but the tensor's dim {d} has"
-                f" {self.shape[d] if d < len(self.shape) else 'no'} entries"
-            )
-        if d:
-            x = B.permute(x, [d, *(i for i in range(len(self.shape)) if i != d)])
-        out = B.take(x, step.counter)
-        rest = keys[:d] + keys[d + 1 :]
-        return Tensor(B.getitem(out, rest) if rest else out)
+        return Tensor(B.getitem_step(self.value, keys, at[0], step.counter, step.count))
 
     # --- autodiff -------------------------------------------------------------------------
 

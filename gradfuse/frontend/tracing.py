@@ -19,6 +19,7 @@ from xdsl.ir import Block
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import tensor
+from gradfuse.frontend.dtypes import element_for
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import (
     Program,
@@ -31,7 +32,7 @@ from gradfuse.frontend.recorder import (
     new_program,
     program,
 )
-from gradfuse.frontend.tensor import Tensor, element_for
+from gradfuse.frontend.tensor import Tensor
 
 
 def reset() -> None:

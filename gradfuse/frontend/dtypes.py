@@ -1,0 +1,33 @@
+"""NumPy dtypes and tg element types: `element_for(np.float32)` is `f32`."""
+
+from __future__ import annotations
+
+import numpy as np
+from xdsl.dialects.builtin import Float16Type, Float32Type, Float64Type, IntegerType
+from xdsl.ir import Attribute
+
+from gradfuse.frontend.recorder import error
+
+_ELEMENTS: dict[str, Attribute] = {
+    "float16": Float16Type(),
+    "float32": Float32Type(),
+    "float64": Float64Type(),
+}
+
+
+def element_for(dtype: object) -> Attribute:
+    """The tg element type of a NumPy dtype (float16/32/64)."""
+    name = np.dtype(dtype).name  # type: ignore[call-overload]
+    if name not in _ELEMENTS:
+        raise error(f"unsupported dtype {name} (float16, float32 or float64)")
+    return _ELEMENTS[name]
+
+
+def numpy_dtype(element: Attribute) -> np.dtype:
+    """The NumPy dtype of a tg element type (`bool` for masks)."""
+    if isinstance(element, IntegerType):
+        return np.dtype(bool) if element.width.data == 1 else np.dtype(f"int{element.width.data}")
+    for name, el in _ELEMENTS.items():
+        if el == element:
+            return np.dtype(name)
+    raise TypeError(f"no NumPy dtype for {element}")
