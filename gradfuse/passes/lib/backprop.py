@@ -22,8 +22,8 @@ per iteration:
 
 What the reverse body reads of forward iteration t is stacked when the forward body
 computed it with real work (a `tg.dot`, an `exp2`, ...); views, constants, casts,
-masks, param reads and inner loops are recomputed there from the stacked carried
-values. When a loop's stacks would pass `stack_limit` bytes, only the carried values
+masks, param reads, gathers and inner loops are recomputed there from the stacked
+carried values. When a loop's stacks would pass `stack_limit` bytes, only the carried values
 are stacked and the whole body is recomputed (a checkpoint every iteration).
 """
 
@@ -54,9 +54,11 @@ RECOMPUTED = (
     tg.BroadcastOp,
     tg.SliceOp,
     tg.CastOp,
+    tg.GatherOp,
     tg.ForOp,
 )
-"""Forward ops the reverse loop recomputes instead of reading from a stack."""
+"""Forward ops the reverse loop recomputes instead of reading from a stack: views,
+reads (a gather reads as much as a stack slot would) and inner loops."""
 
 HOST_EFFECTS = (tg.FeederOp, tg.ReceiverOp, tg.AssignOp, tg.GradOp)
 DEFAULT_STACK_LIMIT = 1 << 30
