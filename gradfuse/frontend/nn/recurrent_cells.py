@@ -7,7 +7,7 @@ U(-1/sqrt(hidden), 1/sqrt(hidden)); gates i, f, g, o (LSTM) and r, z, n (GRU):
 
     cell = LSTMCell(10, 20)
     h, c = cell(x, (h, c))                      # x: [N, 10] (or [10]), h, c: [N, 20]
-    h, hs = gradfuse.scan(lambda h, x: ((h2 := rnn_cell(x, h)), h2), h0, xs)  # one tg.for
+    h, hs = gradfuse.scan(lambda h, x: (gru_cell(x, h),) * 2, h0, xs)  # one tg.for
 
 A step adds the recurrent matmul to `gi`, the input's projection (`x @ W_ih.T + b_ih`,
 computed by the layers for all time steps at once, before the loop):
