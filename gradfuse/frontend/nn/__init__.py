@@ -23,6 +23,8 @@ from gradfuse.frontend.nn.loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLo
 from gradfuse.frontend.nn.module import Module
 from gradfuse.frontend.nn.normalization import LayerNorm
 from gradfuse.frontend.nn.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
+from gradfuse.frontend.nn.recurrent import GRU, LSTM, RNN
+from gradfuse.frontend.nn.recurrent_cells import GRUCell, LSTMCell, RNNCell
 from gradfuse.frontend.nn.sparse import Embedding
 from gradfuse.frontend.nn.transformer import (
     MultiheadAttention,
@@ -37,6 +39,7 @@ __all__ = [
     "Sigmoid", "ReLU", "LeakyReLU", "Tanh", "Softmax", "LogSoftmax", "GELU", "Dropout",
     "LayerNorm", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d", "ConvTranspose2d", "MaxPool2d",
     "AvgPool2d", "AdaptiveAvgPool2d", "Embedding", "MultiheadAttention",
-    "TransformerEncoderLayer", "TransformerEncoder", "MSELoss", "CrossEntropyLoss", "BCELoss",
-    "BCEWithLogitsLoss", "Optimizer", "SGD", "Adam", "AdamW", "functional", "utils",
+    "TransformerEncoderLayer", "TransformerEncoder", "RNN", "GRU", "LSTM", "RNNCell", "GRUCell",
+    "LSTMCell", "MSELoss", "CrossEntropyLoss", "BCELoss", "BCEWithLogitsLoss", "Optimizer",
+    "SGD", "Adam", "AdamW", "functional", "utils",
 ]  # fmt: skip

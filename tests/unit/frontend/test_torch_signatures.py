@@ -4,6 +4,7 @@ order; values gradfuse cannot honour are one clear error."""
 from __future__ import annotations
 
 import inspect
+import typing
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,13 @@ def torch_class(torch: Any, name: str) -> Any:
 
 
 def parameters(cls: Any) -> list[inspect.Parameter]:
-    return list(inspect.signature(cls.__init__).parameters.values())[1:]  # no self
+    """The parameters of `cls.__init__` after self; for an `__init__(*args, **kwargs)` with
+    `@overload`s (torch's RNN, GRU, LSTM), those of its first, explicit overload."""
+    init = cls.__init__
+    overloads = [o for o in typing.get_overloads(init) if o is not init]
+    if overloads and "args" in inspect.signature(init).parameters:
+        init = overloads[0]
+    return list(inspect.signature(init).parameters.values())[1:]
 
 
 def shown(p: inspect.Parameter) -> tuple[str, Any]:
