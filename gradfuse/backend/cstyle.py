@@ -35,11 +35,23 @@ BINARY = {
     arith.AndIOp: "&", arith.OrIOp: "|", arith.XOrIOp: "^", arith.DivSIOp: "/",
 }  # fmt: skip
 UNSIGNED = {arith.DivUIOp: "/", arith.RemUIOp: "%", arith.ShRUIOp: ">>"}
-CMP = {
-    "oeq": "==", "ogt": ">", "oge": ">=", "olt": "<", "ole": "<=", "one": "!=", "ueq": "==",
-    "ugt": ">", "uge": ">=", "ult": "<", "ule": "<=", "une": "!=", "eq": "==", "ne": "!=",
-    "slt": "<", "sle": "<=", "sgt": ">", "sge": ">=",
-}  # fmt: skip
+CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+"""C's comparison per `comparison` of an `arith.cmpf` / `arith.cmpi`."""
+
+
+def comparison(op: arith.CmpfOp | arith.CmpiOp) -> str:
+    """The predicate of a comparison without its ordered, unordered or signed prefix:
+    `arith.cmpf olt` -> `lt`, `arith.cmpi sge` -> `ge`, `arith.cmpi eq` -> `eq`."""
+    names = (
+        arith.CMPF_COMPARISON_OPERATIONS
+        if isinstance(op, arith.CmpfOp)
+        else arith.CMPI_COMPARISON_OPERATIONS
+    )
+    return names[op.predicate.value.data][-2:]
+
+
+SPECIAL = {float("inf"): "INFINITY", float("-inf"): "-INFINITY"}
+"""C's names of the float constants that have no literal (and NAN, for v != v)."""
 CASTS = (
     arith.UIToFPOp,
     arith.SIToFPOp,
@@ -219,15 +231,7 @@ class Renderer:
             value = op.value
             if isinstance(value, FloatAttr):
                 v = value.value.data
-                lit = (
-                    "INFINITY"
-                    if v == float("inf")
-                    else "-INFINITY"
-                    if v == float("-inf")
-                    else "NAN"
-                    if v != v
-                    else repr(float(v))
-                )
+                lit = "NAN" if v != v else SPECIAL.get(v, repr(float(v)))
                 text = f"{lit}f" if ctype(op.result.type) == "float" and lit[-1].isdigit() else lit
             else:
                 text = str(value.value.data)  # type: ignore[attr-defined]
@@ -248,12 +252,7 @@ class Renderer:
         elif isinstance(op, arith.NegfOp):
             self.emit(f"{decl}-{a[0]};", depth)
         elif isinstance(op, arith.CmpfOp | arith.CmpiOp):
-            names = (
-                arith.CMPF_COMPARISON_OPERATIONS
-                if isinstance(op, arith.CmpfOp)
-                else arith.CMPI_COMPARISON_OPERATIONS
-            )
-            self.emit(f"{decl}{a[0]} {CMP[names[op.predicate.value.data]]} {a[1]};", depth)
+            self.emit(f"{decl}{a[0]} {CMP[comparison(op)]} {a[1]};", depth)
         elif isinstance(op, arith.SelectOp):
             self.emit(f"{decl}{a[0]} ? {a[1]} : {a[2]};", depth)
         elif isinstance(op, CASTS):
