@@ -250,6 +250,19 @@ def impls_for(ops: Iterable[type[Operation]], run: Callable[..., Any]) -> type:
     return type("TableImpls", (), {f"run_{op.name}": impl(op)(run) for op in ops})
 
 
+def in_iteration(err: GradfuseError, loop: Operation, iteration: int, index: int) -> GradfuseError:
+    """`err` again, saying in which iteration of which (nested) `tg.for` it happened:
+    `... (in iteration 3 (i = 3) of the tg.for at model.tg:12:5)`."""
+    base: str = getattr(err, "tg_base_message", err.message)
+    pos = position_of(loop.location)
+    here = f"iteration {iteration} (i = {index}) of the tg.for" + (f" at {pos}" if pos else "")
+    loops: list[str] = [here, *getattr(err, "tg_loops", [])]
+    new = GradfuseError(f"{base} (in {', '.join(loops)})", err.position)
+    new.tg_base_message = base  # type: ignore[attr-defined]
+    new.tg_loops = loops  # type: ignore[attr-defined]
+    return new
+
+
 def shape_str(shape: tuple[int, ...]) -> str:
     """`(2, 255)`: a shape as NumPy writes it."""
     return str(tuple(int(d) for d in shape))
@@ -259,18 +272,18 @@ def shape_str(shape: tuple[int, ...]) -> str:
 class RunState:
     """Everything one run shares across ops."""
 
-    dtype: type
     param_types: dict[str, TensorType]
-    param_inits: dict[str, Attribute]
     feeders: dict[str, Any]
     receivers: dict[str, Callable[..., None]]
+    check_finite: bool = False
+    """Stop at the first NaN or infinity a feeder returns or a param holds after an
+    iteration of the outermost loop (`execute(check_finite=True)`)."""
+    dtype: type = np.float32
+    param_inits: dict[str, Attribute] = field(default_factory=dict)
     params: dict[str, np.ndarray] = field(default_factory=dict)
     received: dict[str, list[list[np.ndarray]]] = field(default_factory=dict)
     feeder_calls: dict[str, int] = field(default_factory=dict)
     loop_depth: int = 0
-    check_finite: bool = False
-    """Stop at the first NaN or infinity a feeder returns or a param holds after an
-    iteration of the outermost loop (`execute(check_finite=True)`)."""
     window: tuple[int, int] | None = None
     """Profiling (reference backend): time the ops of the outermost loop's iterations
     [first, last) into `events` (-1: the ops outside loops)."""

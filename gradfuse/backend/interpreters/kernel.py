@@ -63,8 +63,7 @@ def run_kernels(
     types = {
         op.key.data: tensor_of(op.result.type) for op in fn.walk() if isinstance(op, K.ParamOp)
     }
-    state = RunState(np.float32, types, {}, dict(feeders or {}), dict(receivers or {}))
-    state.check_finite = check_finite
+    state = RunState(types, dict(feeders or {}), dict(receivers or {}), check_finite)
     for key, value in (params or {}).items():
         state.params[key] = state.check_param_value(key, value)
     machine = _Machine(state)
