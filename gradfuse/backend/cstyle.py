@@ -24,7 +24,7 @@ from xdsl.dialects.builtin import (
     MemRefType,
     ModuleOp,
 )
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects.tg_elementwise import C_FUNCTIONS
@@ -298,12 +298,16 @@ class Renderer:
         i = self.name(iv)
         lo, hi, st = self.name(op.lb), self.name(op.ub), self.name(op.step)
         self.emit(f"for (long {i} = {lo}; {i} < {hi}; {i} += {st}) {{", depth)
-        self.block(body.ops, depth + 1)
-        y = body.last_op
+        self.body(op, body, depth + 1)
+        self.emit("}", depth)
+
+    def body(self, op: scf.ForOp | scf.IfOp, block: Block, depth: int) -> None:
+        """A loop's or branch's ops, then its `scf.yield` as assignments to `op`'s results."""
+        self.block(block.ops, depth)
+        y = block.last_op
         if isinstance(y, scf.YieldOp):
             for res, v in zip(op.results, y.operands):
-                self.emit(f"{self.name(res)} = {self.name(v)};", depth + 1)
-        self.emit("}", depth)
+                self.emit(f"{self.name(res)} = {self.name(v)};", depth)
 
     def branch(self, op: scf.IfOp, depth: int) -> None:
         for res in op.results:
@@ -312,11 +316,7 @@ class Renderer:
             if not region.blocks:
                 continue
             self.emit(f"if ({self.name(op.cond)}) {{" if k == 0 else "else {", depth)
-            self.block(region.block.ops, depth + 1)
-            y = region.block.last_op
-            if isinstance(y, scf.YieldOp):
-                for res, v in zip(op.results, y.operands):
-                    self.emit(f"{self.name(res)} = {self.name(v)};", depth + 1)
+            self.body(op, region.block, depth + 1)
             self.emit("}", depth)
 
 
