@@ -195,15 +195,20 @@ class Renderer:
     def kernel(self, fn: gpu.FuncOp) -> str:
         self.names, self.lines = {}, []
         block = fn.body.block
-        params = ", ".join(
-            f"{self.t.buffer_type.format(t=element_ctype(a.type.element_type))} {self.name(a)}"  # type: ignore[attr-defined]
-            for a in block.args
-        )
-        head = f"{self.t.kernel_prefix} {fn.sym_name.data}({params}{self.t.extra_params}) {{\n"
+        head = self.head(fn)
         self.block(block.ops, 2)
         return (
             head + self.t.loop_open(fn) + "\n".join(self.lines) + "\n" + self.t.loop_close + "}\n"
         )
+
+    def head(self, fn: gpu.FuncOp) -> str:
+        """The kernel's signature, naming its buffers: `static void k0(float* __restrict__
+        v0, ..., long grid, long block) {`."""
+        params = ", ".join(
+            f"{self.t.buffer_type.format(t=element_ctype(a.type.element_type))} {self.name(a)}"  # type: ignore[attr-defined]
+            for a in fn.body.block.args
+        )
+        return f"{self.t.kernel_prefix} {fn.sym_name.data}({params}{self.t.extra_params}) {{\n"
 
     def block(self, ops: Iterable[Operation], depth: int) -> None:
         for op in ops:
