@@ -250,19 +250,6 @@ def impls_for(ops: Iterable[type[Operation]], run: Callable[..., Any]) -> type:
     return type("TableImpls", (), {f"run_{op.name}": impl(op)(run) for op in ops})
 
 
-def in_iteration(err: GradfuseError, loop: Operation, iteration: int, index: int) -> GradfuseError:
-    """`err` again, saying in which iteration of which (nested) `tg.for` it happened:
-    `... (in iteration 3 (i = 3) of the tg.for at model.tg:12:5)`."""
-    base: str = getattr(err, "tg_base_message", err.message)
-    pos = position_of(loop.location)
-    here = f"iteration {iteration} (i = {index}) of the tg.for" + (f" at {pos}" if pos else "")
-    loops: list[str] = [here, *getattr(err, "tg_loops", [])]
-    new = GradfuseError(f"{base} (in {', '.join(loops)})", err.position)
-    new.tg_base_message = base  # type: ignore[attr-defined]
-    new.tg_loops = loops  # type: ignore[attr-defined]
-    return new
-
-
 def shape_str(shape: tuple[int, ...]) -> str:
     """`(2, 255)`: a shape as NumPy writes it."""
     return str(tuple(int(d) for d in shape))

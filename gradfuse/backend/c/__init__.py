@@ -33,7 +33,7 @@ from gradfuse.backend.c.host import (
     split_units,
 )
 from gradfuse.backend.c.profile import EVENT, capacity, read_events
-from gradfuse.backend.run_control import interrupted, sigint_flag
+from gradfuse.backend.run_control import in_iteration, interrupted, sigint_flag
 from gradfuse.backend.runner import (
     RunResult,
     RunState,
@@ -42,7 +42,6 @@ from gradfuse.backend.runner import (
     check_window,
     dtype_of,
     entry_function,
-    in_iteration,
     tensor_of,
 )
 from gradfuse.diagnostics import GradfuseError, position_of

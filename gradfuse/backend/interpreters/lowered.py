@@ -34,6 +34,7 @@ from gradfuse.backend.interpreters.lowered_ops import (
     LoweredState,
     ScalarFunctions,
 )
+from gradfuse.backend.run_control import in_iteration
 from gradfuse.backend.runner import (
     Feeder,
     NamingInterpreter,
@@ -43,7 +44,6 @@ from gradfuse.backend.runner import (
     cannot_profile,
     dtype_of,
     entry_function,
-    in_iteration,
     tensor_of,
 )
 from gradfuse.diagnostics import GradfuseError, position_of

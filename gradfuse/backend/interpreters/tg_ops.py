@@ -28,13 +28,13 @@ from xdsl.interpreter import (
 from xdsl.ir import Operation
 
 from gradfuse.affine import eval_grid, eval_guard
+from gradfuse.backend.run_control import in_iteration
 from gradfuse.backend.runner import (
     Event,
     RunState,
     attr_array,
     dtype_of,
     impls_for,
-    in_iteration,
     shape_str,
 )
 from gradfuse.diagnostics import GradfuseError, position_of
