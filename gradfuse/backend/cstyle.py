@@ -24,7 +24,7 @@ from xdsl.dialects.builtin import (
     MemRefType,
     ModuleOp,
 )
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects.tg_elementwise import C_FUNCTIONS
@@ -35,11 +35,23 @@ BINARY = {
     arith.AndIOp: "&", arith.OrIOp: "|", arith.XOrIOp: "^", arith.DivSIOp: "/",
 }  # fmt: skip
 UNSIGNED = {arith.DivUIOp: "/", arith.RemUIOp: "%", arith.ShRUIOp: ">>"}
-CMP = {
-    "oeq": "==", "ogt": ">", "oge": ">=", "olt": "<", "ole": "<=", "one": "!=", "ueq": "==",
-    "ugt": ">", "uge": ">=", "ult": "<", "ule": "<=", "une": "!=", "eq": "==", "ne": "!=",
-    "slt": "<", "sle": "<=", "sgt": ">", "sge": ">=",
-}  # fmt: skip
+CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+"""C's comparison per `comparison` of an `arith.cmpf` / `arith.cmpi`."""
+
+
+def comparison(op: arith.CmpfOp | arith.CmpiOp) -> str:
+    """The predicate of a comparison without its ordered, unordered or signed prefix:
+    `arith.cmpf olt` -> `lt`, `arith.cmpi sge` -> `ge`, `arith.cmpi eq` -> `eq`."""
+    names = (
+        arith.CMPF_COMPARISON_OPERATIONS
+        if isinstance(op, arith.CmpfOp)
+        else arith.CMPI_COMPARISON_OPERATIONS
+    )
+    return names[op.predicate.value.data][-2:]
+
+
+SPECIAL = {float("inf"): "INFINITY", float("-inf"): "-INFINITY"}
+"""C's names of the float constants that have no literal (and NAN, for v != v)."""
 CASTS = (
     arith.UIToFPOp,
     arith.SIToFPOp,
@@ -183,15 +195,20 @@ class Renderer:
     def kernel(self, fn: gpu.FuncOp) -> str:
         self.names, self.lines = {}, []
         block = fn.body.block
-        params = ", ".join(
-            f"{self.t.buffer_type.format(t=element_ctype(a.type.element_type))} {self.name(a)}"  # type: ignore[attr-defined]
-            for a in block.args
-        )
-        head = f"{self.t.kernel_prefix} {fn.sym_name.data}({params}{self.t.extra_params}) {{\n"
+        head = self.head(fn)
         self.block(block.ops, 2)
         return (
             head + self.t.loop_open(fn) + "\n".join(self.lines) + "\n" + self.t.loop_close + "}\n"
         )
+
+    def head(self, fn: gpu.FuncOp) -> str:
+        """The kernel's signature, naming its buffers: `static void k0(float* __restrict__
+        v0, ..., long grid, long block) {`."""
+        params = ", ".join(
+            f"{self.t.buffer_type.format(t=element_ctype(a.type.element_type))} {self.name(a)}"  # type: ignore[attr-defined]
+            for a in fn.body.block.args
+        )
+        return f"{self.t.kernel_prefix} {fn.sym_name.data}({params}{self.t.extra_params}) {{\n"
 
     def block(self, ops: Iterable[Operation], depth: int) -> None:
         for op in ops:
@@ -219,15 +236,7 @@ class Renderer:
             value = op.value
             if isinstance(value, FloatAttr):
                 v = value.value.data
-                lit = (
-                    "INFINITY"
-                    if v == float("inf")
-                    else "-INFINITY"
-                    if v == float("-inf")
-                    else "NAN"
-                    if v != v
-                    else repr(float(v))
-                )
+                lit = "NAN" if v != v else SPECIAL.get(v, repr(float(v)))
                 text = f"{lit}f" if ctype(op.result.type) == "float" and lit[-1].isdigit() else lit
             else:
                 text = str(value.value.data)  # type: ignore[attr-defined]
@@ -248,12 +257,7 @@ class Renderer:
         elif isinstance(op, arith.NegfOp):
             self.emit(f"{decl}-{a[0]};", depth)
         elif isinstance(op, arith.CmpfOp | arith.CmpiOp):
-            names = (
-                arith.CMPF_COMPARISON_OPERATIONS
-                if isinstance(op, arith.CmpfOp)
-                else arith.CMPI_COMPARISON_OPERATIONS
-            )
-            self.emit(f"{decl}{a[0]} {CMP[names[op.predicate.value.data]]} {a[1]};", depth)
+            self.emit(f"{decl}{a[0]} {CMP[comparison(op)]} {a[1]};", depth)
         elif isinstance(op, arith.SelectOp):
             self.emit(f"{decl}{a[0]} ? {a[1]} : {a[2]};", depth)
         elif isinstance(op, CASTS):
@@ -299,12 +303,16 @@ class Renderer:
         i = self.name(iv)
         lo, hi, st = self.name(op.lb), self.name(op.ub), self.name(op.step)
         self.emit(f"for (long {i} = {lo}; {i} < {hi}; {i} += {st}) {{", depth)
-        self.block(body.ops, depth + 1)
-        y = body.last_op
+        self.body(op, body, depth + 1)
+        self.emit("}", depth)
+
+    def body(self, op: scf.ForOp | scf.IfOp, block: Block, depth: int) -> None:
+        """A loop's or branch's ops, then its `scf.yield` as assignments to `op`'s results."""
+        self.block(block.ops, depth)
+        y = block.last_op
         if isinstance(y, scf.YieldOp):
             for res, v in zip(op.results, y.operands):
-                self.emit(f"{self.name(res)} = {self.name(v)};", depth + 1)
-        self.emit("}", depth)
+                self.emit(f"{self.name(res)} = {self.name(v)};", depth)
 
     def branch(self, op: scf.IfOp, depth: int) -> None:
         for res in op.results:
@@ -313,11 +321,7 @@ class Renderer:
             if not region.blocks:
                 continue
             self.emit(f"if ({self.name(op.cond)}) {{" if k == 0 else "else {", depth)
-            self.block(region.block.ops, depth + 1)
-            y = region.block.last_op
-            if isinstance(y, scf.YieldOp):
-                for res, v in zip(op.results, y.operands):
-                    self.emit(f"{self.name(res)} = {self.name(v)};", depth + 1)
+            self.body(op, region.block, depth + 1)
             self.emit("}", depth)
 
 

@@ -20,8 +20,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+from xdsl.ir import Operation
 
-from gradfuse.diagnostics import GradfuseError, Position
+from gradfuse.diagnostics import GradfuseError, Position, position_of
 
 
 def interrupted(
@@ -84,3 +85,16 @@ def sigint_flag(install: Callable[[], Any], remove: Callable[[], bool]) -> Itera
 __all__ = [
     "interrupted", "first_non_finite", "check_params_finite", "check_fed_finite", "sigint_flag",
 ]  # fmt: skip
+
+
+def in_iteration(err: GradfuseError, loop: Operation, iteration: int, index: int) -> GradfuseError:
+    """`err` again, saying in which iteration of which (nested) `tg.for` it happened:
+    `... (in iteration 3 (i = 3) of the tg.for at model.tg:12:5)`."""
+    base: str = getattr(err, "tg_base_message", err.message)
+    pos = position_of(loop.location)
+    here = f"iteration {iteration} (i = {index}) of the tg.for" + (f" at {pos}" if pos else "")
+    loops: list[str] = [here, *getattr(err, "tg_loops", [])]
+    new = GradfuseError(f"{base} (in {', '.join(loops)})", err.position)
+    new.tg_base_message = base  # type: ignore[attr-defined]
+    new.tg_loops = loops  # type: ignore[attr-defined]
+    return new

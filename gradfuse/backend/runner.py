@@ -259,18 +259,18 @@ def shape_str(shape: tuple[int, ...]) -> str:
 class RunState:
     """Everything one run shares across ops."""
 
-    dtype: type
     param_types: dict[str, TensorType]
-    param_inits: dict[str, Attribute]
     feeders: dict[str, Any]
     receivers: dict[str, Callable[..., None]]
+    check_finite: bool = False
+    """Stop at the first NaN or infinity a feeder returns or a param holds after an
+    iteration of the outermost loop (`execute(check_finite=True)`)."""
+    dtype: type = np.float32
+    param_inits: dict[str, Attribute] = field(default_factory=dict)
     params: dict[str, np.ndarray] = field(default_factory=dict)
     received: dict[str, list[list[np.ndarray]]] = field(default_factory=dict)
     feeder_calls: dict[str, int] = field(default_factory=dict)
     loop_depth: int = 0
-    check_finite: bool = False
-    """Stop at the first NaN or infinity a feeder returns or a param holds after an
-    iteration of the outermost loop (`execute(check_finite=True)`)."""
     window: tuple[int, int] | None = None
     """Profiling (reference backend): time the ops of the outermost loop's iterations
     [first, last) into `events` (-1: the ops outside loops)."""

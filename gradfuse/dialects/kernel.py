@@ -135,25 +135,19 @@ class KernelOp(IRDLOperation):
         want = [IndexType()] * len(dims) + [b.type for b in self.buffers]
         if [a.type for a in args] != want:
             raise fail(self, "body arguments must be one index per domain dim, then the buffers")
-        reduced = self.num_parallel < len(dims)
-        ops = list(self.body.block.ops)
-        reduces = [i for i, op in enumerate(ops) if isinstance(op, ReduceOp)]
-        if reduced != bool(reduces):
+        prologue, reduces, epilogue = self.phases()
+        if (self.num_parallel < len(dims)) != bool(reduces):
             raise fail(self, "a kernel has kernel.reduce ops exactly when it has reduction dims")
-        split = reduces[-1] + 1 if reduces else 0
-        prologue = set(ops[: reduces[0]] if reduces else [])
-        for i, op in enumerate(ops):
-            if reduces and reduces[0] <= i < split and not isinstance(op, ReduceOp):
-                raise fail(
-                    self, "kernel.reduce ops must stand together between prologue and epilogue"
-                )
-            epilogue = i >= split
-            if isinstance(op, LoadOp | StoreOp | GatherOp | ScatterAddOp | RandomOp):
-                rank = self.num_parallel if epilogue else len(dims)
-                if op.map.data.num_dims != rank:
-                    raise fail(op, f"access map {op.map.data} must take {rank} dims here")
-            if epilogue and any(o.owner in prologue for o in op.operands):
-                raise fail(op, "an epilogue op may only use reductions, not prologue values")
+        if len(prologue) + len(reduces) + len(epilogue) != len(self.body.block.ops):
+            raise fail(self, "kernel.reduce ops must stand together between prologue and epilogue")
+        before = set(prologue)
+        for ops, rank in ((prologue, len(dims)), (epilogue, self.num_parallel)):
+            for op in ops:
+                if isinstance(op, LoadOp | StoreOp | GatherOp | ScatterAddOp | RandomOp):
+                    if op.map.data.num_dims != rank:
+                        raise fail(op, f"access map {op.map.data} must take {rank} dims here")
+                if ops is epilogue and any(o.owner in before for o in op.operands):
+                    raise fail(op, "an epilogue op may only use reductions, not prologue values")
 
 
 @irdl_op_definition

@@ -33,7 +33,7 @@ from gradfuse.backend.c.host import (
     split_units,
 )
 from gradfuse.backend.c.profile import EVENT, capacity, read_events
-from gradfuse.backend.run_control import interrupted, sigint_flag
+from gradfuse.backend.run_control import in_iteration, interrupted, sigint_flag
 from gradfuse.backend.runner import (
     RunResult,
     RunState,
@@ -149,8 +149,7 @@ class CProgram:
             )
         keys = [callback_key(g) or g.sym_name.data for g in self.globals]
         types = {k: tensor_of(g.type) for k, g in zip(keys, self.globals)}  # type: ignore[arg-type]
-        state = RunState(np.float32, types, {}, dict(feeders or {}), dict(receivers or {}))
-        state.check_finite = check_finite
+        state = RunState(types, dict(feeders or {}), dict(receivers or {}), check_finite)
         given = params or {}
         values: list[np.ndarray] = []
         for key, g in zip(keys, self.globals):
@@ -168,42 +167,40 @@ class CProgram:
         failure: list[BaseException] = []
         ext = self.calls
 
-        def feed(index: int, ptr: int) -> int:
-            op = ext[index]
-            try:
-                ty = op.arguments[0].type
-                target = _array_at(ptr, ty)  # type: ignore[arg-type]
-                target[...] = state.feed(callback_key(op), tensor_of(ty), position_of(op.location))  # type: ignore[arg-type]
-                return 0
-            except BaseException as err:  # noqa: BLE001 (handed back to Python after C returns)
-                failure.append(err)
-                return 1
+        def guarded(callback: Callable[..., None]) -> Callable[..., int]:
+            """`callback` for C: 0 when it returns, 1 when it raises (the error kept)."""
 
-        def receive(index: int, ptrs: Any, n: int) -> int:
+            def call(*args: Any) -> int:
+                try:
+                    callback(*args)
+                    return 0
+                except BaseException as err:  # noqa: BLE001 (handed back to Python after C returns)
+                    failure.append(err)
+                    return 1
+
+            return call
+
+        def feed(index: int, ptr: int) -> None:
             op = ext[index]
-            try:
-                tys = [a.type for a in op.arguments]
-                got = tuple(np.array(_array_at(ptrs[i], tys[i])) for i in range(n))  # type: ignore[arg-type]
-                state.receive(callback_key(op), got, position_of(op.location))
-                return 0
-            except BaseException as err:  # noqa: BLE001
-                failure.append(err)
-                return 1
+            ty = op.arguments[0].type
+            target = _array_at(ptr, ty)  # type: ignore[arg-type]
+            target[...] = state.feed(callback_key(op), tensor_of(ty), position_of(op.location))  # type: ignore[arg-type]
+
+        def receive(index: int, ptrs: Any, n: int) -> None:
+            op = ext[index]
+            tys = [a.type for a in op.arguments]
+            got = tuple(np.array(_array_at(ptrs[i], tys[i])) for i in range(n))  # type: ignore[arg-type]
+            state.receive(callback_key(op), got, position_of(op.location))
 
         last = [v.copy() for v in values] if check_finite else []  # the last finite params
 
-        def check(iteration: int) -> int:
-            try:
-                state.after_iteration(dict(zip(keys, values)))
-                for kept, v in zip(last, values):
-                    kept[...] = v
-                return 0
-            except BaseException as err:  # noqa: BLE001
-                failure.append(err)
-                return 1
+        def check(iteration: int) -> None:
+            state.after_iteration(dict(zip(keys, values)))
+            for kept, v in zip(last, values):
+                kept[...] = v
 
-        feed_cb, receive_cb = FEED(feed), RECEIVE(receive)
-        check_cb = CHECK(check) if check_finite else CHECK()
+        feed_cb, receive_cb = FEED(guarded(feed)), RECEIVE(guarded(receive))
+        check_cb = CHECK(guarded(check)) if check_finite else CHECK()
         n_results = len(self.main.function_type.outputs.data)
         saved = {k: np.empty_like(values[k]) for ks in self.saved.values() for k in ks}
         ctx = Context(
@@ -254,10 +251,7 @@ class CProgram:
             if not isinstance(err, GradfuseError):
                 err = GradfuseError(f"{type(err).__name__}: {err}")
             if ctx.iteration >= 0:
-                pos = position_of(self.loops[ctx.loop].location)
-                here = f" at {pos}" if pos else ""
-                where = f"(in iteration {ctx.iteration} (i = {ctx.index}) of the tg.for{here})"
-                err = GradfuseError(f"{err.message} {where}", err.position)
+                err = in_iteration(err, self.loops[ctx.loop], ctx.iteration, ctx.index)
             err.params = {k: v.copy() for k, v in final.items()}  # type: ignore[attr-defined]
             err.received = state.received  # type: ignore[attr-defined]
             raise err

@@ -28,14 +28,15 @@ Kernels whose structure is not this one are rendered thread by thread, as before
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from xdsl.dialects import arith, gpu, memref, scf
-from xdsl.dialects.builtin import IntegerAttr
 from xdsl.ir import Block, Operation, SSAValue
 
 from gradfuse.backend.c import pack, pack_render
 from gradfuse.backend.c.lanes import LANES, LaneRenderer, lane_values
-from gradfuse.backend.cstyle import CTarget, Renderer, ctype, element_ctype
+from gradfuse.backend.c.nest import constant
+from gradfuse.backend.cstyle import CTarget, Renderer, ctype
 
 
 @dataclass
@@ -52,11 +53,17 @@ class Segment:
     skip: set[Operation] = field(default_factory=set)  # ops the loops replace
 
 
-def _constant(v: SSAValue) -> int | None:
-    op = v.owner
-    if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
-        return op.value.value.data
-    return None
+def _find(ops: list[Operation], kind: type, lhs: SSAValue, size: int | None = None) -> Any:
+    """The first op of `ops` of class `kind` (a `divui`, `remui`) on `lhs`, and by the
+    constant `size` when given; else None."""
+    return next(
+        (
+            o
+            for o in ops
+            if isinstance(o, kind) and o.lhs == lhs and (size is None or constant(o.rhs) == size)
+        ),
+        None,
+    )
 
 
 def _chain(block: Block, gid: SSAValue, lo: int) -> list[Segment] | None:
@@ -68,13 +75,13 @@ def _chain(block: Block, gid: SSAValue, lo: int) -> list[Segment] | None:
     cmp = branch.cond.owner
     if not isinstance(cmp, arith.CmpiOp) or cmp.predicate.value.data != 6 or cmp.lhs != gid:
         return None  # 6: ult
-    hi = _constant(cmp.rhs)
+    hi = constant(cmp.rhs)
     if hi is None or hi <= lo:
         return None
     then = branch.true_region.block
     lid: SSAValue = gid
     for op in then.ops:
-        if isinstance(op, arith.SubiOp) and op.lhs == gid and _constant(op.rhs) == lo:
+        if isinstance(op, arith.SubiOp) and op.lhs == gid and constant(op.rhs) == lo:
             lid = op.result
             break
     segments = [Segment(lo, hi, then, lid)]
@@ -91,16 +98,9 @@ def _delinearize(seg: Segment) -> None:
     ops = list(seg.block.ops)
     x, inner, left = seg.lid, [], seg.hi - seg.lo
     while True:
-        rem = next((o for o in ops if isinstance(o, arith.RemUIOp) and o.lhs == x), None)
-        size = _constant(rem.rhs) if rem is not None else None
-        div = next(
-            (
-                o
-                for o in ops
-                if isinstance(o, arith.DivUIOp) and o.lhs == x and _constant(o.rhs) == size
-            ),
-            None,
-        )
+        rem = _find(ops, arith.RemUIOp, x)
+        size = constant(rem.rhs) if rem is not None else None
+        div = _find(ops, arith.DivUIOp, x, size)
         if rem is None or div is None or not size or left % size:
             break  # (a radix that does not divide the count is no loop of the nest)
         left //= size
@@ -134,7 +134,7 @@ def _trips(block: Block) -> int:
     best = 1
     for op in block.ops:
         if isinstance(op, scf.ForOp):
-            lo, hi, st = _constant(op.lb), _constant(op.ub), _constant(op.step)
+            lo, hi, st = constant(op.lb), constant(op.ub), constant(op.step)
             n = (hi - lo) // st if lo is not None and hi is not None and st else 1
             best = max(best, n * _trips(op.body.block))
         elif isinstance(op, scf.IfOp):
@@ -160,21 +160,14 @@ def _innermost_reduction(block: Block) -> scf.ForOp | None:
 def _split(loop: scf.ForOp) -> tuple[int, int, Operation, Operation] | None:
     """(C, N / C, div, rem) when the loop runs k over [0, N) and reads `k / C` and `k % C`
     (a reduction over a dim that a view split in two), else None."""
-    lo, hi, st = _constant(loop.lb), _constant(loop.ub), _constant(loop.step)
+    lo, hi, st = constant(loop.lb), constant(loop.ub), constant(loop.step)
     iv = loop.body.block.args[0]
     ops = list(loop.body.block.ops)
-    div = next((o for o in ops if isinstance(o, arith.DivUIOp) and o.lhs == iv), None)
+    div = _find(ops, arith.DivUIOp, iv)
     if lo != 0 or st != 1 or hi is None or div is None:
         return None
-    size = _constant(div.rhs)
-    rem = next(
-        (
-            o
-            for o in ops
-            if isinstance(o, arith.RemUIOp) and o.lhs == iv and _constant(o.rhs) == size
-        ),
-        None,
-    )
+    size = constant(div.rhs)
+    rem = _find(ops, arith.RemUIOp, iv, size)
     if rem is None or not size or hi % size:
         return None
     return size, hi // size, div, rem
@@ -230,11 +223,7 @@ class CPURenderer(Renderer):
         if not segments or any(isinstance(o, memref.AtomicRMWOp | scf.WhileOp) for o in fn.walk()):
             return super().kernel(fn)
         self.names, self.lines, self.pragmas = {}, [], {}
-        params = ", ".join(
-            f"{self.t.buffer_type.format(t=element_ctype(a.type.element_type))} {self.name(a)}"  # type: ignore[attr-defined]
-            for a in block.args
-        )
-        head = f"{self.t.kernel_prefix} {fn.sym_name.data}({params}{self.t.extra_params}) {{\n"
+        head = self.head(fn)
         self.names[gid] = "g"
         work = sum((s.hi - s.lo) * _trips(s.block) for s in segments)
         self.emit(f"#pragma omp parallel if({work} >= {self.t.parallel_work})", 1)

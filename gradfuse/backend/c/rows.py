@@ -24,8 +24,8 @@ from xdsl.dialects import arith, gpu, scf
 from xdsl.dialects.builtin import StringAttr
 from xdsl.ir import Operation
 
-from gradfuse.backend.c.loops import CPURenderer, Segment, _constant, _trips
-from gradfuse.backend.cstyle import element_ctype
+from gradfuse.backend.c.loops import CPURenderer, Segment, _trips
+from gradfuse.backend.c.nest import constant
 
 
 def is_rows(fn: gpu.FuncOp) -> bool:
@@ -49,7 +49,7 @@ def _phase(loop: scf.ForOp) -> Segment | None:
     cmp = branch.cond.owner
     if not isinstance(cmp, arith.CmpiOp):
         return None
-    count = _constant(cmp.rhs)
+    count = constant(cmp.rhs)
     if count is None:
         return None
     return Segment(0, count, branch.true_region.block, cmp.lhs)
@@ -63,10 +63,7 @@ class RowsRenderer(CPURenderer):
             return super().kernel(fn)
         block = fn.body.block
         self.names, self.lines, self.pragmas = {}, [], {}
-        params = ", ".join(
-            f"{self.t.buffer_type.format(t=element_ctype(a.type.element_type))} {self.name(a)}"  # type: ignore[attr-defined]
-            for a in block.args
-        )
+        head = self.head(fn)
         phases: dict[Operation, Segment] = {}
         for op in block.ops:
             if isinstance(op, scf.ForOp):
@@ -76,7 +73,6 @@ class RowsRenderer(CPURenderer):
                 phases[op] = seg
         rows = row_count(fn)
         work = rows * sum((s.hi - s.lo) * _trips(s.block) for s in phases.values())
-        head = f"{self.t.kernel_prefix} {fn.sym_name.data}({params}{self.t.extra_params}) {{\n"
         self.emit("const long tid = 0;", 1)
         self.emit(f"#pragma omp parallel for if({work} >= {self.t.parallel_work})", 1)
         self.emit(f"for (long bid = 0; bid < {rows}; bid++) {{", 1)

@@ -291,18 +291,6 @@ class ProfiledRun(_Base):
         self.stream.synchronize()
         out = []
         for t in self.timed:
-            start, end = self.bounds(t)
-            out.append(
-                Event(
-                    t.site,
-                    t.kind,
-                    t.name,
-                    t.launch,
-                    t.iteration,
-                    start,
-                    end,
-                    grid=t.grid,
-                    block=t.block,
-                )  # fmt: skip
-            )
+            where = (t.site, t.kind, t.name, t.launch, t.iteration, *self.bounds(t))
+            out.append(Event(*where, grid=t.grid, block=t.block))
         return sorted(out, key=lambda e: (e.start_ns, e.kind != "step"))

@@ -137,13 +137,9 @@ class _Run:
     def __init__(self, prog: CudaProgram, feeders, receivers, params):
         drv = prog.drv
         self.prog, self.drv = prog, drv
-        keys = {
-            name: op.attributes["gradfuse.key"].data
-            for name, op in prog.globals.items()
-            if "gradfuse.key" in op.attributes
-        }  # type: ignore[union-attr]
+        keys = {name: key for name, op in prog.globals.items() if (key := callback_key(op))}
         types = {keys[n]: tensor_of(op.type) for n, op in prog.globals.items() if n in keys}  # type: ignore[arg-type]
-        self.state = RunState(np.float32, types, {}, dict(feeders), dict(receivers))
+        self.state = RunState(types, dict(feeders), dict(receivers))
         self.stream = drv.Stream()
         self.env: dict[SSAValue, Any] = {}
         self.device: dict[str, Any] = {}  # global symbol -> DeviceAllocation
@@ -159,7 +155,7 @@ class _Run:
             if key is not None and key in params:
                 host = self.state.check_param_value(key, params[key])
             elif isinstance(op.initial_value, DenseIntOrFPElementsAttr):
-                host = _initial(op, ty)
+                host = attr_array(op.initial_value, tensor_of(ty))
             else:
                 raise GradfuseError(f'param "{key or name}" has no initial value')
             buf = device_alloc(drv, host.nbytes, f'param "{key or name}"')
@@ -184,14 +180,9 @@ class _Run:
         self.stream.synchronize()
         self.flush(block_all=True)
         ret = block.last_op
-        out = []
-        if isinstance(ret, func.ReturnOp):
-            for value in ret.arguments:
-                buf = self.env[value]
-                host = np.empty(buf.shape, buf.dtype)
-                self.drv.memcpy_dtoh(host, buf.ptr)
-                out.append(host)
-        return out
+        if not isinstance(ret, func.ReturnOp):
+            return []
+        return [self.to_host(self.env[value].ptr, self.env[value]) for value in ret.arguments]
 
     def actions(self, block: Block, outer: bool = False) -> list[Action]:
         """The block's host ops as closures; runs of launches become graph segments."""
@@ -362,22 +353,19 @@ class _Run:
         self.stream.synchronize()
         if not hasattr(self, "saved"):
             return self.final_params()
-        out = {}
-        for key, (dst, b) in self.saved.items():
-            host = np.empty(b.shape, b.dtype)
-            self.drv.memcpy_dtoh(host, dst)
-            out[key] = host
-        return out
+        return {key: self.to_host(dst, b) for key, (dst, b) in self.saved.items()}
 
     def final_params(self) -> dict[str, np.ndarray]:
         self.stream.synchronize()
-        out = {}
-        for name, key in self.keys.items():
-            b = self.buffers[name]
-            host = np.empty(b.shape, b.dtype)
-            self.drv.memcpy_dtoh(host, b.ptr)
-            out[key] = host
-        return out
+        return {
+            key: self.to_host(self.buffers[n].ptr, self.buffers[n]) for n, key in self.keys.items()
+        }
+
+    def to_host(self, ptr: Any, like: DeviceBuffer) -> np.ndarray:
+        """A copy of the device memory at `ptr`, of `like`'s shape and dtype (synchronous)."""
+        host = np.empty(like.shape, like.dtype)
+        self.drv.memcpy_dtoh(host, ptr)
+        return host
 
     # --- what a profiled run times (`_ProfiledRun`); plain here ----------------------
     def copy_to_device(self, ptr: int, host: np.ndarray) -> None:
@@ -394,7 +382,3 @@ class _Run:
 
 class _ProfiledRun(ProfiledRun, _Run):
     """A run timed by `gradfuse.backend.cuda.profile.ProfiledRun`."""
-
-
-def _initial(op: memref.GlobalOp, ty: MemRefType) -> np.ndarray:
-    return attr_array(op.initial_value, tensor_of(ty))  # type: ignore[arg-type]

@@ -21,6 +21,7 @@ from xdsl.ir.affine import AffineExpr, AffineMap
 
 from gradfuse import affine
 from gradfuse.affine import eval_grid
+from gradfuse.backend.cstyle import comparison
 from gradfuse.backend.runner import (
     RunResult,
     RunState,
@@ -39,12 +40,10 @@ _ARRAY_OPS: dict[type, Callable[..., Any]] = {**KERNEL_NUMPY, arith.AndIOp: np.l
 """Scalar ops as NumPy functions on whole grids: tg's arithmetic (`KERNEL_NUMPY`) and
 the `and` of pad conditions."""
 _COMPARE = {
-    "oeq": np.equal, "ogt": np.greater, "oge": np.greater_equal, "olt": np.less,
-    "ole": np.less_equal, "one": np.not_equal, "ueq": np.equal, "ugt": np.greater,
-    "uge": np.greater_equal, "ult": np.less, "ule": np.less_equal, "une": np.not_equal,
-    "eq": np.equal, "ne": np.not_equal, "slt": np.less, "sle": np.less_equal,
-    "sgt": np.greater, "sge": np.greater_equal,
+    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+    "ge": np.greater_equal,
 }  # fmt: skip
+"""NumPy's comparison per `cstyle.comparison` of an `arith.cmpf` / `arith.cmpi`."""
 
 
 def run_kernels(
@@ -64,8 +63,7 @@ def run_kernels(
     types = {
         op.key.data: tensor_of(op.result.type) for op in fn.walk() if isinstance(op, K.ParamOp)
     }
-    state = RunState(np.float32, types, {}, dict(feeders or {}), dict(receivers or {}))
-    state.check_finite = check_finite
+    state = RunState(types, dict(feeders or {}), dict(receivers or {}), check_finite)
     for key, value in (params or {}).items():
         state.params[key] = state.check_param_value(key, value)
     machine = _Machine(state)
@@ -210,8 +208,7 @@ class _Machine:
         elif type(op) in _ARRAY_OPS:
             env[op.results[0]] = _ARRAY_OPS[type(op)](*[env[v] for v in op.operands])
         elif isinstance(op, arith.CmpfOp | arith.CmpiOp):
-            pred = _predicate(op)
-            env[op.result] = _COMPARE[pred](env[op.lhs], env[op.rhs])
+            env[op.result] = _COMPARE[comparison(op)](env[op.lhs], env[op.rhs])
         elif isinstance(op, arith.SelectOp):
             env[op.result] = np.where(env[op.cond], env[op.lhs], env[op.rhs])
         elif isinstance(op, arith.UIToFPOp | arith.ExtFOp | arith.TruncFOp):
@@ -238,9 +235,3 @@ def _with_symbol(map: AffineMap, index: np.ndarray, shape: tuple[int, ...]) -> t
     grid = np.indices(shape, dtype=np.int64) if shape else np.zeros((0,), np.int64)
     full = np.concatenate([grid, np.broadcast_to(index, shape)[None].astype(np.int64)])
     return tuple(np.broadcast_to(affine._eval(e, full), shape) for e in dims_only.results)
-
-
-def _predicate(op: arith.CmpfOp | arith.CmpiOp) -> str:
-    if isinstance(op, arith.CmpfOp):
-        return arith.CMPF_COMPARISON_OPERATIONS[op.predicate.value.data]
-    return arith.CMPI_COMPARISON_OPERATIONS[op.predicate.value.data]

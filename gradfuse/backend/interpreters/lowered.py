@@ -34,6 +34,7 @@ from gradfuse.backend.interpreters.lowered_ops import (
     LoweredState,
     ScalarFunctions,
 )
+from gradfuse.backend.run_control import in_iteration
 from gradfuse.backend.runner import (
     Feeder,
     NamingInterpreter,
@@ -110,10 +111,7 @@ class HostLoops(InterpreterFunctions):
                 raise
             except GradfuseError as err:
                 self.restore()
-                pos = position_of(op.location)
-                here = f" at {pos}" if pos else ""
-                where = f"in iteration {(i - lb) // step} (i = {i}) of the tg.for{here}"
-                raise GradfuseError(f"{err.message} ({where})", err.position) from None
+                raise in_iteration(err, op, (i - lb) // step, i) from None
             self.finished = self.params()
         return values
 
@@ -173,14 +171,7 @@ def run_lowered(
     """
     cannot_profile("lowered", profile)
     fn = entry_function(module, entry)
-    host = RunState(
-        dtype=np.float32,
-        param_types={},
-        param_inits={},
-        feeders=dict(feeders or {}),
-        receivers=dict(receivers or {}),
-        check_finite=check_finite,
-    )
+    host = RunState({}, dict(feeders or {}), dict(receivers or {}), check_finite)
     state = LoweredState()
     state.globals, keys = _globals(module, host, params or {})
     for op in module.body.block.ops:

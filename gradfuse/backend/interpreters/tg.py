@@ -144,14 +144,7 @@ def run(
     """
     fn = entry_function(module, entry)
     types, inits = _collect_params(module)
-    state = RunState(
-        dtype=dtype,
-        param_types=types,
-        param_inits=inits,
-        feeders=dict(feeders or {}),
-        receivers=dict(receivers or {}),
-        check_finite=check_finite,
-    )
+    state = RunState(types, dict(feeders or {}), dict(receivers or {}), check_finite, dtype, inits)
     for key, value in (params or {}).items():
         state.params[key] = state.check_param_value(key, value)
     initial = dict(state.params)

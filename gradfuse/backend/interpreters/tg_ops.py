@@ -28,23 +28,19 @@ from xdsl.interpreter import (
 from xdsl.ir import Operation
 
 from gradfuse.affine import eval_grid, eval_guard
-from gradfuse.backend.runner import Event, RunState, attr_array, dtype_of, impls_for, shape_str
+from gradfuse.backend.run_control import in_iteration
+from gradfuse.backend.runner import (
+    Event,
+    RunState,
+    attr_array,
+    dtype_of,
+    impls_for,
+    shape_str,
+)
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import ints
 from gradfuse.dialects.tg_elementwise import SEMANTICS
-
-
-def _in_iteration(err: GradfuseError, op: tg.ForOp, iteration: int, index: int) -> GradfuseError:
-    """`err` again, saying in which iteration of which (nested) `tg.for` it happened."""
-    base: str = getattr(err, "tg_base_message", err.message)
-    pos = position_of(op.location)
-    here = f"iteration {iteration} (i = {index}) of the tg.for" + (f" at {pos}" if pos else "")
-    loops: list[str] = [here, *getattr(err, "tg_loops", [])]
-    new = GradfuseError(f"{base} (in {', '.join(loops)})", err.position)
-    new.tg_base_message = base  # type: ignore[attr-defined]
-    new.tg_loops = loops  # type: ignore[attr-defined]
-    return new
 
 
 def _result_shape(op: Any) -> tuple[int, ...]:
@@ -219,7 +215,7 @@ class TgFunctions(
                         st.params.update(snapshot)
                     if isinstance(err, KeyboardInterrupt):
                         raise
-                    raise _in_iteration(err, op, iteration, i) from err
+                    raise in_iteration(err, op, iteration, i) from err
         finally:
             st.loop_depth -= 1
             st.iteration = -1 if outermost else st.iteration

@@ -31,7 +31,7 @@ from gradfuse import affine
 from gradfuse.dialects import kernel as K
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of
-from gradfuse.passes.lib.fusion_graph import Group, Member, inner, resolve, resolve_guard
+from gradfuse.passes.lib.fusion_graph import Group, Member, inner, look_through, resolve
 from gradfuse.passes.lib.kernel_body import KernelBody
 
 HOST_OPS = (tg.FeederOp, tg.ReceiverOp, tg.ForOp, tg.YieldOp, func.ReturnOp)
@@ -57,14 +57,12 @@ class ConvertTgToKernelPass(ModulePass):
     name = "convert-tg-to-kernel"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        resolve.cache_clear()  # views are looked through once per run
-        resolve_guard.cache_clear()
+        look_through.cache_clear()  # views are looked through once per run
         names = itertools.count()
         for f in list(op.ops):
             if isinstance(f, func.FuncOp):
                 _FunctionFuser(f, names).run()
-        resolve.cache_clear()
-        resolve_guard.cache_clear()
+        look_through.cache_clear()
 
 
 class _FunctionFuser:
@@ -176,10 +174,10 @@ class _FunctionFuser:
         value = inner(value)
         if value in self.buffers:  # stored laid out by the kernel that made it
             return self.buffers[value]
-        base, vmap = resolve(value)
+        base, vmap, guard = look_through(value)
         shape = shape_of(value)
         plain = vmap == affine.identity_map(len(shape)) and shape_of(base) == shape
-        if base in self.buffers and plain and resolve_guard(value) is None:
+        if base in self.buffers and plain and guard is None:
             return self.buffers[base]
         g = Group(-1, "elementwise", shape, len(shape))
         out = K.AllocOp(memref_of(value.type))

@@ -37,9 +37,9 @@ from gradfuse.passes.lib.fusion_graph import (
     Member,
     Node,
     bijective,
+    look_through,
     not_lowered,
     resolve,
-    resolve_guard,
     view_uses,
 )
 
@@ -212,9 +212,9 @@ class Planner:
 
     def available(self, g: Group, value: SSAValue, shape: tuple[int, ...]) -> bool:
         """Whether g's epilogue has `value` at every point of `shape` (identity access)."""
-        if resolve_guard(value) is not None:
+        base, map, guard = look_through(value)
+        if guard is not None:
             return False  # a padded read needs the value at other points too
-        base, map = resolve(value)
         member = g.member_of(base.owner)
         if member is None or member.prologue or g.domain[: g.parallel] != shape:
             return False
@@ -248,9 +248,9 @@ class Planner:
         if any(isinstance(m.op, SHAPED) for m in g.members):
             return False
         old = g.domain[: g.parallel]
-        base, vmap = resolve(value)
+        base, vmap, guard = look_through(value)
         member = g.member_of(base.owner)
-        if member is None or member.prologue or resolve_guard(value) is not None:
+        if member is None or member.prologue or guard is not None:
             return False
         vmap = affine.simplify(vmap.compose(affine.identity_map(len(shape))), shape)
         if member.map != affine.identity_map(len(old)) or not bijective(
@@ -350,9 +350,9 @@ class Planner:
         """Pulls elementwise groups that only `root` consumes into g's prologue."""
         wanted: dict[Group, AffineMap | None] = {}
         for value, access in inputs:
-            if resolve_guard(value) is not None:
+            base, vmap, guard = look_through(value)
+            if guard is not None:
                 continue  # read through padding: outside the guard it is 0, not f(x)
-            base, vmap = resolve(value)
             src = self.producer(base)
             if not isinstance(src, Group) or src.kind != "elementwise" or src.ordered:
                 continue

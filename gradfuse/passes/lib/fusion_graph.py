@@ -87,21 +87,10 @@ def inner(value: SSAValue) -> SSAValue:
 
 
 @cache
-def resolve(value: SSAValue) -> tuple[SSAValue, AffineMap]:
-    """The non-view value behind `value`, and the map from `value`'s indices to it
-    (looking through views and the results of `tg.fusion`s)."""
-    map = affine.identity_map(len(shape_of(value)))
-    value = inner(value)
-    while isinstance(value.owner, tg.ViewAccessOp):
-        map = value.owner.map.data.compose(map)
-        value = inner(value.owner.input)
-    return value, map
-
-
-@cache
-def resolve_guard(value: SSAValue) -> AffineSet | None:
-    """The guard (over `value`'s indices) of the views between `value` and its base:
-    where it fails, `value` is 0 (padding)."""
+def look_through(value: SSAValue) -> tuple[SSAValue, AffineMap, AffineSet | None]:
+    """The non-view value behind `value`, the map from `value`'s indices to it and the
+    guard (over `value`'s indices) of the views between, where `value` is 0 (padding)
+    when it fails; it looks through views and the results of `tg.fusion`s."""
     guard: AffineSet | None = None
     map = affine.identity_map(len(shape_of(value)))
     value = inner(value)
@@ -111,7 +100,13 @@ def resolve_guard(value: SSAValue) -> AffineSet | None:
             guard = affine.join_guards(guard, affine.compose_guard(view.guard.data, map))
         map = view.map.data.compose(map)
         value = inner(view.input)
-    return guard
+    return value, map, guard
+
+
+def resolve(value: SSAValue) -> tuple[SSAValue, AffineMap]:
+    """The non-view value behind `value` and the map to it (`look_through`)."""
+    base, map, _ = look_through(value)
+    return base, map
 
 
 HOST_READS = (tg.ReceiverOp, func.ReturnOp)  # host ops that read a value's laid-out copy

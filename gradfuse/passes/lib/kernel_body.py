@@ -35,7 +35,7 @@ from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import FLOAT_TYPES, i64_array, ints, shape_of
 from gradfuse.dialects.tg_elementwise import SEMANTICS
 from gradfuse.passes.lib import fast_ops as fast
-from gradfuse.passes.lib.fusion_graph import Group, Member, is_splat, resolve, resolve_guard
+from gradfuse.passes.lib.fusion_graph import Group, Member, is_splat, look_through, resolve
 
 if TYPE_CHECKING:
     from gradfuse.passes.kernel.convert_tg_to_kernel import _FunctionFuser
@@ -67,16 +67,15 @@ class KernelBody:
         return self.block.args[len(self.g.domain) + self.outer.index(buffer)]
 
     def operand(self, value: SSAValue, map: AffineMap, prologue: bool) -> SSAValue:
-        base, vmap = resolve(value)
+        base, vmap, guard = look_through(value)
         if base in self.scalars:
             return self.scalars[base]
-        if is_splat(base) and resolve_guard(value) is None:
+        if is_splat(base) and guard is None:
             owner = base.owner
             assert isinstance(owner, tg.ConstantOp) and isinstance(owner.value, FloatAttr)
             return self.constant(owner.value.value.data, base.type.element_type)  # type: ignore[attr-defined]
         sizes = self.g.domain if prologue else self.g.domain[: self.g.parallel]
         access = affine.simplify(vmap.compose(map), sizes)
-        guard = resolve_guard(value)
         if guard is not None:
             guard = affine.simplify_guard(affine.compose_guard(guard, map), sizes)
         buffer = self.fuser.buffers[base]

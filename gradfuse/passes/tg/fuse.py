@@ -34,8 +34,8 @@ from gradfuse.passes.lib.fusion_graph import (
     Group,
     Host,
     Node,
+    look_through,
     resolve,
-    resolve_guard,
     stores,
 )
 from gradfuse.passes.lib.fusion_levels import plan_levels
@@ -50,15 +50,13 @@ class TgFusePass(ModulePass):
     name = "tg-fuse"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        resolve.cache_clear()  # views are looked through once per run
-        resolve_guard.cache_clear()
+        look_through.cache_clear()  # views are looked through once per run
         for f in list(op.ops):
             if isinstance(f, func.FuncOp):
                 plans: dict[Block, list[list[Node]]] = {}
                 _decide(f.body.block, plans)  # every block's, before the IR changes
                 _Former(plans).block(f.body.block)
-        resolve.cache_clear()
-        resolve_guard.cache_clear()
+        look_through.cache_clear()
 
 
 def _decide(block: Block, plans: dict[Block, list[list[Node]]]) -> None:
