@@ -23,7 +23,7 @@ demo: $(STAMP)
 		if [ -f "$$inputs" ]; then $(BIN)/ir-run $$f --inputs $$inputs --outputs /tmp/gradfuse-demo-out.npz || exit 1; \
 		else $(BIN)/ir-run $$f --outputs /tmp/gradfuse-demo-out.npz || exit 1; fi; \
 	done
-	@for f in examples/mlp.py examples/transformer.py; do \
+	@for f in examples/mlp.py examples/transformer.py examples/sequence.py; do \
 		echo "== python $$f"; $(BIN)/python $$f || exit 1; \
 	done
 

@@ -1,0 +1,181 @@
+"""Recurrent training (issue 15): a word-level LSTM language model shaped like
+pytorch/examples' word_language_model, measured in one run.
+
+    .venv/bin/python benchmarks/rnn.py [--steps 3] [--threads N] [--vocab 10000]
+
+The model: Embedding(vocab, 200) -> 2-layer LSTM(200, 200) -> Linear(200, vocab),
+cross-entropy on the next word, 35-step BPTT, batch 20, SGD (lr 20) after
+clip_grad_norm_(0.25), as the example trains it (dropout 0 here, and the hidden state
+starts from zeros each step in both frameworks, so that the two compute the same step).
+
+1. Kernels per training step on gradfuse's fused program, beside the ATen ops that
+   PyTorch runs for the same step (leaf ops of torch.profiler's CPU trace: each is
+   one kernel call, the count a GPU run would launch at least).
+2. Seconds per step on the c backend and PyTorch CPU eager (which runs the LSTM as
+   oneDNN's fused RNN primitive), and their ratio.
+3. Trace+compile seconds at 32 and at 512 time steps (one `tg.for` per layer, so the
+   program is the same size; the goal is within 1.5x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+from threads import add_threads_option, use_threads  # benchmarks/threads.py
+
+import gradfuse
+from gradfuse import Feeder, ir_for
+from gradfuse import nn as gnn
+from gradfuse.nn import functional as gF
+from gradfuse.nn.utils import clip_grad_norm_
+
+EMB, HIDDEN, LAYERS, BATCH = 200, 200, 2, 20
+LR, CLIP = 20.0, 0.25
+
+
+def batches(vocab: int, bptt: int, count: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`count` (input, target) pairs of word ids as floats: [bptt, batch] each."""
+    rng = np.random.default_rng(seed)
+    words = rng.integers(0, vocab, size=(count * bptt + 1, BATCH))
+    return [
+        (words[i * bptt : (i + 1) * bptt].astype(np.float32),
+         words[i * bptt + 1 : (i + 1) * bptt + 1].astype(np.float32))
+        for i in range(count)
+    ]  # fmt: skip
+
+
+class GradfuseLM(gnn.Module):
+    """pytorch/examples' RNNModel('LSTM', ...) without dropout, in gradfuse."""
+
+    def __init__(self, vocab: int):
+        super().__init__()
+        self.encoder = gnn.Embedding(vocab, EMB)
+        self.rnn = gnn.LSTM(EMB, HIDDEN, LAYERS)
+        self.decoder = gnn.Linear(HIDDEN, vocab)
+
+    def forward(self, words):
+        out, _ = self.rnn(self.encoder(words))
+        return self.decoder(out).view(-1, self.decoder.out_features)
+
+
+def record(vocab: int, bptt: int, data: list, steps: int) -> gnn.Module:
+    """Records `steps` training steps of the gradfuse model on `data`."""
+    gradfuse.reset()
+    gradfuse.manual_seed(0)
+    model = GradfuseLM(vocab)
+    feed = iter(data * steps)
+    current: dict[str, np.ndarray] = {}
+
+    def next_batch() -> np.ndarray:
+        current["x"], current["y"] = next(feed)
+        return current["x"]
+
+    def step() -> None:
+        model.zero_grad()
+        x = Feeder(next_batch, shape=[bptt, BATCH], name="words")
+        y = Feeder(lambda: current["y"].reshape(-1), shape=[bptt * BATCH], name="targets")
+        loss = gF.cross_entropy(model(x), y)
+        loss.backward()
+        clip_grad_norm_(model.parameters(), CLIP)
+        for p in model.parameters():
+            p.assign(p - LR * p.grad)
+
+    ir_for(range(steps), step)
+    return model
+
+
+def gradfuse_figures(vocab: int, steps: int) -> tuple[int, float]:
+    """Kernels per step of the fused program, and c seconds per step (compile excluded)."""
+    data = batches(vocab, 35, steps)
+    record(vocab, 35, data, 1)
+    kernels = gradfuse.compile("numpy").kernels_per_iteration
+    record(vocab, 35, data, steps)
+    program = gradfuse.compile("c")
+    program.run()  # warm-up: the first run pays for loading the library
+    record(vocab, 35, data, steps)
+    program = gradfuse.compile("c")
+    start = time.perf_counter()
+    program.run()
+    return kernels, (time.perf_counter() - start) / steps
+
+
+def compile_seconds(vocab: int, bptt: int) -> float:
+    """Trace + compile (c) seconds of one training step at `bptt` time steps."""
+    start = time.perf_counter()
+    record(vocab, bptt, batches(vocab, bptt, 1), 1)
+    gradfuse.compile("c")
+    return time.perf_counter() - start
+
+
+def torch_figures(vocab: int, steps: int) -> tuple[int, float] | None:
+    """ATen leaf ops per step and seconds per step of the same model in PyTorch eager."""
+    try:
+        import torch
+        from torch import nn
+    except ImportError:
+        return None
+
+    class RNNModel(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = nn.Embedding(vocab, EMB)
+            self.rnn = nn.LSTM(EMB, HIDDEN, LAYERS)
+            self.decoder = nn.Linear(HIDDEN, vocab)
+
+        def forward(self, words):
+            output, _ = self.rnn(self.encoder(words))
+            return self.decoder(output).view(-1, vocab)
+
+    torch.manual_seed(0)
+    model = RNNModel()
+    criterion = nn.CrossEntropyLoss()
+    data = [(torch.from_numpy(x).long(), torch.from_numpy(y).long()) for x, y in batches(vocab, 35, steps)]
+
+    def train_step(x, y):
+        model.zero_grad()
+        loss = criterion(model(x), y.view(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        for p in model.parameters():
+            p.data.add_(p.grad, alpha=-LR)
+
+    train_step(*data[0])  # warm-up
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        train_step(*data[0])
+    leaves = [
+        e for e in prof.events()
+        if e.name.startswith("aten::") and not any(c.name.startswith("aten::") for c in e.cpu_children)
+    ]  # fmt: skip
+    start = time.perf_counter()
+    for x, y in data:
+        train_step(x, y)
+    return len(leaves), (time.perf_counter() - start) / steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--vocab", type=int, default=10000)
+    add_threads_option(parser)
+    args = parser.parse_args()
+    use_threads(args.threads)
+
+    kernels, seconds = gradfuse_figures(args.vocab, args.steps)
+    torch_side = torch_figures(args.vocab, args.steps)
+    print(f"word-level LSTM LM: vocab {args.vocab}, 2x LSTM({EMB}, {HIDDEN}), bptt 35, batch {BATCH}")
+    print(f"  kernels per training step, gradfuse: {kernels} ({kernels / 35:.1f} per time step)")
+    if torch_side is not None:
+        print(f"  ATen ops per training step, PyTorch CPU eager: {torch_side[0]}")
+    print(f"  seconds per step, gradfuse c: {seconds:.3f}")
+    if torch_side is not None:
+        print(f"  seconds per step, PyTorch CPU eager: {torch_side[1]:.3f}")
+        print(f"  speed-up of gradfuse c over PyTorch: {torch_side[1] / seconds:.2f}x")
+    short, long = compile_seconds(args.vocab, 32), compile_seconds(args.vocab, 512)
+    print(f"  trace+compile seconds, 32 steps: {short:.2f}, 512 steps: {long:.2f}"
+          f" (ratio {long / short:.2f}, goal <= 1.5)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
