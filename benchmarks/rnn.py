@@ -29,7 +29,6 @@ import gradfuse
 from gradfuse import Feeder, ir_for
 from gradfuse import nn as gnn
 from gradfuse.nn import functional as gF
-from gradfuse.nn.utils import clip_grad_norm_
 
 EMB, HIDDEN, LAYERS, BATCH = 200, 200, 2, 20
 LR, CLIP = 20.0, 0.25
@@ -78,7 +77,7 @@ def record(vocab: int, bptt: int, data: list, steps: int) -> gnn.Module:
         y = Feeder(lambda: current["y"].reshape(-1), shape=[bptt * BATCH], name="targets")
         loss = gF.cross_entropy(model(x), y)
         loss.backward()
-        clip_grad_norm_(model.parameters(), CLIP)
+        gnn.utils.clip_grad_norm_(model.parameters(), CLIP)
         for p in model.parameters():
             p.assign(p - LR * p.grad)
 
