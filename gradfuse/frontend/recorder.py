@@ -132,12 +132,6 @@ def rng() -> np.random.Generator:
 # --- provenance ---------------------------------------------------------------------
 
 
-def _display_path(path: str) -> str:
-    """A file path relative to the working directory when it lies below it."""
-    rel = os.path.relpath(path)
-    return path if rel.startswith("..") else rel
-
-
 def user_frame() -> FrameType | None:
     """The innermost stack frame outside the gradfuse package (the user's line)."""
     frame: FrameType | None = sys._getframe(1)
@@ -166,7 +160,8 @@ def user_position() -> Position | None:
         if start_line == line and start_col is not None:
             column = start_col + 1
     source = linecache.getline(file, line) or None
-    return Position(_display_path(file), line, column, source)
+    rel = os.path.relpath(file)  # below the working directory: relative to it
+    return Position(file if rel.startswith("..") else rel, line, column, source)
 
 
 def provenance() -> Provenance:

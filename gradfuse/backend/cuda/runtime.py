@@ -64,7 +64,8 @@ class CudaProgram:
         import pycuda.driver as drv
 
         self.drv, self.module = drv, module
-        cubin = compile_cubin(cuda_source(module), _arch(drv), module)
+        major, minor = drv.Context.get_device().compute_capability()
+        cubin = compile_cubin(cuda_source(module), f"sm_{major}{minor}", module)
         self.cu_module = drv.module_from_buffer(cubin)
         self.functions: dict[str, Any] = {}
         self.globals = {
@@ -124,11 +125,6 @@ class CudaProgram:
             raise
         events = run.events() if isinstance(run, _ProfiledRun) else []
         return RunResult(results, run.final_params(), run.state.received, events)
-
-
-def _arch(drv: Any) -> str:
-    major, minor = drv.Context.get_device().compute_capability()
-    return f"sm_{major}{minor}"
 
 
 class _Run:

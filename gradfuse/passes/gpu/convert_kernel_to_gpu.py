@@ -59,10 +59,6 @@ from gradfuse.passes.lib.tile_lowering import build_tiled_func, tile_sizes
 KERNEL_MODULE = "gradfuse_kernels"
 
 
-def _symbol(prefix: str, key: str) -> str:
-    return prefix + re.sub(r"[^A-Za-z0-9_]", "_", key)
-
-
 @lru_cache(maxsize=1024)
 def _initial_value(init: Attribute | None, ty: MemRefType) -> Attribute:
     """A `memref.global` initial value: a dense attribute of the buffer's shape, or unit."""
@@ -189,7 +185,7 @@ class HostLowering:
         assert isinstance(ty, MemRefType)
         glob = self.params.get(key)
         if glob is None:
-            name = self.unique(_symbol("param_", key))
+            name = self.unique("param_" + re.sub(r"[^A-Za-z0-9_]", "_", key))
             glob = memref.GlobalOp.get(StringAttr(name), ty, _initial_value(op.init, ty))
             glob.attributes["gradfuse.key"] = StringAttr(key)
             glob.location = op.location
