@@ -154,7 +154,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GradfuseError as e:
         return _fail(with_source_line(e, tool.get_input_name() if tool else None).render())
     except (ParseError, ArgSpecParseError, DiagnosticException, LarkError) as e:
-        return _fail(_with_prefix(str(e)))
+        msg = str(e)
+        first = msg.lstrip().splitlines()[0] if msg.strip() else ""
+        return _fail(msg if "error" in first else f"error: {msg.strip()}")
     except OSError as e:
         return _fail(f"error: cannot read '{e.filename}': {e.strerror}")
     except ValueError as e:
@@ -201,11 +203,6 @@ def with_source_line(err: GradfuseError, input_name: str | None) -> GradfuseErro
     if not 0 < pos.line <= len(lines):
         return err
     return GradfuseError(err.message, dataclasses.replace(pos, source_line=lines[pos.line - 1]))
-
-
-def _with_prefix(message: str) -> str:
-    first = message.lstrip().splitlines()[0] if message.strip() else ""
-    return message if "error" in first else f"error: {message.strip()}"
 
 
 def _fail(message: str) -> int:
