@@ -28,7 +28,6 @@ import os
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -285,16 +284,8 @@ def _diagnostic(err: GradfuseError, program: str | None) -> str:
     """`file:line:col: error: message` on one line, then the offending line and a caret
     (`GradfuseError.render`). A line that the error does not carry is read from the
     program file only: never from another file that a `loc(...)` names."""
-    pos = err.position
-    if pos is not None and pos.source_line is None and program is not None:
-        if pos.file == program:
-            try:
-                lines = Path(program).read_text(errors="replace").splitlines()
-                if 0 < pos.line <= len(lines):
-                    pos = replace(pos, source_line=lines[pos.line - 1])
-            except OSError:
-                pass
-    return GradfuseError(" ".join(err.message.split()), pos).render()
+    err = err.with_source_line(program)
+    return GradfuseError(" ".join(err.message.split()), err.position).render()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
