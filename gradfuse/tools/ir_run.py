@@ -176,16 +176,15 @@ def load_npz(path: str, what: str) -> dict[str, np.ndarray]:
 
 def _split_inputs(inputs: dict[str, np.ndarray]) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
     """`arg0`, `arg1`, ... as the argument list; everything else as feeders."""
-    args, feeders = [], {}
     n = 0
     while f"arg{n}" in inputs:
-        args.append(inputs[f"arg{n}"])
         n += 1
-    for key, value in inputs.items():
-        if key.startswith("arg") and key[3:].isdigit() and int(key[3:]) < n:
-            continue
-        feeders[key] = value
-    return args, feeders
+    args = [inputs[f"arg{i}"] for i in range(n)]
+    return args, {
+        k: v
+        for k, v in inputs.items()
+        if not (k[:3] == "arg" and k[3:].isdigit() and int(k[3:]) < n)
+    }
 
 
 def _write_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
@@ -225,10 +224,9 @@ def run_file(opts: argparse.Namespace) -> dict[str, np.ndarray]:
     module = load_module(Path(opts.file))
     _check_entry(module, opts.entry, Path(opts.file), _read_text(Path(opts.file)))
     inputs = load_npz(opts.inputs, "inputs") if opts.inputs else {}
-    given = load_npz(opts.params, "params") if opts.params else {}
-    if any(k.startswith("param.") for k in given):  # an ir-run outputs file: its params
-        given = {k.removeprefix("param."): v for k, v in given.items() if k.startswith("param.")}
-    params = given
+    params = load_npz(opts.params, "params") if opts.params else {}
+    if any(k.startswith("param.") for k in params):  # an ir-run outputs file: its params
+        params = {k.removeprefix("param."): v for k, v in params.items() if k.startswith("param.")}
     args, feeders = _split_inputs(inputs)
     from gradfuse.backend import compile_module
 
