@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 from xdsl.dialects import arith, func, gpu, memref, scf
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, MemRefType, ModuleOp
+from xdsl.dialects.builtin import MemRefType, ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 
 from gradfuse.backend import runner
@@ -33,7 +33,6 @@ from gradfuse.backend.run_control import interrupted, sigint_flag
 from gradfuse.backend.runner import (
     RunResult,
     RunState,
-    attr_array,
     callback_key,
     dtype_of,
     tensor_of,
@@ -148,12 +147,8 @@ class _Run:
             ty = op.type
             assert isinstance(ty, MemRefType)
             key = keys.get(name)
-            if key is not None and key in params:
-                host = self.state.check_param_value(key, params[key])
-            elif isinstance(op.initial_value, DenseIntOrFPElementsAttr):
-                host = attr_array(op.initial_value, tensor_of(ty))
-            else:
-                raise GradfuseError(f'param "{key or name}" has no initial value')
+            given = params if key is not None else {}
+            host = self.state.start_value(key or name, given, op.initial_value, tensor_of(ty))
             buf = device_alloc(drv, host.nbytes, f'param "{key or name}"')
             drv.memcpy_htod(buf, np.ascontiguousarray(host))
             self.device[name] = buf
