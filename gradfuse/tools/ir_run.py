@@ -189,19 +189,16 @@ def _split_inputs(inputs: dict[str, np.ndarray]) -> tuple[list[np.ndarray], dict
 
 def _write_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
     """Writes `arrays` atomically: a temp file in the same folder, then `os.replace`."""
-    folder = os.path.dirname(os.path.abspath(path))
+    folder, tmp = os.path.dirname(os.path.abspath(path)), ""
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".ir-run-", suffix=".npz")
-    except OSError as err:
-        raise GradfuseError(f"cannot write {path}: {err.strerror or err}") from None
-    try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)  # type: ignore[arg-type]
         os.replace(tmp, path)
     except OSError as err:
         raise GradfuseError(f"cannot write {path}: {err.strerror or err}") from None
     finally:
-        if os.path.exists(tmp):
+        if tmp and os.path.exists(tmp):
             os.unlink(tmp)
 
 
