@@ -22,7 +22,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.traits import IsTerminator
 from xdsl.utils.exceptions import VerifyException
 
@@ -208,14 +208,6 @@ def insert_into(block: Block) -> AbstractContextManager[None]:
     return _pushed("insertion", block)
 
 
-def _defining_block(value: SSAValue) -> Block | None:
-    if isinstance(value, BlockArgument):
-        return value.block
-    owner = value.owner
-    assert isinstance(owner, Operation)
-    return owner.parent_block()
-
-
 def changed() -> None:
     """Notes that the recorded program changed (an op was removed outside `emit`)."""
     _program.version += 1
@@ -224,7 +216,8 @@ def changed() -> None:
 def is_visible(value: SSAValue, block: Block | None = None) -> bool:
     """Whether `value` may be used in `block` (defined there or in an enclosing block)."""
     where: Block | None = block or insertion_block()
-    defined = _defining_block(value)
+    owner = value.owner  # a block argument's block, or the defining op
+    defined = owner if isinstance(owner, Block) else owner.parent_block()
     while where is not None:
         if where is defined:
             return True
