@@ -11,6 +11,7 @@ never a Python traceback.
 from __future__ import annotations
 
 import os
+from collections.abc import Container
 from dataclasses import dataclass, replace
 
 from xdsl.dialects.builtin import FileLineColLoc, FusedLoc, NameLoc
@@ -110,6 +111,16 @@ def quote(text: str) -> str:
         else:
             out.append(f"\\U{code:08x}")
     return '"' + "".join(out) + '"'
+
+
+def unique_name(wanted: str, taken: Container[str]) -> str:
+    """`wanted`, or `wanted_1`, `wanted_2`, ... whichever is not in `taken` yet (a param
+    key, a symbol, a printed SSA name): `unique_name("x", {"x"}) == "x_1"`."""
+    name, n = wanted, 0
+    while name in taken:
+        n += 1
+        name = f"{wanted}_{n}"
+    return name
 
 
 class EscapeError(ValueError):

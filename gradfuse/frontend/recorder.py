@@ -26,7 +26,7 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.traits import IsTerminator
 from xdsl.utils.exceptions import VerifyException
 
-from gradfuse.diagnostics import GradfuseError, Position
+from gradfuse.diagnostics import GradfuseError, Position, unique_name
 from gradfuse.dialects.tg_builder import TgBuilder
 from gradfuse.provenance import Provenance
 
@@ -84,19 +84,11 @@ class Program:
         """Whether nothing is recorded (`@main` holds only its `return`)."""
         return all(op.has_trait(IsTerminator) for op in self.block.ops)
 
-    def unique_key(self, wanted: str, taken: Callable[[str], bool]) -> str:
-        """`wanted`, or `wanted_1`, `wanted_2`, ... whichever is not `taken` yet."""
-        key, n = wanted, 0
-        while taken(key):
-            n += 1
-            key = f"{wanted}_{n}"
-        return key
-
     def key_of(self, param: Keyed) -> str:
         """The key of `param` in this program (its module path, made unique once)."""
         key = self.keys.get(id(param))
         if key is None:
-            key = self.unique_key(param.key_hint(), lambda k: k in self.params)
+            key = unique_name(param.key_hint(), self.params)
             self.keys[id(param)] = key
             self.params[key] = param
         return key

@@ -47,7 +47,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from gradfuse.diagnostics import GradfuseError, position_of
+from gradfuse.diagnostics import GradfuseError, position_of, unique_name
 from gradfuse.dialects import kernel as kd
 from gradfuse.dialects.kernel import ForOp, YieldOp
 from gradfuse.passes.kernel.plan_buffers import ALIGNMENT, align, nbytes
@@ -90,10 +90,7 @@ class HostLowering:
         self.num_constants = 0
 
     def unique(self, name: str) -> str:
-        base, n = name, 0
-        while name in self.taken:
-            n += 1
-            name = f"{base}_{n}"
+        name = unique_name(name, self.taken)
         self.taken.add(name)
         return name
 
