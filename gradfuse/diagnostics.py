@@ -10,7 +10,9 @@ never a Python traceback.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from collections.abc import Container
+from dataclasses import dataclass, replace
 
 from xdsl.dialects.builtin import FileLineColLoc, FusedLoc, NameLoc
 from xdsl.ir import Attribute
@@ -37,6 +39,23 @@ class GradfuseError(DiagnosticException):
         self.message = message
         self.position = position
         super().__init__(self.render())
+
+    def with_source_line(self, input_name: str | None) -> GradfuseError:
+        """This error with the offending source line, for one raised after parsing (by a
+        pass), read from the input file only: never from another file a `loc(...)` names."""
+        pos = self.position
+        if pos is None or pos.source_line is not None or pos.file != input_name:
+            return self
+        if not os.path.isfile(pos.file):
+            return self
+        try:
+            with open(pos.file, errors="replace") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            return self
+        if not 0 < pos.line <= len(lines):
+            return self
+        return GradfuseError(self.message, replace(pos, source_line=lines[pos.line - 1]))
 
     def render(self) -> str:
         if self.position is None:
@@ -92,6 +111,16 @@ def quote(text: str) -> str:
         else:
             out.append(f"\\U{code:08x}")
     return '"' + "".join(out) + '"'
+
+
+def unique_name(wanted: str, taken: Container[str]) -> str:
+    """`wanted`, or `wanted_1`, `wanted_2`, ... whichever is not in `taken` yet (a param
+    key, a symbol, a printed SSA name): `unique_name("x", {"x"}) == "x_1"`."""
+    name, n = wanted, 0
+    while name in taken:
+        n += 1
+        name = f"{wanted}_{n}"
+    return name
 
 
 class EscapeError(ValueError):

@@ -96,11 +96,7 @@ class _Dumper:
         domain = ", ".join(map(str, dims[:par])) + (
             " | " + ", ".join(map(str, dims[par:])) if par < len(dims) else ""
         )
-        origins: list[str] = []
-        for op in k.body.block.ops:
-            w = _where(op)
-            if w and w not in origins:
-                origins.append(w)
+        origins = list(dict.fromkeys(w for op in k.body.block.ops if (w := _where(op))))
         self.lines.append(f"{pad}{k.sym_name.data} {k.kind.data} [{domain}]")
         if origins:
             self.lines.append(f"{pad}  fuses: {'; '.join(origins)}")

@@ -38,12 +38,6 @@ class KernelStats:
     """Bytes of the arena that holds every temporary (see `passes.kernel.plan_buffers`)."""
 
 
-def _is_launch(op: Operation) -> bool:
-    return isinstance(op, (*kd.LAUNCH_GROUPS, gpu.LaunchFuncOp)) or (
-        isinstance(op, kd.KernelOp) and not isinstance(op.parent_op(), kd.LAUNCH_GROUPS)
-    )
-
-
 def _constant(value: object) -> int | None:
     owner = getattr(value, "owner", None)
     if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
@@ -73,7 +67,9 @@ def _count(block: Block) -> tuple[int, int, list[int]]:
     written = executed = 0
     loops: list[int] = []
     for op in block.ops:
-        if _is_launch(op):
+        if isinstance(op, (*kd.LAUNCH_GROUPS, gpu.LaunchFuncOp)) or (
+            isinstance(op, kd.KernelOp) and not isinstance(op.parent_op(), kd.LAUNCH_GROUPS)
+        ):
             written += 1
             executed += 1
         elif isinstance(op, ForOp | scf.ForOp):

@@ -142,26 +142,21 @@ def choose_backend(name: str | None = None) -> str:
     return chosen
 
 
-def _runner(backend: str) -> Callable[[ModuleOp], Callable[..., Any]]:
-    if backend == "reference":
-        from gradfuse.backend.interpreters.tg import run
+_RUNNERS = {
+    "reference": "interpreters.tg:run",
+    "numpy": "interpreters.kernel:run_kernels",
+    "lowered": "interpreters.lowered:run_lowered",
+    "c": "c:compile_c",
+    "cuda": "cuda:compile_cuda",
+}
+"""Per backend, below `gradfuse.backend`: its interpreter, or its compiler (c, cuda)."""
 
-        return lambda module: run
-    if backend == "numpy":
-        from gradfuse.backend.interpreters.kernel import run_kernels
 
-        return lambda module: run_kernels
-    if backend == "lowered":
-        from gradfuse.backend.interpreters.lowered import run_lowered
-
-        return lambda module: run_lowered
-    if backend == "c":
-        from gradfuse.backend.c import compile_c
-
-        return lambda module: bound_run(compile_c(module).run)
-    from gradfuse.backend.cuda import compile_cuda  # type: ignore[import-not-found]
-
-    return lambda module: bound_run(compile_cuda(module).run)
+def _runner(backend: str, module: ModuleOp) -> Callable[..., Any]:
+    """The `Program.runner` of `module` on `backend`, imported when used."""
+    path, name = _RUNNERS[backend].split(":")
+    found = getattr(importlib.import_module(f"gradfuse.backend.{path}"), name)
+    return bound_run(found(module).run) if backend in ("c", "cuda") else found
 
 
 def bound_run(run: Callable[..., Any]) -> Callable[..., Any]:
@@ -188,4 +183,4 @@ def compile_module(
             f"the {name} backend runs lowered IR and this program has tg ops: run the default"
             " pipeline first (no --pipeline none), or choose --backend reference"
         )
-    return Program(name, module, _runner(name)(module), keys if has_tg else None, entries)
+    return Program(name, module, _runner(name, module), keys if has_tg else None, entries)

@@ -186,11 +186,9 @@ def tensor_of(ty: MemRefType) -> TensorType:
 def entry_function(module: ModuleOp, entry: str = "main") -> func.FuncOp:
     """The lowered function named `entry`, else the module's only function with a body."""
     funcs = [op for op in module.body.block.ops if isinstance(op, func.FuncOp) and op.body.blocks]
-    for f in funcs:
-        if f.sym_name.data == entry:
-            return f
-    if len(funcs) == 1:
-        return funcs[0]
+    named = [f for f in funcs if f.sym_name.data == entry]
+    if named or len(funcs) == 1:
+        return (named or funcs)[0]
     names = ", ".join(f"@{f.sym_name.data}" for f in funcs) or "none"
     raise GradfuseError(f"no entry function @{entry} in the module (functions: {names})")
 
@@ -211,9 +209,7 @@ def dtype_of(ty: Attribute, dtype: type = np.float32) -> np.dtype:
     """
     et = ty.element_type if isinstance(ty, TensorType) else ty
     if type(et) in _FLOATS:
-        if np.dtype(dtype) != np.float32:
-            return np.dtype(dtype)
-        return np.dtype(_FLOATS[type(et)])
+        return np.dtype(dtype if np.dtype(dtype) != np.float32 else _FLOATS[type(et)])
     if isinstance(et, IntegerType):
         width = et.width.data
         return np.dtype(bool) if width == 1 else np.dtype(f"int{max(8, width)}")
@@ -306,13 +302,23 @@ class RunState:
         ty = self.param_types.get(key)
         if ty is None:
             return arr
-        want = tuple(ty.get_shape())
-        if arr.shape != want or arr.dtype.kind not in "biuf":
+        if arr.shape != tuple(ty.get_shape()) or arr.dtype.kind not in "biuf":
             raise GradfuseError(
                 f'param "{key}": given {arr.dtype} value of shape {shape_str(arr.shape)},'
                 f" expected {ty}"
             )
         return arr.astype(dtype_of(ty, self.dtype))
+
+    def start_value(
+        self, key: str, given: Mapping[str, Any], init: Attribute, ty: TensorType, hint: str = "",
+        position: Position | None = None,
+    ) -> np.ndarray:  # fmt: skip
+        """A param's first value: the given one (checked), else its dense `init`."""
+        if key in given:
+            return self.check_param_value(key, given[key])
+        if not isinstance(init, DenseIntOrFPElementsAttr):
+            raise GradfuseError(f'param "{key}" has no initial value{hint}', position)
+        return attr_array(init, ty)
 
     def feed(self, key: str, ty: TensorType, position: Position | None) -> np.ndarray:
         """The next value of feeder `key`, checked against its type `ty`."""
@@ -350,11 +356,6 @@ class RunState:
                     f" {shape_str(shape)} nor {per_call}",
                     position,
                 )
-        return self._check_fed(value, ty, where, position)
-
-    def _check_fed(
-        self, value: Any, ty: TensorType, where: str, position: Position | None
-    ) -> np.ndarray:
         try:
             arr = np.asarray(value)
         except Exception as err:
@@ -363,11 +364,10 @@ class RunState:
             ) from err
         if arr.dtype.kind not in "biuf":
             raise GradfuseError(f"{where}: returned {arr.dtype} data, expected numbers", position)
-        want = tuple(ty.get_shape())
-        if arr.shape != want:
+        if arr.shape != shape:
             raise GradfuseError(
-                f"{where}: returned shape {shape_str(arr.shape)}, expected {shape_str(want)}"
-                f" ({fmt_shape(want)})",
+                f"{where}: returned shape {shape_str(arr.shape)}, expected {shape_str(shape)}"
+                f" ({fmt_shape(shape)})",
                 position,
             )
         declared = dtype_of(ty)

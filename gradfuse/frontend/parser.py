@@ -19,7 +19,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from xdsl.dialects import func
 from xdsl.dialects.builtin import FileLineColLoc, IndexType, IntAttr, ModuleOp, NameLoc, StringAttr
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
-from xdsl.irdl import IRDLOperation, VarOperandDef, VarResultDef
+from xdsl.irdl import IRDLOperation, OptPropertyDef, VarOperandDef, VarResultDef
 from xdsl.utils.exceptions import VerifyException
 
 from gradfuse.diagnostics import EscapeError, GradfuseError, Position, unquote
@@ -345,7 +345,7 @@ class _Builder(AttributeReader):
                 raise self.error(attr_name, f"attribute '{attr_name}' given twice")
             props[str(attr_name)] = self.attribute(str(attr_name), attr_value, result_types, name)
         for prop, prop_def in op_def.properties.items():
-            if prop not in props and not _optional(prop_def):
+            if prop not in props and not isinstance(prop_def, OptPropertyDef):
                 form = "a value" if prop == "value" and cls is tg.ConstantOp else f"{prop}=..."
                 raise self.error(opname, f"{name} needs {form}")
         operands = self.values(operand_vals)
@@ -367,12 +367,6 @@ class _Builder(AttributeReader):
             raise self.error(
                 node, f"{name} has {len(fixed_results)} result(s), got {len(result_types)} type(s)"
             )
-
-
-def _optional(prop_def: object) -> bool:
-    from xdsl.irdl import OptPropertyDef
-
-    return isinstance(prop_def, OptPropertyDef)
 
 
 def _types(types: Sequence[Attribute]) -> str:

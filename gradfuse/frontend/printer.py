@@ -32,7 +32,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 
-from gradfuse.diagnostics import GradfuseError, position_of, quote
+from gradfuse.diagnostics import GradfuseError, position_of, quote, unique_name
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import ELEMENT_TYPES, ints
 from gradfuse.frontend.parse_attributes import ATTR_KINDS
@@ -91,10 +91,7 @@ class _Printer:
                     self.counter += 1
                 chosen = str(self.counter)
             else:
-                chosen, k = hint, 0
-                while chosen in self.used:
-                    k += 1
-                    chosen = f"{hint}_{k}"
+                chosen = unique_name(hint, self.used)
             self.used.add(chosen)
             self.names[value] = chosen
         return "%" + self.names[value]

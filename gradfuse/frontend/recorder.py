@@ -22,11 +22,11 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.traits import IsTerminator
 from xdsl.utils.exceptions import VerifyException
 
-from gradfuse.diagnostics import GradfuseError, Position
+from gradfuse.diagnostics import GradfuseError, Position, unique_name
 from gradfuse.dialects.tg_builder import TgBuilder
 from gradfuse.provenance import Provenance
 
@@ -84,19 +84,11 @@ class Program:
         """Whether nothing is recorded (`@main` holds only its `return`)."""
         return all(op.has_trait(IsTerminator) for op in self.block.ops)
 
-    def unique_key(self, wanted: str, taken: Callable[[str], bool]) -> str:
-        """`wanted`, or `wanted_1`, `wanted_2`, ... whichever is not `taken` yet."""
-        key, n = wanted, 0
-        while taken(key):
-            n += 1
-            key = f"{wanted}_{n}"
-        return key
-
     def key_of(self, param: Keyed) -> str:
         """The key of `param` in this program (its module path, made unique once)."""
         key = self.keys.get(id(param))
         if key is None:
-            key = self.unique_key(param.key_hint(), lambda k: k in self.params)
+            key = unique_name(param.key_hint(), self.params)
             self.keys[id(param)] = key
             self.params[key] = param
         return key
@@ -132,12 +124,6 @@ def rng() -> np.random.Generator:
 # --- provenance ---------------------------------------------------------------------
 
 
-def _display_path(path: str) -> str:
-    """A file path relative to the working directory when it lies below it."""
-    rel = os.path.relpath(path)
-    return path if rel.startswith("..") else rel
-
-
 def user_frame() -> FrameType | None:
     """The innermost stack frame outside the gradfuse package (the user's line)."""
     frame: FrameType | None = sys._getframe(1)
@@ -166,7 +152,8 @@ def user_position() -> Position | None:
         if start_line == line and start_col is not None:
             column = start_col + 1
     source = linecache.getline(file, line) or None
-    return Position(_display_path(file), line, column, source)
+    rel = os.path.relpath(file)  # below the working directory: relative to it
+    return Position(file if rel.startswith("..") else rel, line, column, source)
 
 
 def provenance() -> Provenance:
@@ -213,14 +200,6 @@ def insert_into(block: Block) -> AbstractContextManager[None]:
     return _pushed("insertion", block)
 
 
-def _defining_block(value: SSAValue) -> Block | None:
-    if isinstance(value, BlockArgument):
-        return value.block
-    owner = value.owner
-    assert isinstance(owner, Operation)
-    return owner.parent_block()
-
-
 def changed() -> None:
     """Notes that the recorded program changed (an op was removed outside `emit`)."""
     _program.version += 1
@@ -229,7 +208,8 @@ def changed() -> None:
 def is_visible(value: SSAValue, block: Block | None = None) -> bool:
     """Whether `value` may be used in `block` (defined there or in an enclosing block)."""
     where: Block | None = block or insertion_block()
-    defined = _defining_block(value)
+    owner = value.owner  # a block argument's block, or the defining op
+    defined = owner if isinstance(owner, Block) else owner.parent_block()
     while where is not None:
         if where is defined:
             return True

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 from xdsl.dialects.builtin import Float32Type, TensorType
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir import Operation, SSAValue
 
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of, tensor
@@ -167,7 +167,7 @@ class Tensor:
             raise error("tensor ** exponent: the exponent must be a Python number")
         p = float(exponent)
         if p == 0:
-            return Tensor(B.const(1.0, tensor(self.shape, self._element())))
+            return Tensor(B.const(1.0, tensor(self.shape, element_type(self.value))))
         if p < 0:
             return (self ** (-p)).reciprocal()
         if p == 0.5:
@@ -216,9 +216,6 @@ class Tensor:
         return Tensor(B.cast(self.value, Float32Type()))
 
     # --- elementwise functions ------------------------------------------------------------
-
-    def _element(self) -> Attribute:
-        return element_type(self.value)
 
     exp2 = _unary(tg.Exp2Op, "`2 ** self` (`tg.exp2`).")
     log2 = _unary(tg.Log2Op, "`log2(self)` (`tg.log2`).")

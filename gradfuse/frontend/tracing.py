@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from xdsl.ir import Block
 
-from gradfuse.diagnostics import GradfuseError
+from gradfuse.diagnostics import GradfuseError, unique_name
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import tensor
 from gradfuse.frontend.dtypes import element_for
@@ -93,10 +93,6 @@ def ir_for(loop: range, fn: Callable[[], Any]) -> None:
     _forget_block(outer)
 
 
-def _unique(prefix: str, taken: dict[str, Any]) -> str:
-    return program().unique_key(prefix, lambda k: k in taken)
-
-
 def Feeder(  # noqa: N802 (the seed program's name)
     fn: Callable[[], np.ndarray] | np.ndarray,
     shape: Sequence[int],
@@ -109,7 +105,7 @@ def Feeder(  # noqa: N802 (the seed program's name)
     `%x = tg.feeder "feeder" : tensor<2x255xf32>`.
     """
     prog = program()
-    key = _unique(name or "feeder", prog.feeders)
+    key = unique_name(name or "feeder", prog.feeders)
     op = emit(tg.FeederOp(key, tensor([int(d) for d in shape], element_for(dtype))))
     prog.feeders[key] = fn  # type: ignore[assignment]
     return Tensor(op.result)
@@ -145,7 +141,7 @@ def Receiver(  # noqa: N802 (the seed program's name)
     """
     prog = program()
     values = [t.value for t in _values(tensors)]
-    key = _unique(name or "receiver", prog.receivers)
+    key = unique_name(name or "receiver", prog.receivers)
     emit(tg.ReceiverOp(key, values))
     prog.receivers[key] = fn
 

@@ -21,7 +21,7 @@ from xdsl.pattern_rewriter import (
     PatternRewriteWalker,
     RewritePattern,
 )
-from xdsl.traits import EffectInstance, IsolatedFromAbove, IsTerminator, MemoryEffectKind
+from xdsl.traits import IsolatedFromAbove, IsTerminator, MemoryEffectKind
 from xdsl.transforms.canonicalize import CanonicalizePass
 from xdsl.transforms.common_subexpression_elimination import (
     CommonSubexpressionElimination,
@@ -117,10 +117,6 @@ def region_dce(
     return live.changed
 
 
-def _is_read(effect: EffectInstance) -> bool:
-    return effect.kind == MemoryEffectKind.READ
-
-
 class _Info(OperationInfo):
     """An `OperationInfo` that hashes its op once: an op does not change while CSE looks
     it up and records it (xDSL's hashes it again at every lookup and comparison)."""
@@ -171,8 +167,8 @@ class _CSEDriver(CSEDriver):
             return
         if any(len(region.blocks) > 1 for region in op.regions):
             return
-        if not facts.all_effects(op, _is_read):  # unknown effects, or it writes
-            return
+        if not facts.all_effects(op, lambda e: e.kind == MemoryEffectKind.READ):
+            return  # unknown effects, or it writes
         info = _Info(op)
         existing = self._known_ops.find(info)
         if facts.effects(op):  # it reads: no write may come between the two

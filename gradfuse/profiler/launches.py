@@ -170,11 +170,6 @@ def direction_of(shares: dict[str, float]) -> str:
     return " ".join(f"{names[d]} {round(100 * s) or '<1'}%" for d, s in parts)
 
 
-def _elements(ty: object) -> int:
-    assert isinstance(ty, MemRefType)
-    return prod(ty.get_shape())
-
-
 def _op_flops(op: Operation) -> int:
     """FLOPs of one body op at one point."""
     if isinstance(op, K.ReduceOp | K.ScatterAddOp):
@@ -195,8 +190,9 @@ def _multiplies(reduce: K.ReduceOp) -> int:
 
 def _touched(op: K.LoadOp | K.StoreOp | K.GatherOp | K.ScatterAddOp, dims: Sequence[int]) -> int:
     """Distinct elements an access touches: min(Π used dim sizes, buffer elements)."""
-    used = op.map.data.used_dims()
-    return min(prod(dims[i] for i in used), _elements(op.buffer.type))
+    used, ty = op.map.data.used_dims(), op.buffer.type
+    assert isinstance(ty, MemRefType)
+    return min(prod(dims[i] for i in used), prod(ty.get_shape()))
 
 
 def kernel_work(k: K.KernelOp) -> KernelWork:

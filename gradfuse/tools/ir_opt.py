@@ -10,7 +10,6 @@ Bad input gives one `file:line:col: error: ...` diagnostic and exit status 1.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import io
 import os
 import sys
@@ -152,9 +151,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # argparse usage errors and --version
         return int(e.code or 0)
     except GradfuseError as e:
-        return _fail(with_source_line(e, tool.get_input_name() if tool else None).render())
+        return _fail(e.with_source_line(tool.get_input_name() if tool else None).render())
     except (ParseError, ArgSpecParseError, DiagnosticException, LarkError) as e:
-        return _fail(_with_prefix(str(e)))
+        msg = str(e)
+        first = msg.lstrip().splitlines()[0] if msg.strip() else ""
+        return _fail(msg if "error" in first else f"error: {msg.strip()}")
     except OSError as e:
         return _fail(f"error: cannot read '{e.filename}': {e.strerror}")
     except ValueError as e:
@@ -186,26 +187,6 @@ def _code_target(name: str, tool: xDSLOptMain):
         getattr(targets, name)(module, out, tool.get_input_name())
 
     return emit
-
-
-def with_source_line(err: GradfuseError, input_name: str | None) -> GradfuseError:
-    """Adds the offending source line to a diagnostic raised after parsing (by a pass),
-    read from the input file only: never from another file a `loc(...)` names."""
-    pos = err.position
-    if pos is None or pos.source_line is not None or pos.file != input_name:
-        return err
-    if not os.path.isfile(pos.file):
-        return err
-    with open(pos.file, errors="replace") as f:
-        lines = f.read().splitlines()
-    if not 0 < pos.line <= len(lines):
-        return err
-    return GradfuseError(err.message, dataclasses.replace(pos, source_line=lines[pos.line - 1]))
-
-
-def _with_prefix(message: str) -> str:
-    first = message.lstrip().splitlines()[0] if message.strip() else ""
-    return message if "error" in first else f"error: {message.strip()}"
 
 
 def _fail(message: str) -> int:

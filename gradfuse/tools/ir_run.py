@@ -28,7 +28,6 @@ import os
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -177,33 +176,29 @@ def load_npz(path: str, what: str) -> dict[str, np.ndarray]:
 
 def _split_inputs(inputs: dict[str, np.ndarray]) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
     """`arg0`, `arg1`, ... as the argument list; everything else as feeders."""
-    args, feeders = [], {}
     n = 0
     while f"arg{n}" in inputs:
-        args.append(inputs[f"arg{n}"])
         n += 1
-    for key, value in inputs.items():
-        if key.startswith("arg") and key[3:].isdigit() and int(key[3:]) < n:
-            continue
-        feeders[key] = value
-    return args, feeders
+    args = [inputs[f"arg{i}"] for i in range(n)]
+    return args, {
+        k: v
+        for k, v in inputs.items()
+        if not (k[:3] == "arg" and k[3:].isdigit() and int(k[3:]) < n)
+    }
 
 
 def _write_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
     """Writes `arrays` atomically: a temp file in the same folder, then `os.replace`."""
-    folder = os.path.dirname(os.path.abspath(path))
+    folder, tmp = os.path.dirname(os.path.abspath(path)), ""
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".ir-run-", suffix=".npz")
-    except OSError as err:
-        raise GradfuseError(f"cannot write {path}: {err.strerror or err}") from None
-    try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)  # type: ignore[arg-type]
         os.replace(tmp, path)
     except OSError as err:
         raise GradfuseError(f"cannot write {path}: {err.strerror or err}") from None
     finally:
-        if os.path.exists(tmp):
+        if tmp and os.path.exists(tmp):
             os.unlink(tmp)
 
 
@@ -226,10 +221,9 @@ def run_file(opts: argparse.Namespace) -> dict[str, np.ndarray]:
     module = load_module(Path(opts.file))
     _check_entry(module, opts.entry, Path(opts.file), _read_text(Path(opts.file)))
     inputs = load_npz(opts.inputs, "inputs") if opts.inputs else {}
-    given = load_npz(opts.params, "params") if opts.params else {}
-    if any(k.startswith("param.") for k in given):  # an ir-run outputs file: its params
-        given = {k.removeprefix("param."): v for k, v in given.items() if k.startswith("param.")}
-    params = given
+    params = load_npz(opts.params, "params") if opts.params else {}
+    if any(k.startswith("param.") for k in params):  # an ir-run outputs file: its params
+        params = {k.removeprefix("param."): v for k, v in params.items() if k.startswith("param.")}
     args, feeders = _split_inputs(inputs)
     from gradfuse.backend import compile_module
 
@@ -285,16 +279,8 @@ def _diagnostic(err: GradfuseError, program: str | None) -> str:
     """`file:line:col: error: message` on one line, then the offending line and a caret
     (`GradfuseError.render`). A line that the error does not carry is read from the
     program file only: never from another file that a `loc(...)` names."""
-    pos = err.position
-    if pos is not None and pos.source_line is None and program is not None:
-        if pos.file == program:
-            try:
-                lines = Path(program).read_text(errors="replace").splitlines()
-                if 0 < pos.line <= len(lines):
-                    pos = replace(pos, source_line=lines[pos.line - 1])
-            except OSError:
-                pass
-    return GradfuseError(" ".join(err.message.split()), pos).render()
+    err = err.with_source_line(program)
+    return GradfuseError(" ".join(err.message.split()), err.position).render()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 from xdsl.dialects import memref
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, MemRefType, ModuleOp
+from xdsl.dialects.builtin import MemRefType, ModuleOp
 
 from gradfuse.backend.c.cache import build_library
 from gradfuse.backend.c.host import (
@@ -37,7 +37,6 @@ from gradfuse.backend.run_control import in_iteration, interrupted, sigint_flag
 from gradfuse.backend.runner import (
     RunResult,
     RunState,
-    attr_array,
     callback_key,
     check_window,
     dtype_of,
@@ -150,15 +149,11 @@ class CProgram:
         keys = [callback_key(g) or g.sym_name.data for g in self.globals]
         types = {k: tensor_of(g.type) for k, g in zip(keys, self.globals)}  # type: ignore[arg-type]
         state = RunState(types, dict(feeders or {}), dict(receivers or {}), check_finite)
-        given = params or {}
-        values: list[np.ndarray] = []
-        for key, g in zip(keys, self.globals):
-            if key in given:
-                values.append(_contiguous(state.check_param_value(key, given[key])))
-            elif isinstance(g.initial_value, DenseIntOrFPElementsAttr):
-                values.append(_contiguous(attr_array(g.initial_value, types[key])))
-            else:
-                raise GradfuseError(f'param "{key}" has no initial value (give it in params=)')
+        hint = " (give it in params=)"
+        values = [
+            _contiguous(state.start_value(key, params or {}, g.initial_value, types[key], hint))
+            for key, g in zip(keys, self.globals)
+        ]
         arrays = [
             _contiguous(a, dtype_of(tensor_of(arg.type)))  # type: ignore[arg-type]
             for a, arg in zip(args, self.main.body.block.args)

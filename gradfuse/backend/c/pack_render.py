@@ -262,7 +262,6 @@ def render(r: Renderer, seg: Segment, p: Plan, varying: set[SSAValue]) -> None:
     r.names[p.index] = lane  # type: ignore[index]
     LaneRenderer(r, varying).block(p.before, 2, [])
     if p.sparse:
-        base = p.buffer(p.packed[0])[:-1]
         r.emit(f"__builtin_memset({base}z, 0, {p.nest.count});", 2)
     render_pack(r, p, varying)
     if vector:
@@ -273,7 +272,6 @@ def render(r: Renderer, seg: Segment, p: Plan, varying: set[SSAValue]) -> None:
     for v in p.packed:
         r.emit(f"__builtin_free({p.buffer(v)}m);", 1)
     if p.sparse:
-        base = p.buffer(p.packed[0])[:-1]
         r.emit(f"__builtin_free({base}z);", 1)
         r.emit(f"__builtin_free({base}k);", 1)
 

@@ -17,11 +17,6 @@ from typing import Any
 CAPTURE_MODE_THREAD_LOCAL = 1
 
 
-def _driver() -> ctypes.CDLL:
-    name = ctypes.util.find_library("cuda") or "libcuda.so.1"
-    return ctypes.CDLL(name)
-
-
 def _check(code: int, what: str) -> None:
     if code != 0:
         raise RuntimeError(f"{what} failed with CUDA error {code}")
@@ -53,7 +48,7 @@ class Capture:
 
     def __init__(self, stream: Any):
         self.stream = stream
-        self.lib = _driver()
+        self.lib = ctypes.CDLL(ctypes.util.find_library("cuda") or "libcuda.so.1")
         self.graph: Graph | None = None
 
     def __enter__(self) -> Capture:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 from xdsl.dialects import arith, func, gpu, memref, scf
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, MemRefType, ModuleOp
+from xdsl.dialects.builtin import MemRefType, ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 
 from gradfuse.backend import runner
@@ -33,7 +33,6 @@ from gradfuse.backend.run_control import interrupted, sigint_flag
 from gradfuse.backend.runner import (
     RunResult,
     RunState,
-    attr_array,
     callback_key,
     dtype_of,
     tensor_of,
@@ -64,7 +63,8 @@ class CudaProgram:
         import pycuda.driver as drv
 
         self.drv, self.module = drv, module
-        cubin = compile_cubin(cuda_source(module), _arch(drv), module)
+        major, minor = drv.Context.get_device().compute_capability()
+        cubin = compile_cubin(cuda_source(module), f"sm_{major}{minor}", module)
         self.cu_module = drv.module_from_buffer(cubin)
         self.functions: dict[str, Any] = {}
         self.globals = {
@@ -126,11 +126,6 @@ class CudaProgram:
         return RunResult(results, run.final_params(), run.state.received, events)
 
 
-def _arch(drv: Any) -> str:
-    major, minor = drv.Context.get_device().compute_capability()
-    return f"sm_{major}{minor}"
-
-
 class _Run:
     """One execution: device state, the host actions, callbacks in order."""
 
@@ -152,12 +147,8 @@ class _Run:
             ty = op.type
             assert isinstance(ty, MemRefType)
             key = keys.get(name)
-            if key is not None and key in params:
-                host = self.state.check_param_value(key, params[key])
-            elif isinstance(op.initial_value, DenseIntOrFPElementsAttr):
-                host = attr_array(op.initial_value, tensor_of(ty))
-            else:
-                raise GradfuseError(f'param "{key or name}" has no initial value')
+            given = params if key is not None else {}
+            host = self.state.start_value(key or name, given, op.initial_value, tensor_of(ty))
             buf = device_alloc(drv, host.nbytes, f'param "{key or name}"')
             drv.memcpy_htod(buf, np.ascontiguousarray(host))
             self.device[name] = buf

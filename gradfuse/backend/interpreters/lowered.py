@@ -128,19 +128,15 @@ def _globals(
         name, ty = op.sym_name.data, op.type
         key = op.attributes.get("gradfuse.key")
         init = op.initial_value
-        if isinstance(key, StringAttr) and op.constant is None:
-            keys[key.data] = name
-            host.param_types[key.data] = tensor_of(ty)
-            if key.data in params:
-                arrays[name] = host.check_param_value(key.data, params[key.data])
-                continue
-        if isinstance(init, DenseIntOrFPElementsAttr):
+        if isinstance(key, StringAttr):
+            if op.constant is None:
+                keys[key.data] = name
+                host.param_types[key.data] = tensor_of(ty)
+            given = params if op.constant is None else {}
+            hint, where = " (give it init=... or pass params)", position_of(op.location)
+            arrays[name] = host.start_value(key.data, given, init, tensor_of(ty), hint, where)
+        elif isinstance(init, DenseIntOrFPElementsAttr):
             arrays[name] = attr_array(init, tensor_of(ty))
-        elif isinstance(key, StringAttr):
-            raise GradfuseError(
-                f'param "{key.data}" has no initial value (give it init=... or pass params)',
-                position_of(op.location),
-            )
         else:
             arrays[name] = np.full(tuple(ty.get_shape()), np.nan, dtype=dtype_of(ty.element_type))
     return arrays, keys

@@ -12,7 +12,7 @@ the bias, drawn from `gradfuse.manual_seed`'s generator:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from gradfuse.frontend import functional_conv as F
 from gradfuse.frontend.nn.layers import kaiming_uniform
@@ -70,70 +70,53 @@ class _ConvNd(Module):
         )
 
 
-class Conv1d(_ConvNd):
+class _Conv(_ConvNd):
+    """What `Conv1d` and `Conv2d` share: PyTorch's arguments and `forward`."""
+
+    DIMS: ClassVar[int] = 2
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: F.IntPair,
+        stride: F.IntPair = 1,
+        padding: F.IntPair | str = 0,
+        dilation: F.IntPair = 1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device: Any = None,
+        dtype: Any = None,
+    ):
+        only(type(self).__name__, "padding_mode", padding_mode, "zeros")
+        device_and_dtype(type(self).__name__, device, dtype)
+        super().__init__(
+            in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
+            transposed=False, dims=self.DIMS,
+        )  # fmt: skip
+
+    def forward(self, x: Tensor) -> Tensor:
+        conv = F.conv1d if self.DIMS == 1 else F.conv2d
+        return conv(
+            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
+        )
+
+
+class Conv1d(_Conv):
     """1-d convolution of [N, C, L] input with weight [out, in/groups, k] and bias [out].
 
     `Conv1d(80, 512, 5, padding=2)(x)` maps [N, 80, L] to [N, 512, L].
     """
 
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: F.IntPair,
-        stride: F.IntPair = 1,
-        padding: F.IntPair | str = 0,
-        dilation: F.IntPair = 1,
-        groups: int = 1,
-        bias: bool = True,
-        padding_mode: str = "zeros",
-        device: Any = None,
-        dtype: Any = None,
-    ):
-        only("Conv1d", "padding_mode", padding_mode, "zeros")
-        device_and_dtype("Conv1d", device, dtype)
-        super().__init__(
-            in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-            transposed=False, dims=1,
-        )  # fmt: skip
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.conv1d(
-            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
-        )
+    DIMS = 1
 
 
-class Conv2d(_ConvNd):
+class Conv2d(_Conv):
     """2-d convolution of NCHW input with weight [out, in/groups, kh, kw] and bias [out].
 
     `Conv2d(3, 16, 3, padding=1)(x)` maps [N, 3, H, W] to [N, 16, H, W].
     """
-
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: F.IntPair,
-        stride: F.IntPair = 1,
-        padding: F.IntPair | str = 0,
-        dilation: F.IntPair = 1,
-        groups: int = 1,
-        bias: bool = True,
-        padding_mode: str = "zeros",
-        device: Any = None,
-        dtype: Any = None,
-    ):
-        only("Conv2d", "padding_mode", padding_mode, "zeros")
-        device_and_dtype("Conv2d", device, dtype)
-        super().__init__(
-            in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-            transposed=False,
-        )  # fmt: skip
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.conv2d(
-            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
-        )
 
 
 class ConvTranspose2d(_ConvNd):

@@ -129,8 +129,7 @@ class Module:
 
     def modules(self) -> Iterator[Module]:
         """This module and all below it."""
-        for _, m in self.named_modules():
-            yield m
+        yield from (m for _, m in self.named_modules())
 
     def _named(
         self, table: str, prefix: str, recurse: bool, remove_duplicate: bool

@@ -47,7 +47,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from gradfuse.diagnostics import GradfuseError, position_of
+from gradfuse.diagnostics import GradfuseError, position_of, unique_name
 from gradfuse.dialects import kernel as kd
 from gradfuse.dialects.kernel import ForOp, YieldOp
 from gradfuse.passes.kernel.plan_buffers import ALIGNMENT, align, nbytes
@@ -57,10 +57,6 @@ from gradfuse.passes.lib.rows_lowering import build_rows_func
 from gradfuse.passes.lib.tile_lowering import build_tiled_func, tile_sizes
 
 KERNEL_MODULE = "gradfuse_kernels"
-
-
-def _symbol(prefix: str, key: str) -> str:
-    return prefix + re.sub(r"[^A-Za-z0-9_]", "_", key)
 
 
 @lru_cache(maxsize=1024)
@@ -94,10 +90,7 @@ class HostLowering:
         self.num_constants = 0
 
     def unique(self, name: str) -> str:
-        base, n = name, 0
-        while name in self.taken:
-            n += 1
-            name = f"{base}_{n}"
+        name = unique_name(name, self.taken)
         self.taken.add(name)
         return name
 
@@ -189,7 +182,7 @@ class HostLowering:
         assert isinstance(ty, MemRefType)
         glob = self.params.get(key)
         if glob is None:
-            name = self.unique(_symbol("param_", key))
+            name = self.unique("param_" + re.sub(r"[^A-Za-z0-9_]", "_", key))
             glob = memref.GlobalOp.get(StringAttr(name), ty, _initial_value(op.init, ty))
             glob.attributes["gradfuse.key"] = StringAttr(key)
             glob.location = op.location

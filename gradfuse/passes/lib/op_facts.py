@@ -16,8 +16,9 @@ rewrite passes walk with it (`rewrite_walker`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
+from itertools import chain
 from typing import Any
 
 from xdsl.folder import Folder
@@ -107,23 +108,17 @@ class OpFacts:
         """The memory effects of `op`, as `xdsl.traits.get_effects` gives them."""
         entry = self._class(op)
         if entry.dynamic:
-            out: set[EffectInstance] = set()
-            for trait in entry.dynamic:
-                found = trait.get_effects(op)
-                if found is None:
-                    return None
-                out.update(found)
-            return out
-        if not entry.recursive or entry.constant is None:
+            parts: Iterable[Effects] = (trait.get_effects(op) for trait in entry.dynamic)
+        elif not entry.recursive or entry.constant is None:
             return entry.constant
-        out = set(entry.constant)
-        for region in op.regions:
-            for block in region.blocks:
-                for child in block.ops:
-                    inner = self.effects(child)
-                    if inner is None:
-                        return None
-                    out.update(inner)
+        else:  # its own effects and those of every op inside, in order
+            children = (c for region in op.regions for block in region.blocks for c in block.ops)
+            parts = chain([entry.constant], map(self.effects, children))
+        out: set[EffectInstance] = set()
+        for part in parts:
+            if part is None:  # unknown: stop at the first
+                return None
+            out.update(part)
         return out
 
     def all_effects(self, op: Operation, ok: Callable[[EffectInstance], bool]) -> bool:

@@ -189,7 +189,7 @@ class _Former:
             self.zeros[fill] = f.outs[0]
         for value, result in zip(yields, f.outs):
             if value.owner.parent is body and value not in local.values():
-                value.replace_uses_with_if(result, lambda use: _outside(use.operation, f))
+                value.replace_uses_with_if(result, lambda use: not f.is_ancestor(use.operation))
                 result.name_hint = None  # the name stays inside, with the buffer it names
                 self.waiting[result] = self.waiting.pop(value, [])
         for view, index in copies:
@@ -197,7 +197,3 @@ class _Former:
             view.replace_uses_with_if(copy, lambda use: isinstance(use.operation, HOST_READS))
             copy.name_hint = None
         return f
-
-
-def _outside(op: Operation, f: tg.FusionOp) -> bool:
-    return not f.is_ancestor(op)
