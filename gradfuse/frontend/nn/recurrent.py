@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import fmt_shape
 from gradfuse.frontend import functional as F
 from gradfuse.frontend.loops import scan
@@ -28,15 +27,8 @@ from gradfuse.frontend.nn.layers import uniform
 from gradfuse.frontend.nn.module import Module
 from gradfuse.frontend.nn.options import device_and_dtype
 from gradfuse.frontend.nn.recurrent_cells import GATES, State, check_state, step, zeros
-from gradfuse.frontend.recorder import emit, error
+from gradfuse.frontend.recorder import error
 from gradfuse.frontend.tensor import Tensor
-
-
-def concat(parts: list[Tensor], dim: int) -> Tensor:
-    """`parts` joined along `dim` (`tg.concat`); one part is returned as it is."""
-    if len(parts) == 1:
-        return parts[0]
-    return Tensor(emit(tg.ConcatOp([p.value for p in parts], dim)).result)
 
 
 class _RNNBase(Module):
@@ -150,9 +142,9 @@ class _RNNBase(Module):
                 outs.append(ys)
                 for f, t in zip(finals, last):
                     f.append(t)
-            x = concat(outs, 2)
+            x = F.cat(outs, 2)
         count, hidden = self.num_layers * self.directions, self.hidden_size
-        stacked = [concat([t.reshape(1, batch, hidden) for t in f], 0) for f in finals]
+        stacked = [F.stack(f) for f in finals]
         if not batched:
             x = x.reshape(x.shape[0], x.shape[2])
             stacked = [s.reshape(count, hidden) for s in stacked]
