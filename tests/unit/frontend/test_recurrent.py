@@ -164,9 +164,7 @@ def output(mod: Any, x: Any, form: str) -> Any:
 
 
 def stack_gradfuse(ys: list[Any]) -> Any:
-    from gradfuse.frontend.nn.recurrent import concat
-
-    return concat([y.reshape(1, *y.shape) for y in ys], 0)
+    return gradfuse.stack(ys)
 
 
 def train_gradfuse(
