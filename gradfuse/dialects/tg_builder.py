@@ -19,10 +19,10 @@ attributes: the generic constructors cost 3x, and autodiff builds many.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from xdsl.builder import Builder
-from xdsl.dialects.builtin import i1
+from xdsl.dialects.builtin import f32, i1
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from gradfuse.diagnostics import GradfuseError, position_of
@@ -37,6 +37,7 @@ from gradfuse.dialects.tg_builder_shapes import (  # noqa: F401 (one place to im
     keepdims_shape,
     tensor_type,
 )
+from gradfuse.dialects.tg_program import ForOp, extend_loop
 
 Operand = SSAValue | float | int
 LOG2_E = 1.0 / math.log(2.0)
@@ -161,6 +162,36 @@ class TgBuilder(ShapeBuilder):
         index = self._slot_index(stack, counter)
         src = self.reshape(value, shape_of(index))
         return self.add(stack, self.emit(S.ScatterAddOp(index, src, 0, shape_of(stack))))
+
+
+def stack_in_loop(
+    loop: ForOp,
+    values: Sequence[SSAValue],
+    before: TgBuilder,
+    inside: TgBuilder,
+    counter: SSAValue | None = None,
+) -> tuple[ForOp, list[SSAValue]]:
+    """`loop` rebuilt (`extend_loop`) to also stack `values` of its body, one slot per
+    iteration: slot `counter` (a carried tensor<1xf32> of the body), or a new counter
+    0, 1, ... when None. The empty stacks are built with `before` (ahead of the loop),
+    the slot writes with `inside` (in the body); returns the new loop and the full
+    stacks after it:
+
+        %s0 = tg.constant 0.0 : tensor<3x2xf32>
+        %r, %s = tg.for ... iter(%h = %x, %t = %s0) { ...; tg.yield %h2, <put %t, %c, %v> }
+    """
+    n, k = loop.trip_count, len(loop.inits)
+    inits = [before.const(0.0, tensor_type((n, *shape_of(v)), element_type(v))) for v in values]
+    if counter is None:
+        inits.append(before.const(0.0, tensor_type((1,), f32)))
+
+    def nexts(args: Sequence[SSAValue]) -> list[SSAValue]:
+        slot = args[-1] if counter is None else counter
+        puts = [inside.put(s, slot, v) for s, v in zip(args, values)]
+        return puts if counter is not None else [*puts, inside.add(slot, 1.0)]
+
+    new = extend_loop(loop, inits, nexts)
+    return new, list(new.results[k : k + len(values)])
 
 
 class Emitter(TgBuilder):

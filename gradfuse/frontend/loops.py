@@ -24,11 +24,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from xdsl.ir import BlockArgument, SSAValue
-
 from gradfuse.dialects import tg
-from gradfuse.dialects.tg_base import shape_of, tensor
-from gradfuse.dialects.tg_builder import TgBuilder
+from gradfuse.dialects.tg_base import tensor
+from gradfuse.dialects.tg_builder import TgBuilder, stack_in_loop
 from gradfuse.frontend.recorder import RECORDING as B
 from gradfuse.frontend.recorder import (
     Step,
@@ -110,14 +108,9 @@ class TracedLoop:
         self.body.last_op.operands = [*(t.value for t in nexts), counter]  # type: ignore[union-attr]
         loop = self.loop
         if collected:
-            before = TgBuilder(lambda op: emit_before(loop, op), error)
-            empty = [B_zeros(before, self.count, c.value) for c in collected]
-
-            def stack(args: Sequence[BlockArgument]) -> list[SSAValue]:
-                slot = self.step.counter
-                return [B.put(s, slot, c.value) for s, c in zip(args, collected)]
-
-            loop = tg.extend_loop(loop, empty, stack)
+            before = TgBuilder(lambda op: emit_before(self.loop, op), error)
+            values = [c.value for c in collected]
+            loop, _ = stack_in_loop(loop, values, before, B, self.step.counter)
             changed()
         self._end()
         n = len(self.carried)
@@ -133,13 +126,7 @@ class TracedLoop:
     def _end(self) -> None:
         self._inside.__exit__(None, None, None)
         del self.prog.scan_loops[id(self.body)]
-        for key in [k for k in self.prog.current if k[0] == id(self.body)]:
-            del self.prog.current[key]
-
-
-def B_zeros(builder: TgBuilder, count: int, like: SSAValue) -> SSAValue:  # noqa: N802
-    """Zeros of shape [count, *shape(like)], recorded with `builder`."""
-    return builder.const(0.0, tensor([count, *shape_of(like)]))
+        self.prog.forget(self.body)
 
 
 def scan(

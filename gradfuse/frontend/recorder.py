@@ -80,6 +80,11 @@ class Program:
         self.block = body
         self.insertion = [body]
 
+    def forget(self, block: Block) -> None:
+        """Drops the cached param values of `block` (stale once a loop over it ran)."""
+        for key in [k for k in self.current if k[0] == id(block)]:
+            del self.current[key]
+
     def is_empty(self) -> bool:
         """Whether nothing is recorded (`@main` holds only its `return`)."""
         return all(op.has_trait(IsTerminator) for op in self.block.ops)

@@ -14,7 +14,6 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-from xdsl.ir import Block
 
 from gradfuse.diagnostics import GradfuseError, unique_name
 from gradfuse.dialects import tg
@@ -61,13 +60,6 @@ def print_graph(print_locations: bool = False, after: str | None = None) -> None
     print(ir_text(print_locations, after), end="")
 
 
-def _forget_block(block: Block) -> None:
-    """Drops the cached param values of `block` (they are stale after a loop ran)."""
-    prog = program()
-    for key in [k for k in prog.current if k[0] == id(block)]:
-        del prog.current[key]
-
-
 def ir_for(loop: range, fn: Callable[[], Any]) -> None:
     """Traces `fn()` once into the body of a `tg.for` over `loop`; it runs every iteration.
 
@@ -84,13 +76,13 @@ def ir_for(loop: range, fn: Callable[[], Any]) -> None:
         with insert_into(body):
             fn()
     except BaseException:
-        _forget_block(body)
+        program().forget(body)
         op.detach()
         op.erase(safe_erase=False)
         changed()
         raise
-    _forget_block(body)
-    _forget_block(outer)
+    program().forget(body)
+    program().forget(outer)
 
 
 def Feeder(  # noqa: N802 (the seed program's name)

@@ -40,7 +40,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of, tensor
-from gradfuse.dialects.tg_builder import Emitter, element_type
+from gradfuse.dialects.tg_builder import Emitter, stack_in_loop
 from gradfuse.passes.lib.derivatives import RULES, is_differentiable
 from gradfuse.provenance import provenance_of
 
@@ -178,24 +178,6 @@ def active_carried(loop: tg.ForOp, depends: set[SSAValue]) -> list[bool]:
         active = now
 
 
-def push_stacks(loop: tg.ForOp, values: Sequence[SSAValue]) -> list[SSAValue]:
-    """Rebuilds `loop` (`tg.extend_loop`) to also stack `values` (values of its body,
-    or its carried arguments at the start of each iteration) one slot per iteration,
-    with a counter; returns the full stacks after the loop."""
-    before = Emitter(Builder(InsertPoint.before(loop)), loop.location)
-    n, k = loop.trip_count, len(loop.inits)
-    stacks = [before.const(0.0, tensor([n, *shape_of(v)], element_type(v))) for v in values]
-    counter = before.const(0.0, tensor([1]))
-    e = Emitter(Builder(InsertPoint.before(loop.body.block.last_op)), loop.location)  # type: ignore[arg-type]
-
-    def nexts(args: Sequence[SSAValue]) -> list[SSAValue]:
-        slot = args[-1]
-        return [*(e.put(s, slot, v) for s, v in zip(args, values)), e.add(slot, 1.0)]
-
-    new = tg.extend_loop(loop, [*stacks, counter], nexts)
-    return list(new.results[k : k + len(values)])
-
-
 def reverse_loop(
     e: Emitter,
     loop: tg.ForOp,
@@ -246,7 +228,9 @@ def reverse_loop(
 
     stacked = choose_stacks(rb, set(copies.values()), placeholders, n, stack_limit)
     forward_of = {c: v for v, c in copies.items()}
-    stacks = push_stacks(loop, [forward_of[c] for c in stacked])
+    before = Emitter(Builder(InsertPoint.before(loop)), loop.location)
+    inside = Emitter(Builder(InsertPoint.before(block.last_op)), loop.location)  # type: ignore[arg-type]
+    _, stacks = stack_in_loop(loop, [forward_of[c] for c in stacked], before, inside)
     te = Emitter(Builder(InsertPoint.at_start(rb)), e.location)
     for copy, stack in zip(stacked, stacks):
         copy.replace_all_uses_with(te.take(stack, counter))
