@@ -40,7 +40,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of, tensor
-from gradfuse.dialects.tg_builder import Emitter, stack_in_loop
+from gradfuse.dialects.tg_builder import Emitter, element_type, stack_in_loop
 from gradfuse.passes.lib.derivatives import RULES, is_differentiable
 from gradfuse.provenance import provenance_of
 
@@ -97,9 +97,12 @@ def active_ops(
     needed = set(outputs)
     active: list[Operation] = []
     for op in reversed(ops):
-        if any(r in needed for r in op.results) and any(v in depends for v in operands_within(op)):
+        if not any(r in needed for r in op.results):
+            continue
+        reads = [v for v in operands_within(op) if v in depends]
+        if reads:
             active.append(op)
-            needed.update(v for v in operands_within(op) if v in depends)
+            needed.update(reads)
     return active
 
 
@@ -265,7 +268,7 @@ def choose_stacks(
         return out
 
     out = chosen(True)
-    if n * sum(4 * prod(shape_of(v)) for v in out) > stack_limit:
+    if n * sum(prod(shape_of(v)) * element_type(v).bitwidth // 8 for v in out) > stack_limit:
         out = chosen(False)
     return out
 
