@@ -142,7 +142,7 @@ def scan(
 
     `h, hs = scan(lambda h, x: (tanh(x @ w + h @ u),) * 2, h0, xs)` records one tg.for.
     """
-    leaves, _ = flatten(xs, "scan")
+    leaves, rebuild_xs = flatten(xs, "scan")
     counts = {t.shape[0] if t.shape else None for t in leaves}
     if length is not None:
         counts.add(length)
@@ -156,7 +156,7 @@ def scan(
     carry, rebuild_carry = flatten(init, "scan")
     loop = TracedLoop("scan", counts.pop(), carry, reverse)
     try:
-        x = _slice(xs, loop.step)
+        x = rebuild_xs([t[loop.step] for t in leaves])
         out = f(rebuild_carry(loop.carried), x)
         if not isinstance(out, tuple) or len(out) != 2:
             raise error("scan: f must return a pair (new carry, y)")
@@ -169,11 +169,6 @@ def scan(
         loop.discard()
         raise
     return rebuild_carry(results[: len(carry)]), rebuild_ys(results[len(carry) :])
-
-
-def _slice(xs: Tree, step: Step) -> Tree:
-    leaves, rebuild = flatten(xs, "scan")
-    return rebuild([x[step] for x in leaves])
 
 
 class steps:  # noqa: N801 (used as `for t in gradfuse.steps(T)`, like `range`)
