@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import tensor
@@ -88,6 +88,16 @@ class Parameter(Tensor):
                 f'tg.assign "{self.key}": value of shape {list(new.shape)}, param is {list(self.shape)}'
             )
         prog = program()
+        block: Block | None = insertion_block()
+        while block is not None:  # a scan/steps body reads params once, before the loop
+            if id(block) in prog.scan_loops:
+                raise error(
+                    f'tg.assign "{self.key}": a gradfuse.scan/steps body cannot assign a'
+                    " param (it reads params once, before the loop); assign after the loop,"
+                    " or carry the value through the loop"
+                )
+            parent = block.parent_op()
+            block = parent.parent_block() if parent is not None else None
         emit(tg.AssignOp(prog.key_of(self), new.value))
         held = new.value
         owner = held.owner

@@ -188,3 +188,17 @@ def test_the_sequence_example_trains_its_loss_down() -> None:
     assert "recorded: 2 loops" in done.stdout
     means = [float(m) for m in re.findall(r"loss ([0-9.]+)", done.stdout)]
     assert len(means) == 6 and means[-1] < means[0]
+
+
+def test_assigning_a_param_in_a_scan_body_is_an_error() -> None:
+    """The body reads params once, before the loop: an assign inside would read stale
+    values on the next step, so it is refused at the user's line."""
+    w = gradfuse.Parameter(np.ones(2, np.float32), name="w")
+
+    def f(c, x):
+        w.assign(w * 2.0)
+        return c, None
+
+    with pytest.raises(GradfuseError, match=r"test_loops.py:\d+:\d+: .*cannot assign a param"):
+        gradfuse.scan(f, gradfuse.constant(np.zeros(2, np.float32)), length=3)
+    assert "tg.for" not in gradfuse.ir_text()
