@@ -275,6 +275,9 @@ class ShapeBuilder:
         if squeeze_b:
             b = self.reshape(b, (sb[0], 1))
         sa, sb = shape_of(a), shape_of(b)
+        if len(sb) == 2 and len(sa) > 2:  # [..., M, K] @ [K, N]: one [(...) M, K] @ [K, N]
+            flat = self.dot(self.reshape(a, (math.prod(sa[:-1]), sa[-1])), b)
+            return self.reshape(flat, (*sa[:-1], sb[-1]) if not squeeze_b else sa[:-1])
         batch = self.broadcast_shape("tg.dot", sa[:-2], sb[:-2])
         a, b = self.broadcast(a, batch + sa[-2:]), self.broadcast(b, batch + sb[-2:])
         out = self.dot(a, b)
