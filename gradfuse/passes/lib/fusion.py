@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 from xdsl.dialects import func
 from xdsl.ir import Block, Operation, SSAValue
-from xdsl.ir.affine import AffineDimExpr, AffineMap
+from xdsl.ir.affine import AffineMap
 
 from gradfuse import affine
 from gradfuse.diagnostics import GradfuseError, position_of
@@ -36,11 +36,14 @@ from gradfuse.passes.lib.fusion_graph import (
     Host,
     Member,
     Node,
+    accumulation,
     bijective,
     look_through,
     not_lowered,
+    one_to_one,
+    private_to,
     resolve,
-    view_uses,
+    uniform,
 )
 
 
@@ -59,6 +62,7 @@ class Planner:
         self.barrier: Node | None = None
         self.counter = 0
         self.first_after_barrier = 0  # groups with a smaller id run before the last loop
+        self.into: dict[Operation, tuple[SSAValue, tg.AddOp, tg.AssignOp]] = {}
 
     # --- the graph -------------------------------------------------------------------
 
@@ -152,6 +156,12 @@ class Planner:
 
     def plan(self) -> Planner:
         for op in self.block.ops:
+            if isinstance(op, tg.ScatterAddOp) and (found := accumulation(op)) is not None:
+                self.into[op] = found
+        absorbed = {o for _, add, assign in self.into.values() for o in (add, assign)}
+        for op in self.block.ops:
+            if op in absorbed:
+                continue
             if isinstance(op, tg.ParamOp):
                 self.epoch[op] = len(self.writers.get(op.key.data, []))
             elif isinstance(op, NOT_FUSED):
@@ -227,6 +237,8 @@ class Planner:
             return False
         if isinstance(op, tg.GatherOp) and self.producer(op.input) is g:
             return False  # a gather reads anywhere in its input: it must be complete
+        if isinstance(op, tg.ScatterAddOp) and g.kind != "elementwise" and not uniform(op.index):
+            return False  # atomic adds to rows that vary: not a contraction's epilogue
         refs = [v for v in op.operands if self.producer(v) is g]
         if not all(self.available(g, v, shape) for v in refs):
             return False
@@ -318,7 +330,18 @@ class Planner:
         return True
 
     def scatter(self, op: tg.ScatterAddOp) -> None:
-        """Zeros first (a fill kernel), then the adds, fused with the source's kernel."""
+        """Zeros first (a fill kernel), then the adds, fused with the source's kernel;
+        or the adds straight into a param's buffer (see `accumulation`)."""
+        if op in self.into:
+            read, _, assign = self.into[op]
+            self.elementwise(op, shape_of(op.src))
+            g = self.node_of[op]
+            g.member_of(op).into = read  # type: ignore[union-attr]
+            key = assign.key.data
+            for reader in self.readers.get((key, len(self.writers.get(key, []))), set()):
+                self.link(g, reader, ordering=True)
+            self.writers.setdefault(key, []).append(g)
+            return
         out = shape_of(op.result)
         fill = self.new_group("elementwise", out, len(out))
         fill.members.append(Member(op, affine.identity_map(len(out)), fill=True))
@@ -359,7 +382,7 @@ class Planner:
             map = affine.simplify(vmap.compose(access), g.domain)
             ident = affine.identity_map(len(src.domain))
             ok = (
-                (self.private_to(src, root) or self.one_to_one(map, g.domain, src.domain))
+                (private_to(src, root) or one_to_one(map, g.domain, src.domain))
                 and all(m.map == ident for m in src.members)
                 and not any(
                     isinstance(m.op, (*SHAPED, tg.AssignOp, tg.ScatterAddOp)) for m in src.members
@@ -382,23 +405,3 @@ class Planner:
                 if src in readers:
                     readers.discard(src)
                     readers.add(g)
-
-    @staticmethod
-    def one_to_one(map: AffineMap, domain: tuple[int, ...], shape: tuple[int, ...]) -> bool:
-        """Whether `map` visits every point of `shape` exactly once over `domain` (then
-        a prologue computes each value once, and may store values others need)."""
-        dims = [r.position for r in map.results if isinstance(r, AffineDimExpr)]
-        return (
-            len(dims) == len(map.results) == len(domain)
-            and sorted(dims) == list(range(len(domain)))
-            and all(domain[d] == n for d, n in zip(dims, shape))
-        )
-
-    def private_to(self, src: Group, root: Operation) -> bool:
-        members = {m.op for m in src.members}
-        return all(
-            use in members or use is root
-            for m in src.members
-            for result in m.op.results
-            for use in view_uses(result)
-        )

@@ -53,6 +53,7 @@ class Member:
     fill: bool = False  # stores zeros into the op's result (before a scatter_add)
     views: list[SSAValue] = field(default_factory=list)  # also stored laid out as these
     stored: bool = False  # read outside the group: the kernel stores it (see `stores`)
+    into: SSAValue | None = None  # a scatter_add adding into this param read in place
 
 
 @dataclass(eq=False)
@@ -173,6 +174,45 @@ def view_uses(value: SSAValue) -> list[Operation]:
     return out
 
 
+def uniform(value: SSAValue) -> bool:
+    """Whether `value` is one scalar everywhere (a view of a one-element tensor), as the
+    slot index of a stack write is."""
+    return prod(shape_of(resolve(value)[0])) == 1
+
+
+def accumulation(op: tg.ScatterAddOp) -> tuple[SSAValue, tg.AddOp, tg.AssignOp] | None:
+    """The param read, add and assign of `tg.assign "k", (tg.param "k" + op)` when they
+    are the only read and write of "k" in the block: the scatter then adds into k's
+    buffer in place, with no zero fill and no add over the whole buffer (a slot write
+    into a loop's stack costs its slot, not the stack):
+
+        %s = tg.param "loop0.carry1" : tensor<35x20x200xf32>
+        %z = tg.scatter_add %i, %v dim=0 : tensor<35x20x200xf32>
+        %n = tg.add %s, %z : tensor<35x20x200xf32>
+        tg.assign "loop0.carry1", %n
+    """
+    use = op.result.get_unique_use()
+    add = use.operation if use is not None else None
+    if not isinstance(add, tg.AddOp) or not add.result.has_one_use():
+        return None
+    assign = add.result.get_unique_use().operation  # type: ignore[union-attr]
+    read = add.lhs if add.rhs is op.result else add.rhs
+    param = read.owner
+    if not (
+        isinstance(assign, tg.AssignOp)
+        and isinstance(param, tg.ParamOp)
+        and param.key == assign.key
+        and read.has_one_use()
+        and read.type == add.result.type
+        and param.parent is assign.parent is op.parent
+    ):
+        return None
+    key, block = assign.key, op.parent
+    assert block is not None
+    touching = [o for o in block.walk() if isinstance(o, tg.ParamOp | tg.AssignOp) and o.key == key]
+    return (read, add, assign) if touching == [param, assign] else None
+
+
 NOT_FUSED = (*tg.COMPOSITES, tg.GradOp, tg.ReshapeOp, tg.PermuteOp, tg.BroadcastOp, tg.SliceOp)
 """What tg-fuse never sees in a pipeline: composites and tg.grad (expanded by tg-autodiff
 and tg-decompose) and views (turned into `tg.view` by `tg-lower-access`)."""
@@ -184,4 +224,26 @@ def not_lowered(op: Operation) -> GradfuseError:
         f"tg-fuse: {op.name} must be expanded or lowered first"
         " (tg-autodiff, tg-decompose, tg-lower-access)",
         position_of(op.location),
+    )
+
+
+def one_to_one(map: AffineMap, domain: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Whether `map` visits every point of `shape` exactly once over `domain` (then
+    a prologue computes each value once, and may store values others need)."""
+    dims = [r.position for r in map.results if isinstance(r, AffineDimExpr)]
+    return (
+        len(dims) == len(map.results) == len(domain)
+        and sorted(dims) == list(range(len(domain)))
+        and all(domain[d] == n for d, n in zip(dims, shape))
+    )
+
+
+def private_to(src: Group, root: Operation) -> bool:
+    """Whether every use of `src`'s values is in `src` or is `root`."""
+    members = {m.op for m in src.members}
+    return all(
+        use in members or use is root
+        for m in src.members
+        for result in m.op.results
+        for use in view_uses(result)
     )

@@ -88,7 +88,12 @@ class _Former:
         levels = self.plans[block]
         old = list(block.ops)
         placed = {n.op for lv in levels for n in lv if isinstance(n, Host)}
-        placed |= {m.op for lv in levels for n in lv if isinstance(n, Group) for m in n.members}
+        members = [m for lv in levels for n in lv if isinstance(n, Group) for m in n.members]
+        placed |= {m.op for m in members}
+        absorbed = [
+            u.operation for m in members if m.into is not None for u in m.op.results[0].uses
+        ]
+        absorbed += [u.operation for add in absorbed for u in add.results[0].uses]
         sections: list[list[Operation]] = [[]]  # params and constants, between loops
         self.waiting: dict[SSAValue, list[tg.ViewAccessOp]] = {}
         ready: list[tg.ViewAccessOp] = []
@@ -102,9 +107,11 @@ class _Former:
                     self.waiting.setdefault(op.input, []).append(op)
                 else:
                     ready.append(op)
-            elif op not in placed:
+            elif op not in placed and op not in absorbed:
                 sections[-1].append(op)
             op.detach()
+        for op in reversed(absorbed):  # the assign, then the add: the scatter adds in place
+            op.erase()
         self.out = block
         section = iter(sections)
         self.emit(*next(section), *ready)
@@ -175,7 +182,7 @@ class _Former:
             annotate(op, m.map, m.prologue, m.operand_maps, sizes)
             body.add_op(op)
             if isinstance(op, tg.ScatterAddOp):
-                zeros.append(self.zeros.pop(op))
+                zeros.append(self.zeros.pop(op) if m.into is None else m.into)
                 yields.append(op.result)
             elif m.stored:
                 yields.append(op.results[0])
