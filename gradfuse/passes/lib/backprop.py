@@ -29,7 +29,7 @@ are stacked and the whole body is recomputed (a checkpoint every iteration).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from functools import lru_cache
 from math import prod
 
@@ -41,6 +41,7 @@ from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of, tensor
 from gradfuse.dialects.tg_builder import Emitter, element_type, stack_in_loop
+from gradfuse.dialects.tg_program import extend_loop
 from gradfuse.passes.lib.derivatives import RULES, is_differentiable
 from gradfuse.provenance import provenance_of
 
@@ -119,9 +120,11 @@ def backprop(
     cotangents: Cotangents,
     depends: set[SSAValue],
     stack_limit: int = DEFAULT_STACK_LIMIT,
+    deferred: Collection[Operation] = (),
 ) -> Cotangents:
     """Pushes `cotangents` backwards through `ops`, emitting through `e`; returns the
-    cotangents, now also of every value in `depends` on a path to the seeded values."""
+    cotangents, now also of every value in `depends` on a path to the seeded values.
+    The rhs of a `deferred` dot gets none here (`reverse_loop` sums it after the loop)."""
     for op in active_ops(ops, list(cotangents), depends):
         here = e.at(backward_location(op))
         if isinstance(op, tg.ForOp):
@@ -135,6 +138,8 @@ def backprop(
             if g is None:
                 continue
             pairs = list(zip(op.operands, rule(here, op, g), strict=True))
+            if op in deferred:
+                pairs = pairs[:1]
         for operand, ct in pairs:
             if ct is None or operand not in depends or not is_differentiable(operand):
                 continue
@@ -200,12 +205,10 @@ def reverse_loop(
     block = loop.body.block
     carried = [a for a, on in zip(block.args[1:], active) if on]
     seeds = [g if g is not None else e.zeros_like(v) for g, v, on in zip(cts, inits, active) if on]
-    sums = [e.zeros_like(v) for v in outside]
-    rev = tg.ForOp(0, n, 1, [*seeds, *sums, e.const(float(n - 1), tensor([1]))])
+    rev = tg.ForOp(0, n, 1, [*seeds, e.const(float(n - 1), tensor([1]))])
     e.emit(rev)
     rb = rev.body.block
-    g_args, s_args = rb.args[1 : 1 + len(seeds)], rb.args[1 + len(seeds) : -1]
-    counter = rb.args[-1]
+    g_args, counter = rb.args[1:-1], rb.args[-1]
     be = Emitter(Builder(InsertPoint.at_end(rb)), e.location)
 
     # the forward body again, from placeholders of the carried values
@@ -217,30 +220,135 @@ def reverse_loop(
         clone.location = backward_location(op)
         be.builder.insert(clone)
         clones.append(clone)
+    forward_of = {c: v for v, c in copies.items()}
     seeded: Cotangents = {}
     yielded = [y for y, on in zip(block.last_op.operands, active) if on]  # type: ignore[union-attr]
     for y, g in zip(yielded, g_args):
         y = copies.get(y, y)
         seeded[y] = g if y not in seeded else be.add(seeded[y], g)
     wrt = [copies[a] for a in carried] + outside
-    cot = backprop(be, clones, seeded, dependents(clones, wrt), stack_limit)
+    deferred = deferrable(clones, set(outside), forward_of, n, stack_limit)
+    cot = backprop(be, clones, seeded, dependents(clones, wrt), stack_limit, deferred)
     nexts = [cot.get(copies[a]) or be.zeros_like(copies[a]) for a in carried]
-    nexts += [be.add(s, cot[v]) if v in cot else s for s, v in zip(s_args, outside)]
     rb.add_op(tg.YieldOp([*nexts, be.add(counter, -1.0)]))
     rb.last_op.location = e.location  # type: ignore[union-attr]
+    summed = [v for v in outside if v in cot]
+    if summed:
+        rev = extend_loop(rev, [_before(rev, e).zeros_like(v) for v in summed],
+                          lambda args: [_inside(rb, e).add(a, cot[v]) for a, v in zip(args, summed)])  # fmt: skip
+    later = [(d, cot[d.results[0]]) for d in clones if d in deferred and d.results[0] in cot]
+    after = [deferred_rhs(d, outside) + (forward_of[d.lhs],) for d, _ in later]  # type: ignore[attr-defined]
+    if later:
+        gs = [g for _, g in later]
+        rev, g_stacks = stack_in_loop(rev, gs, _before(rev, e), _inside(rb, e), counter)
 
+    erase_dead(rb)
     stacked = choose_stacks(rb, set(copies.values()), placeholders, n, stack_limit)
-    forward_of = {c: v for v, c in copies.items()}
+    forward = list(dict.fromkeys([forward_of[c] for c in stacked] + [x for *_, x in after]))
     before = Emitter(Builder(InsertPoint.before(loop)), loop.location)
-    inside = Emitter(Builder(InsertPoint.before(block.last_op)), loop.location)  # type: ignore[arg-type]
-    _, stacks = stack_in_loop(loop, [forward_of[c] for c in stacked], before, inside)
+    _, stacks = stack_in_loop(loop, forward, before, _inside(block, before))
+    stack_of = dict(zip(forward, stacks))
     te = Emitter(Builder(InsertPoint.at_start(rb)), e.location)
-    for copy, stack in zip(stacked, stacks):
-        copy.replace_all_uses_with(te.take(stack, counter))
+    for copy in stacked:
+        copy.replace_all_uses_with(te.take(stack_of[forward_of[copy]], counter))
     erase_dead(rb)
     grads = list(rev.results)
     pairs = list(zip([v for v, on in zip(inits, active) if on], grads))
-    return pairs + list(zip(outside, grads[len(seeds) : len(seeds) + len(outside)]))
+    pairs += list(zip(summed, grads[len(seeds) + 1 :]))
+    for (rhs, views, x), gs in zip(after, g_stacks if later else []):
+        pairs += summed_after(e, rhs, views, stack_of[x], gs, depends)
+    return pairs
+
+
+def _before(loop: tg.ForOp, e: Emitter) -> Emitter:
+    return Emitter(Builder(InsertPoint.before(loop)), e.location)
+
+
+def _inside(block: Block, e: Emitter) -> Emitter:
+    """An emitter inserting before `block`'s terminator (its yield)."""
+    return Emitter(Builder(InsertPoint.before(block.last_op)), e.location)  # type: ignore[arg-type]
+
+
+# --- weight gradients summed after the reverse loop ------------------------------------
+
+
+def invariant_chain(value: SSAValue, outside: set[SSAValue]) -> list[Operation] | None:
+    """The view ops (in program order) computing `value` from `outside` values alone,
+    [] when `value` is one of them, None when it changes with the iteration."""
+    if value in outside:
+        return []
+    op = value.owner
+    if not isinstance(op, tg.PermuteOp | tg.ReshapeOp | tg.BroadcastOp):
+        return None
+    chain: list[Operation] = []
+    for v in op.operands:
+        sub = invariant_chain(v, outside)
+        if sub is None:
+            return None
+        chain += [o for o in sub if o not in chain]
+    return [*chain, op]
+
+
+def deferrable(
+    clones: Sequence[Operation],
+    outside: set[SSAValue],
+    forward_of: dict[SSAValue, SSAValue],
+    n: int,
+    stack_limit: int,
+) -> set[Operation]:
+    """The `x @ w` of the reverse body whose w is the same every iteration (a weight):
+    w's gradient is then one contraction over all iterations after the loop, from a
+    stack of x (forward) and of the cotangent of `x @ w` (reverse), not a rank-B
+    update per iteration (as cuDNN sums an RNN's weight gradients)."""
+    found: set[Operation] = set()
+    room = stack_limit
+    for op in clones:
+        if not isinstance(op, tg.DotOp) or op.lhs not in forward_of:
+            continue
+        if len(shape_of(op.lhs)) != 2 or len(shape_of(op.rhs)) != 2:
+            continue
+        if invariant_chain(op.rhs, outside) is None or invariant_chain(op.lhs, outside) is not None:
+            continue
+        size = n * sum(
+            prod(shape_of(v)) * element_type(v).bitwidth // 8 for v in (op.lhs, op.result)
+        )
+        if size <= room:
+            found.add(op)
+            room -= size
+    return found
+
+
+def deferred_rhs(d: tg.DotOp, outside: Sequence[SSAValue]) -> tuple[SSAValue, list[Operation]]:
+    """The rhs of deferred `d` for use after the loop: an outside value, or the last of
+    detached copies of the views that compute it from outside values."""
+    mapping: dict[SSAValue, SSAValue] = {}
+    views = [op.clone(value_mapper=mapping) for op in invariant_chain(d.rhs, set(outside)) or []]
+    return (views[-1].results[0] if views else d.rhs), views
+
+
+def summed_after(
+    e: Emitter,
+    rhs: SSAValue,
+    views: list[Operation],
+    xs: SSAValue,
+    gs: SSAValue,
+    depends: set[SSAValue],
+) -> list[tuple[SSAValue, SSAValue]]:
+    """The gradients of the outside values behind a deferred dot's `rhs`, from the
+    stacks `xs` of its lhs [n, M, K] and `gs` of its result's cotangent [n, M, N]: one
+    contraction `xs^T @ gs` over all n*M rows, then back through `views` (detached
+    copies, inserted here)."""
+    n, m, k = shape_of(xs)
+    w = e.dot(
+        e.transpose_last2(e.reshape(xs, (n * m, k))), e.reshape(gs, (n * m, shape_of(gs)[-1]))
+    )
+    if not views:
+        return [(rhs, w)]
+    for view in views:
+        e.builder.insert(view)
+    made = {r for view in views for r in view.results}
+    cot = backprop(e, views, {rhs: w}, dependents(views, depends))
+    return [(v, g) for v, g in cot.items() if v in depends and v not in made]
 
 
 def choose_stacks(

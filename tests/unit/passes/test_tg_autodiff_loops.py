@@ -59,6 +59,43 @@ def matrix_rnn(e: Emitter, x: SSAValue, w: SSAValue) -> SSAValue:
     return acc
 
 
+def linear_rnn(e: Emitter, x: SSAValue, w: SSAValue) -> SSAValue:
+    """h <- tanh(h @ w.T) over 4 steps, w.T taken in the body (a view chain to sum the
+    weight gradient back through after the loop), plus a term using w elementwise."""
+
+    def body(b: Emitter, h: SSAValue) -> list[SSAValue]:
+        wt = b.reshape(b.transpose_last2(w), (3, 3))
+        return [b.add(b.emit(tg.TanhOp(b.dot(h, wt))), b.mul(h, b.reduce_sum(w, 0)))]
+
+    (h,) = loop(e, 4, [x], body)
+    return h
+
+
+def nested_matmul(e: Emitter, x: SSAValue, w: SSAValue) -> SSAValue:
+    """An outer loop of 2 around an inner matmul recurrence of 3 steps."""
+
+    def outer(b: Emitter, h: SSAValue) -> list[SSAValue]:
+        (h2,) = loop(b, 3, [h], lambda c, a: [c.emit(tg.SigmoidOp(c.dot(a, w)))])
+        return [b.add(h2, h)]
+
+    (h,) = loop(e, 2, [x], outer)
+    return h
+
+
+@pytest.mark.parametrize("body", [linear_rnn, nested_matmul])
+def test_weight_gradients_summed_after_the_loop_match_finite_differences(body):
+    check_gradients(body, [(2, 3), (3, 3)])
+
+
+def test_the_weight_gradient_is_one_contraction_over_all_steps():
+    module = apply(build(linear_rnn, [(2, 3), (3, 3)], grad=True), TgAutodiffPass())
+    func = next(iter(module.ops))
+    top = [op for op in func.body.block.ops if isinstance(op, tg.DotOp)]
+    assert [shape_of(op.lhs) for op in top] == [(3, 8)]  # 4 steps x 2 rows
+    reverse = [op for op in func.body.block.ops if isinstance(op, tg.ForOp)][-1]
+    assert all(shape_of(op.result) != (3, 3) for op in reverse.walk() if isinstance(op, tg.DotOp))
+
+
 @pytest.mark.parametrize("body", [rnn, two_carried, nested])
 def test_loop_gradients_match_finite_differences(body):
     check_gradients(body, SHAPES)
