@@ -201,6 +201,16 @@ def _along_reduction(loop: scf.ForOp, last: SSAValue | None, count: int) -> bool
     return adds and along and not across
 
 
+def _blocked(seg: Segment) -> bool:
+    """Whether a dot-product segment is better packed (see `pack`): its sums then run in
+    register blocks of several outputs, each read of the pack serving all of them."""
+    ops = [op for op in seg.block.ops if op not in seg.skip]
+    packing = pack.choose(seg, ops)
+    if packing is None or packing[0].j is None:
+        return False
+    return seg.dims[packing[0].j] >= pack.BLOCKED and packing[0].nest.count >= pack.BLOCKED
+
+
 class CPURenderer(Renderer):
     """Renders kernels for `CTarget` as loop nests (see the module docstring)."""
 
@@ -220,7 +230,7 @@ class CPURenderer(Renderer):
             None,
         )
         segments = _chain(block, gid, 0) if gid is not None else None
-        if not segments or any(isinstance(o, memref.AtomicRMWOp | scf.WhileOp) for o in fn.walk()):
+        if not segments or any(isinstance(o, scf.WhileOp) for o in fn.walk()):
             return super().kernel(fn)
         self.names, self.lines, self.pragmas = {}, [], {}
         head = self.head(fn)
@@ -250,9 +260,12 @@ class CPURenderer(Renderer):
         depth = len(seg.dims)
         reduction = _innermost_reduction(seg.block)
         along = reduction is not None and _along_reduction(reduction, seg.last, seg.dims[-1])
-        if reduction is not None and not along and self.lanes(seg):
+        atomic = any(isinstance(o, memref.AtomicRMWOp) for o in seg.block.walk())
+        if atomic:  # adds to points that may repeat: a plain nest, no simd
+            along, inner_simd = False, False
+        elif reduction is not None and (not along or _blocked(seg)) and self.lanes(seg):
             return
-        if along:
+        elif along:
             accs = ", ".join(self.name(r) for r in reduction.results)
             self.pragmas[reduction] = f"#pragma omp simd reduction(+:{accs})"
             inner_simd = False

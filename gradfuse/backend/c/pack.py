@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 PACK_BYTES = 1 << 24  # the largest pack buffer of one thread
 ROW = 64  # values in a row of the pack, at most (four vectors)
+BLOCKED = 64  # indices of dim j from which a cheap pack pays (sums in register blocks)
 SHARED = 1 << 18  # bytes that the sums read (a weight) beyond which wider rows pay
 CHEAP = (arith.MulfOp, arith.AddfOp, arith.SubfOp, arith.NegfOp)
 VECTOR = {arith.AddfOp: "+", arith.SubfOp: "-", arith.MulfOp: "*", arith.DivfOp: "/"}
@@ -233,8 +234,10 @@ def _split(
             pack.add(op)
             work += [v.owner for v in op.operands if v.owner in mine]  # type: ignore[misc]
     index = _index(seg, lane)
-    if not packed or not _dear(pack, varying, index) or _dear(compute, varying, index):
-        return None  # nothing dear to share, or dear work left for every index of dim j
+    if not packed or _dear(compute, varying, index):
+        return None  # dear work left for every index of dim j
+    if not _dear(pack, varying, index) and (j is None or seg.dims[j] < BLOCKED):
+        return None  # nothing dear to share, nor enough indices of j to block the sums
     lanes = width(seg.dims[lane])
     if k.count * LANES * sum(8 if ctype(v.type) == "long" else 4 for v in packed) > PACK_BYTES:
         return None
