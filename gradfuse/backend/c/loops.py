@@ -181,13 +181,17 @@ def _depends(v: SSAValue, target: SSAValue) -> bool:
     return isinstance(owner, Operation) and any(_depends(o, target) for o in owner.operands)
 
 
+REDUCING = {arith.AddfOp: "+", arith.MaximumfOp: "max"}
+"""The ops a vectorised reduction loop may combine with (OpenMP's reduction clause)."""
+
+
 def _along_reduction(loop: scf.ForOp, last: SSAValue | None, count: int) -> bool:
     """Whether to vectorise `loop` (a reduction) rather than the innermost loop over
     points: when it adds up reads that are contiguous along it, unless every read is
     contiguous or the same across neighbouring points (a long enough innermost loop)."""
     iv = loop.body.block.args[0]
     y = loop.body.block.last_op
-    adds = y is not None and all(isinstance(v.owner, arith.AddfOp) for v in y.operands)
+    adds = y is not None and all(type(v.owner) in REDUCING for v in y.operands)
     loads = [o for o in loop.body.walk() if isinstance(o, memref.LoadOp)]
     along = any(o.indices and o.indices[-1] == iv for o in loads)
     across = (
@@ -266,8 +270,13 @@ class CPURenderer(Renderer):
         elif reduction is not None and (not along or _blocked(seg)) and self.lanes(seg):
             return
         elif along:
-            accs = ", ".join(self.name(r) for r in reduction.results)
-            self.pragmas[reduction] = f"#pragma omp simd reduction(+:{accs})"
+            y = reduction.body.block.last_op
+            for kind in ("+", "max"):
+                accs = [self.name(r) for r, v in zip(reduction.results, y.operands)  # type: ignore[union-attr]
+                        if REDUCING[type(v.owner)] == kind]  # fmt: skip
+                if accs:
+                    clause = f"reduction({kind}:{', '.join(accs)})"
+                    self.pragmas[reduction] = f"{self.pragmas.get(reduction, '#pragma omp simd')} {clause}"
             inner_simd = False
         else:
             inner_simd = True

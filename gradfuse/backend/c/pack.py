@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 PACK_BYTES = 1 << 24  # the largest pack buffer of one thread
 ROW = 64  # values in a row of the pack, at most (four vectors)
-BLOCKED = 64  # indices of dim j from which a cheap pack pays (sums in register blocks)
+BLOCKED = 16  # indices of dim j from which a cheap pack pays (sums in register blocks)
 SHARED = 1 << 18  # bytes that the sums read (a weight) beyond which wider rows pay
 CHEAP = (arith.MulfOp, arith.AddfOp, arith.SubfOp, arith.NegfOp)
 VECTOR = {arith.AddfOp: "+", arith.SubfOp: "-", arith.MulfOp: "*", arith.DivfOp: "/"}
