@@ -276,7 +276,9 @@ class CPURenderer(Renderer):
                         if REDUCING[type(v.owner)] == kind]  # fmt: skip
                 if accs:
                     clause = f"reduction({kind}:{', '.join(accs)})"
-                    self.pragmas[reduction] = f"{self.pragmas.get(reduction, '#pragma omp simd')} {clause}"
+                    self.pragmas[reduction] = (
+                        f"{self.pragmas.get(reduction, '#pragma omp simd')} {clause}"
+                    )
             inner_simd = False
         else:
             inner_simd = True

@@ -23,8 +23,11 @@ per iteration:
 What the reverse body reads of forward iteration t is stacked when the forward body
 computed it with real work (a `tg.dot`, an `exp2`, ...); views, constants, casts,
 masks, param reads, gathers and inner loops are recomputed there from the stacked
-carried values. When a loop's stacks would pass `stack_limit` bytes, only the carried values
-are stacked and the whole body is recomputed (a checkpoint every iteration).
+carried values. When a loop's stacks would pass `stack_limit` bytes, the loop is split
+into n/k iterations around k and only the carried values are stacked every k
+iterations (checkpoints; see `checkpoints`); where no k divides n, every iteration (the
+whole body is then recomputed). A weight that the body multiplies (`x @ w`) gets its
+gradient as one contraction after the reverse loop (`deferrable`, `summed_after`).
 """
 
 from __future__ import annotations
@@ -42,24 +45,16 @@ from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of, tensor
 from gradfuse.dialects.tg_builder import Emitter, element_type, stack_in_loop
 from gradfuse.dialects.tg_program import extend_loop
+from gradfuse.passes.lib.checkpoints import (
+    checkpoint_interval,
+    nbytes,
+    split_loop,
+    stack_choice,
+)
 from gradfuse.passes.lib.derivatives import RULES, is_differentiable
 from gradfuse.provenance import provenance_of
 
 Cotangents = dict[SSAValue, SSAValue]
-
-RECOMPUTED = (
-    tg.ConstantOp,
-    tg.ParamOp,
-    tg.ReshapeOp,
-    tg.PermuteOp,
-    tg.BroadcastOp,
-    tg.SliceOp,
-    tg.CastOp,
-    tg.GatherOp,
-    tg.ForOp,
-)
-"""Forward ops the reverse loop recomputes instead of reading from a stack: views,
-reads (a gather reads as much as a stack slot would) and inner loops."""
 
 HOST_EFFECTS = (tg.FeederOp, tg.ReceiverOp, tg.AssignOp, tg.GradOp)
 DEFAULT_STACK_LIMIT = 1 << 30
@@ -243,7 +238,19 @@ def reverse_loop(
         rev, g_stacks = stack_in_loop(rev, gs, _before(rev, e), _inside(rb, e), counter)
 
     erase_dead(rb)
-    stacked = choose_stacks(rb, set(copies.values()), placeholders, n, stack_limit)
+    stacked = stack_choice(rb, set(copies.values()), placeholders, work=True)
+    if n * nbytes(stacked) > stack_limit:
+        carried_only = stack_choice(rb, set(copies.values()), placeholders, work=False)
+        k = checkpoint_interval(n, nbytes(stacked), nbytes(carried_only), stack_limit)
+        outer = split_loop(loop, k) if k is not None else None
+        if outer is not None:  # checkpoints every k iterations: this reverse goes
+            made = [v.owner for v in rev.operands if v not in cts]
+            Rewriter.erase_op(rev)
+            for op in made:
+                if isinstance(op, tg.ConstantOp) and not op.result.uses:
+                    Rewriter.erase_op(op)
+            return reverse_loop(e, outer, cts, depends, stack_limit)
+        stacked = carried_only  # a checkpoint every iteration
     forward = list(dict.fromkeys([forward_of[c] for c in stacked] + [x for *_, x in after]))
     before = Emitter(Builder(InsertPoint.before(loop)), loop.location)
     _, stacks = stack_in_loop(loop, forward, before, _inside(block, before))
@@ -349,36 +356,6 @@ def summed_after(
     made = {r for view in views for r in view.results}
     cot = backprop(e, views, {rhs: w}, dependents(views, depends))
     return [(v, g) for v, g in cot.items() if v in depends and v not in made]
-
-
-def choose_stacks(
-    rb: Block, copies: set[SSAValue], placeholders: set[SSAValue], n: int, stack_limit: int
-) -> list[SSAValue]:
-    """Which `copies` (forward values recomputed in `rb`, the reverse body) to read from
-    stacks instead: the carried values (`placeholders`) that are needed, and the results
-    of real work that the backward ops read; only the former when all would pass
-    `stack_limit` bytes (the body is then recomputed from the carried values)."""
-
-    def chosen(stack_work: bool) -> list[SSAValue]:
-        want: set[SSAValue] = set()
-        out: list[SSAValue] = []
-        for op in reversed(list(rb.ops)):
-            if any(r in copies for r in op.results):
-                if not any(r in want for r in op.results):
-                    continue
-                v = op.results[0]
-                if v in placeholders or (
-                    stack_work and not isinstance(op, RECOMPUTED) and is_differentiable(v)
-                ):
-                    out.append(v)
-                    continue
-            want.update(operands_within(op))
-        return out
-
-    out = chosen(True)
-    if n * sum(prod(shape_of(v)) * element_type(v).bitwidth // 8 for v in out) > stack_limit:
-        out = chosen(False)
-    return out
 
 
 def erase_dead(block: Block) -> None:

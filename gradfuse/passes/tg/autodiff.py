@@ -105,8 +105,10 @@ class TgAutodiffPass(ModulePass):
     name = "tg-autodiff"
 
     stack_limit: int = DEFAULT_STACK_LIMIT
-    """Bytes of stacks one differentiated loop may fill before its body is recomputed
-    in the reverse loop instead (`tg-autodiff{stack_limit=0}` always recomputes)."""
+    """Bytes of stacks one differentiated loop may fill. Past it the loop of n
+    iterations becomes n/k around k, keeps checkpoints of its carried values every k
+    iterations and recomputes k at a time in the reverse loop; where no divisor k of n
+    fits, it recomputes each iteration (`tg-autodiff{stack_limit=0}` always does)."""
 
     def apply(self, ctx: Context, op: builtin.ModuleOp) -> None:
         patterns = populate_tg_autodiff_patterns(self.stack_limit)

@@ -122,6 +122,32 @@ def test_recomputing_the_body_gives_the_same_gradients_as_stacking():
     assert len(stacks(recomputed)) < len(stacks(stacked))
 
 
+def six_steps(e: Emitter, x: SSAValue, w: SSAValue) -> SSAValue:
+    """h <- sigmoid(h @ w) + h * 0.5 over 6 steps (x: 2x3, w: 3x3)."""
+    step = lambda b, h: [b.add(b.emit(tg.SigmoidOp(b.dot(h, w))), b.mul(h, 0.5))]  # noqa: E731
+    (h,) = loop(e, 6, [x], step)
+    return h
+
+
+@pytest.mark.parametrize(
+    ("body", "shapes", "limit", "k"),
+    [(two_carried, SHAPES, 100, 2), (six_steps, [(2, 3), (3, 3)], 150, 2)],
+)
+def test_checkpoints_every_k_steps_give_the_gradients_of_stacking(body, shapes, limit, k):
+    """Past `limit` bytes of stacks, the loop becomes n/k iterations around k (a
+    checkpoint every k): the same ops on the same values, so float64 agrees to 1e-12."""
+    xs = random_inputs(shapes, seed=5)
+    stacked = apply(build(body, shapes, grad=True), TgAutodiffPass())
+    split = apply(build(body, shapes, grad=True), TgAutodiffPass(stack_limit=limit))
+    a = run(stacked, args=xs, dtype=np.float64).results
+    b = run(split, args=xs, dtype=np.float64).results
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-12)
+    n = {two_carried: 4, six_steps: 6}[body]
+    loops = sorted(op.trip_count for op in ops_named(split, "tg.for"))
+    assert loops == sorted([n // k, k, n // k, k, k])  # forward; reverse: recompute, reverse
+
+
 def test_a_value_yielded_unchanged_and_an_outside_value_yielded():
     def body(e: Emitter, x: SSAValue, w: SSAValue) -> SSAValue:
         a, b = loop(e, 3, [x, w], lambda c, a, b: [b, c.mul(a, w)])
