@@ -28,7 +28,9 @@ TORCH_DCGAN_KERNELS = 506  # ../shared/reference/dcgan_kernel_profile.txt, one s
 
 
 def example(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"example_{name}", ROOT / "examples" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(
+        f"example_{name}", ROOT / "examples" / f"{name}.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -118,7 +120,9 @@ def main() -> None:
     if theirs is None:
         print("PyTorch: not importable here, no ratio")
         return
-    print(f"DCGAN step, PyTorch CPU eager: {theirs:.3f} s; speed ratio gradfuse/PyTorch {theirs / ours:.2f}x")
+    print(
+        f"DCGAN step, PyTorch CPU eager: {theirs:.3f} s; speed ratio gradfuse/PyTorch {theirs / ours:.2f}x"
+    )
 
 
 if __name__ == "__main__":

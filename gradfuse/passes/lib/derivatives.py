@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from xdsl.dialects.builtin import TensorType
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, TensorType
 from xdsl.ir import Operation, SSAValue
 
 from gradfuse.dialects import tg
@@ -113,9 +113,20 @@ def erf_rule(e: Emitter, op: tg.ErfOp, g: SSAValue) -> Cotangents:
 
 
 def gather_rule(e: Emitter, op: tg.GatherOp, g: SSAValue) -> Cotangents:
-    """z = gather(x, idx): x gets g scattered back (added where indices repeat)."""
-    grad = e.emit(tg.ScatterAddOp(op.index, g, op.dim.value.data, shape_of(op.input)))
-    return grad, None
+    """z = gather(x, idx): x gets g scattered back (added where indices repeat). With
+    one index per row (idx of size 1 along dim, as cross-entropy's targets), that is
+    `where(arange != idx, 0, g)` broadcast along dim: elementwise, so it fuses into
+    what reads it, with no zero fill and no scatter over the whole of x's shape."""
+    dim, shape = op.dim.value.data, shape_of(op.input)
+    if shape_of(op.index)[dim] != 1 or shape[dim] == 1:
+        return e.emit(tg.ScatterAddOp(op.index, g, dim, shape)), None
+    at = [1] * len(shape)
+    at[dim] = shape[dim]
+    ty = TensorType(element_type(op.index), at)
+    arange = DenseIntOrFPElementsAttr.from_list(ty, [float(i) for i in range(shape[dim])])  # type: ignore[arg-type]
+    positions = e.broadcast(e.emit(tg.ConstantOp(arange, ty)), shape)
+    other = e.compare_ne(positions, e.broadcast(op.index, shape), element_type(g))
+    return e.where(other, 0.0, e.broadcast(g, shape)), None
 
 
 def scatter_add_rule(e: Emitter, op: tg.ScatterAddOp, g: SSAValue) -> Cotangents:
