@@ -102,6 +102,11 @@ class CTarget(CStyleLanguage):
     """C for gcc (OpenMP where a kernel is big), kernels plus the host program."""
 
     dedupe = True
+    maximum = "gf_fmaxf"  # fmaxf's result (NaN only if both are), but gcc vectorises it
+    prelude = CStyleLanguage.prelude + (
+        "static inline float gf_fmaxf(float a, float b) { return (b > a || a != a) ? b : a; }\n"
+        "static inline double gf_fmax(double a, double b) { return (b > a || a != a) ? b : a; }\n"
+    )
 
 
 class CUDATarget(CStyleLanguage):

@@ -114,19 +114,27 @@ def erf_rule(e: Emitter, op: tg.ErfOp, g: SSAValue) -> Cotangents:
 
 def gather_rule(e: Emitter, op: tg.GatherOp, g: SSAValue) -> Cotangents:
     """z = gather(x, idx): x gets g scattered back (added where indices repeat). With
-    one index per row (idx of size 1 along dim, as cross-entropy's targets), that is
-    `where(arange != idx, 0, g)` broadcast along dim: elementwise, so it fuses into
-    what reads it, with no zero fill and no scatter over the whole of x's shape."""
+    one index per row, varying (idx of size 1 along dim: cross-entropy's targets), it is
+    `where((arange - idx)^2 > 0.25, 0, g)` broadcast along dim: one elementwise chain,
+    so it fuses into what reads it, with no zero fill and no scatter over x's shape."""
     dim, shape = op.dim.value.data, shape_of(op.input)
-    if shape_of(op.index)[dim] != 1 or shape[dim] == 1:
+    if shape_of(op.index)[dim] != 1 or shape[dim] == 1 or _one_value(op.index):
         return e.emit(tg.ScatterAddOp(op.index, g, dim, shape)), None
     at = [1] * len(shape)
     at[dim] = shape[dim]
     ty = TensorType(element_type(op.index), at)
     arange = DenseIntOrFPElementsAttr.from_list(ty, [float(i) for i in range(shape[dim])])  # type: ignore[arg-type]
     positions = e.broadcast(e.emit(tg.ConstantOp(arange, ty)), shape)
-    other = e.compare_ne(positions, e.broadcast(op.index, shape), element_type(g))
-    return e.where(other, 0.0, e.broadcast(g, shape)), None
+    d = e.sub(positions, e.broadcast(op.index, shape))  # integers: d * d is 0 or >= 1
+    return e.where(e.cmplt(0.25, e.mul(d, d)), 0.0, e.broadcast(g, shape)), None
+
+
+def _one_value(v: SSAValue) -> bool:
+    """Whether `v` is a broadcast (through reshapes) of one element, as the slot index
+    of `TgBuilder.take` is: its scatter writes one slot, which `tg-fuse` adds in place."""
+    while isinstance(v.owner, tg.BroadcastOp | tg.ReshapeOp):
+        v = v.owner.operands[0]
+    return math.prod(shape_of(v)) == 1
 
 
 def scatter_add_rule(e: Emitter, op: tg.ScatterAddOp, g: SSAValue) -> Cotangents:
