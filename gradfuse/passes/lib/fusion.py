@@ -42,8 +42,10 @@ from gradfuse.passes.lib.fusion_graph import (
     not_lowered,
     one_to_one,
     private_to,
+    reads_own_point,
     resolve,
     uniform,
+    unit_join,
 )
 
 
@@ -230,7 +232,7 @@ class Planner:
             return False
         if isinstance(member.op, tg.ScatterAddOp):
             return False  # written by atomic adds: complete only after the launch
-        return affine.simplify(map, shape) == member.map
+        return affine.simplify(map, shape) == affine.simplify(member.map, shape)
 
     def joinable(self, g: Group, op: Operation, shape: tuple[int, ...]) -> bool:
         if g.domain[: g.parallel] != shape or g.id < self.first_after_barrier:
@@ -301,33 +303,24 @@ class Planner:
         key = op.key.data
         g = self.producer(op.value)
         before = self.readers.get((key, len(self.writers.get(key, []))), set())
-        in_place = (
-            isinstance(g, Group)
-            and self.joinable(g, op, shape)
-            and not self.reaches(before, g)
-            and self.reads_own_point(g, key)
-        )
-        if not in_place:
-            g = self.new_group("elementwise", shape, len(shape))
+        at = self.assign_map(g, op, shape) if isinstance(g, Group) else None
+        if at is None or self.reaches(before, g) or not reads_own_point(g, key, at):  # type: ignore[arg-type]
+            g, at = (
+                self.new_group("elementwise", shape, len(shape)),
+                affine.identity_map(len(shape)),
+            )
         assert isinstance(g, Group)
-        self.add(g, Member(op, affine.identity_map(len(shape))))
+        self.add(g, Member(op, at))
         for reader in before:
             self.link(g, reader, ordering=True)
         self.writers.setdefault(key, []).append(g)
 
-    def reads_own_point(self, g: Group, key: str) -> bool:
-        """g reads param `key` only at the point each thread writes (safe in place)."""
-        ident = affine.identity_map(g.parallel)
-        for m in g.members:
-            for operand in m.op.operands:
-                base, vmap = resolve(operand)
-                if not (isinstance(base.owner, tg.ParamOp) and base.owner.key.data == key):
-                    continue
-                if m.prologue or m.operand_maps is not None:
-                    return False  # read across the reduction: other points too
-                if affine.simplify(vmap.compose(m.map), g.domain[: g.parallel]) != ident:
-                    return False
-        return True
+    def assign_map(self, g: Group, op: tg.AssignOp, shape: tuple[int, ...]) -> AffineMap | None:
+        """The map at which `op` joins g, the group computing its value (in place): the
+        identity, or `unit_join`'s; else None."""
+        if g.domain[: g.parallel] == shape:
+            return affine.identity_map(len(shape)) if self.joinable(g, op, shape) else None
+        return unit_join(g, op.value, shape) if g.id >= self.first_after_barrier else None
 
     def scatter(self, op: tg.ScatterAddOp) -> None:
         """Zeros first (a fill kernel), then the adds, fused with the source's kernel;

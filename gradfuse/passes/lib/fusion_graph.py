@@ -17,7 +17,7 @@ from math import prod
 import numpy as np
 from xdsl.dialects import func
 from xdsl.ir import Operation, SSAValue
-from xdsl.ir.affine import AffineDimExpr, AffineMap, AffineSet
+from xdsl.ir.affine import AffineDimExpr, AffineExpr, AffineMap, AffineSet
 
 from gradfuse import affine
 from gradfuse.diagnostics import GradfuseError, position_of
@@ -172,6 +172,44 @@ def view_uses(value: SSAValue) -> list[Operation]:
         else:
             out.append(use.operation)
     return out
+
+
+def unit_map(domain: tuple[int, ...], shape: tuple[int, ...]) -> AffineMap | None:
+    """The map from `domain` to `shape` where they are the same dims but for unit dims
+    (`(d0, d1, d2) -> (d1, d2)` from [1, 4, 8] to [4, 8]); None where they are not."""
+    if [n for n in domain if n != 1] != [n for n in shape if n != 1]:
+        return None
+    dims = iter(i for i, n in enumerate(domain) if n != 1)
+    zero = AffineExpr.constant(0)
+    results = tuple(zero if n == 1 else AffineExpr.dimension(next(dims)) for n in shape)
+    return AffineMap(len(domain), 0, results)
+
+
+def unit_join(g: Group, value: SSAValue, shape: tuple[int, ...]) -> AffineMap | None:
+    """Where g's dims are `shape`'s with unit dims between (a group that also writes a
+    stack slot [1, B, H]), the map dropping them, if g has `value` at that point (so an
+    op on `value` over `shape` may join g); else None."""
+    at = unit_map(g.domain[: g.parallel], shape)
+    base, vmap, guard = look_through(value)
+    member = g.member_of(base.owner)
+    if at is None or guard is not None or member is None or member.prologue:
+        return None
+    return at if affine.simplify(vmap.compose(at), g.domain[: g.parallel]) == member.map else None
+
+
+def reads_own_point(g: Group, key: str, at: AffineMap) -> bool:
+    """g reads param `key` only at the point each thread writes (`at`: safe in place)."""
+    domain = g.domain[: g.parallel]
+    for m in g.members:
+        for operand in m.op.operands:
+            base, vmap = resolve(operand)
+            if not (isinstance(base.owner, tg.ParamOp) and base.owner.key.data == key):
+                continue
+            if m.prologue or m.operand_maps is not None:
+                return False  # read across the reduction: other points too
+            if affine.simplify(vmap.compose(m.map), domain) != affine.simplify(at, domain):
+                return False
+    return True
 
 
 def uniform(value: SSAValue) -> bool:
