@@ -17,7 +17,10 @@ kernel.kernel "k5" elementwise domain [2, 4, 16, 16] parallel 4 ... // normalise
 ```
 
 Only `kernel.alloc`s may stand between the launches of a run (the run is placed at
-its last launch, after them); a horizontal group joins a run whole or not at all.
+its last launch, after them). A horizontal group joins a run whole; or, where only
+some of its kernels fit (a stack slot's [1, B, H] kernel beside a [1] counter), those
+join and end the run, and the rest stay a launch after it (a group's kernels do not
+depend on each other).
 Of the rows a run may take, it takes those that keep the most GPU threads busy.
 A kernel joins only if a row of it has at most `MAX_ROW_POINTS` points: one block's
 work on a GPU.
@@ -97,6 +100,13 @@ def fuse_rows(block: Block) -> int:
         if grown is not None:
             run = grown
             continue
+        part = [k for k in ks or [] if run and any(r in row_choices(k) for r in run.choices)]
+        if run is not None and part and len(part) < len(ks):  # type: ignore[arg-type]
+            grown = run.extended(op, part)  # the kernels of a group that fit end the run
+            if grown is not None:
+                made += _flush(grown)
+                run = None
+                continue
         made += _flush(run)
         run = _start(op, ks) if ks is not None else None
     return made + _flush(run)
@@ -125,7 +135,13 @@ def _flush(run: _Run | None) -> int:
         k.detach()
         fused.body.block.add_op(k)
     for launch in run.launches:
-        if isinstance(launch, K.GroupOp):  # emptied: its kernels are in the run
+        if not isinstance(launch, K.GroupOp):
+            continue
+        left = list(launch.body.block.ops)  # a group the run took part of keeps the rest,
+        if len(left) == 1:  # launched after the run (they were independent of that part)
+            left[0].detach()
+            block.insert_op_before(left[0], launch)
+        if len(left) < 2:
             launch.detach()
             launch.erase()
     return 1
