@@ -27,6 +27,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg_compute as C
+from gradfuse.dialects import tg_data as D
 from gradfuse.dialects import tg_elementwise as E
 from gradfuse.dialects import tg_sparse as S
 from gradfuse.dialects.tg_base import shape_of
@@ -182,6 +183,8 @@ def stack_in_loop(
     """
     n, k = loop.trip_count, len(loop.inits)
     inits = [before.const(0.0, tensor_type((n, *shape_of(v)), element_type(v))) for v in values]
+    if counter is None:  # a counter 0, 1, ... the loop has already (a scan's step)
+        counter = next((a for a, cs in step_counters(loop).items() if cs == (0.0, 1.0)), None)
     if counter is None:
         inits.append(before.const(0.0, tensor_type((1,), f32)))
 
@@ -192,6 +195,31 @@ def stack_in_loop(
 
     new = extend_loop(loop, inits, nexts)
     return new, list(new.results[k : k + len(values)])
+
+
+def step_counters(loop: ForOp) -> dict[SSAValue, tuple[float, float]]:
+    """The carried tensor<1xf32> values of `loop` that start at a constant c and add a
+    constant s each iteration (step counters, c + s * t at iteration t), with (c, s):
+
+        %r, %n = tg.for %i = 0 to 5 step 1 iter(%h = %x, %t = %zero) { ...
+          %t1 = tg.add %t, %one : tensor<1xf32>
+          tg.yield %h1, %t1                      // {%t: (0.0, 1.0)}
+    """
+    block = loop.body.block
+    out: dict[SSAValue, tuple[float, float]] = {}
+    for arg, init, nxt in zip(block.args[1:], loop.inits, block.last_op.operands):  # type: ignore[union-attr]
+        add = nxt.owner
+        if shape_of(arg) != (1,) or not isinstance(add, E.AddOp) or arg not in add.operands:
+            continue
+        start, step = _splat(init), _splat(add.rhs if add.lhs is arg else add.lhs)
+        if start is not None and step is not None:
+            out[arg] = (start, step)
+    return out
+
+
+def _splat(v: SSAValue) -> float | None:
+    op = v.owner
+    return op.value.value.data if isinstance(op, D.ConstantOp) and op.is_splat else None  # type: ignore[union-attr]
 
 
 class Emitter(TgBuilder):

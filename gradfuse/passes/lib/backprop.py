@@ -43,7 +43,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of, tensor
-from gradfuse.dialects.tg_builder import Emitter, element_type, stack_in_loop
+from gradfuse.dialects.tg_builder import Emitter, element_type, stack_in_loop, step_counters
 from gradfuse.dialects.tg_program import extend_loop
 from gradfuse.passes.lib.checkpoints import (
     checkpoint_interval,
@@ -251,6 +251,9 @@ def reverse_loop(
                     Rewriter.erase_op(op)
             return reverse_loop(e, outer, cts, depends, stack_limit)
         stacked = carried_only  # a checkpoint every iteration
+    steps = step_counters(loop)
+    counted = {c: steps[forward_of[c]] for c in stacked if forward_of[c] in steps}
+    stacked = [c for c in stacked if c not in counted]
     forward = list(dict.fromkeys([forward_of[c] for c in stacked] + [x for *_, x in after]))
     before = Emitter(Builder(InsertPoint.before(loop)), loop.location)
     _, stacks = stack_in_loop(loop, forward, before, _inside(block, before))
@@ -258,6 +261,8 @@ def reverse_loop(
     te = Emitter(Builder(InsertPoint.at_start(rb)), e.location)
     for copy in stacked:
         copy.replace_all_uses_with(te.take(stack_of[forward_of[copy]], counter))
+    for copy, (start, step) in counted.items():  # c + s * t at iteration t
+        copy.replace_all_uses_with(te.add(te.mul(counter, step), start))
     erase_dead(rb)
     grads = list(rev.results)
     pairs = list(zip([v for v, on in zip(inits, active) if on], grads))
