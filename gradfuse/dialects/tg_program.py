@@ -270,6 +270,31 @@ def extend_loop(
     return new
 
 
+def drop_carried(loop: ForOp, j: int) -> ForOp:
+    """`loop` rebuilt without its carried value `j`, whose result nobody reads and whose
+    body argument only its next value reads (that op is erased). The new loop takes
+    `loop`'s place; `loop` is erased."""
+    body = loop.detach_region(loop.body)
+    block = body.block
+    old_yield = block.last_op
+    assert isinstance(old_yield, YieldOp)
+    nxt = old_yield.values[j]
+    new_yield = YieldOp([v for k, v in enumerate(old_yield.values) if k != j])
+    new_yield.location = old_yield.location
+    Rewriter.replace_op(old_yield, new_yield)
+    if isinstance(nxt.owner, Operation) and nxt.owner.parent is block and not nxt.uses:
+        Rewriter.erase_op(nxt.owner)
+    block.erase_arg(block.args[j + 1])
+    new = ForOp(*loop.bounds, [v for k, v in enumerate(loop.inits) if k != j], body)
+    new.location = loop.location
+    Rewriter.insert_op(new, InsertPoint.before(loop))
+    for k, old in enumerate(loop.results):
+        if k != j:
+            old.replace_all_uses_with(new.results[k - (k > j)])
+    Rewriter.erase_op(loop)
+    return new
+
+
 @irdl_op_definition
 class GradOp(TgOp):
     """d(sum of `output`)/d(`wrt`...): one result per `wrt`, of its type.

@@ -27,10 +27,11 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, TensorType
-from xdsl.ir import Operation
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from gradfuse.dialects import tg
+from gradfuse.dialects.tg_program import drop_carried
 
 
 def _at(op: Operation, like: Operation) -> Operation:
@@ -38,8 +39,64 @@ def _at(op: Operation, like: Operation) -> Operation:
     return op
 
 
+def twins(loop: tg.ForOp) -> tuple[int, int] | None:
+    """Two carried values (i < j) that start equal and get the same value added each
+    iteration, reading nothing else (autodiff's gradient of an outside tensor read at
+    the step, and the stack of the same cotangents for a weight's gradient):
+
+        iter(%a = %z, %b = %z) { ...; %a1 = tg.add %a, %x; %b1 = tg.add %b, %x; ... }
+    """
+    block = loop.body.block
+    nexts = list(block.last_op.operands)  # type: ignore[union-attr]
+    args, inits = block.args[1:], list(loop.inits)
+
+    def increment(k: int) -> SSAValue | None:
+        add = nexts[k].owner
+        if not isinstance(add, tg.AddOp) or not args[k].has_one_use() or not nexts[k].has_one_use():
+            return None
+        return add.rhs if add.lhs is args[k] else add.lhs if add.rhs is args[k] else None
+
+    def same(a: SSAValue, b: SSAValue) -> bool:
+        x, y = a.owner, b.owner
+        if a is b:
+            return True
+        return (
+            isinstance(x, tg.ConstantOp)
+            and isinstance(y, tg.ConstantOp)
+            and x.is_splat
+            and (x.value == y.value and a.type == b.type)
+        )
+
+    steps = [increment(k) for k in range(len(args))]
+    for j in range(len(args)):
+        for i in range(j):
+            if steps[i] is not None and steps[i] is steps[j] and same(inits[i], inits[j]):
+                return i, j
+    return None
+
+
+def simplify_carried(loop: tg.ForOp) -> tg.ForOp:
+    """`loop` carrying one of each pair of `twins`, and no value it yields unchanged (the
+    cotangent of a stack passes through the reverse loop so: it is its init throughout,
+    and copying it each iteration would cost the whole stack)."""
+    while True:
+        block = loop.body.block
+        nexts = list(block.last_op.operands)  # type: ignore[union-attr]
+        same = next((k for k, a in enumerate(block.args[1:]) if nexts[k] is a), None)
+        if same is not None:
+            block.args[same + 1].replace_all_uses_with(loop.inits[same])
+            loop.results[same].replace_all_uses_with(loop.inits[same])
+            loop = drop_carried(loop, same)
+        elif (pair := twins(loop)) is not None:
+            loop.results[pair[1]].replace_all_uses_with(loop.results[pair[0]])
+            loop = drop_carried(loop, pair[1])
+        else:
+            return loop
+
+
 def carried_to_state(loop: tg.ForOp, n: int) -> None:
     """Rewrites one loop with carried values into a loop over state keys `loop{n}.carry{k}`."""
+    loop = simplify_carried(loop)
     keys = [f"loop{n}.carry{k}" for k in range(len(loop.inits))]
     parent = loop.parent
     assert parent is not None
