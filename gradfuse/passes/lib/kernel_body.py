@@ -96,7 +96,7 @@ class KernelBody:
         op = m.op
         if m.fill:
             zero = self.constant(0.0, op.results[0].type.element_type)  # type: ignore[attr-defined]
-            self.store(zero, self.fuser.alloc(op.results[0], self.host), m.map)
+            self.store(zero, self.fuser.alloc(op.results[0], self.host), m.map, like=op)
             return
         if isinstance(op, tg.GatherOp | tg.ScatterAddOp | tg.RandomOp):
             self.indexed(m)
@@ -154,9 +154,16 @@ class KernelBody:
         for view in m.views:  # a host op's view of this value, laid out plainly
             self.store(result, self.fuser.alloc(view, self.host))
 
-    def store(self, value: SSAValue, buffer: SSAValue, map: AffineMap | None = None) -> None:
+    def store(
+        self,
+        value: SSAValue,
+        buffer: SSAValue,
+        map: AffineMap | None = None,
+        like: Operation | None = None,
+    ) -> None:
+        """Stores `value` at `map`, at the location of `like` (default: value's op)."""
         map = map or affine.identity_map(self.g.parallel)
-        like = value.owner if isinstance(value.owner, Operation) else None
+        like = like or (value.owner if isinstance(value.owner, Operation) else None)
         props = {"map": AffineMapAttr(map)}
         self.add(K.StoreOp.create(operands=[value, self.arg(buffer)], properties=props), like)
 

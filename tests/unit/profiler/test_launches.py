@@ -78,10 +78,13 @@ def test_transformer_launches_match_the_listing() -> None:
     gradfuse.reset()
     load_example("transformer").record(steps=4, log_every=2)
     # the loss module is called at top level (`loss_fn(model(ids), target)`): its ops
-    # have no module path, in the listing as here (a profile names them `(no module)`)
+    # have no module path, in the listing as here (a profile names them `(no module)`);
+    # its backward reads the targets where they are compared with each class
     lines = (ROOT / "examples" / "transformer.py").read_text().splitlines()
-    line = next(i for i, text in enumerate(lines, 1) if "loss_fn(model(" in text)
-    rows = _check_origins(_kernels(), unlayered={f"transformer.py:{line}"})
+    loss = next(i for i, text in enumerate(lines, 1) if "loss_fn(model(" in text)
+    target = next(i for i, text in enumerate(lines, 1) if "target = Feeder(" in text)
+    unlayered = {f"transformer.py:{loss}", f"transformer.py:{target}"}
+    rows = _check_origins(_kernels(), unlayered=unlayered)
     assert any(len(r.loops) == 2 for r in rows), "the inner loop of log_every - 1 steps"
 
 
