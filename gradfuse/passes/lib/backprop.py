@@ -32,9 +32,8 @@ gradient as one contraction after the reverse loop (`deferrable`, `summed_after`
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
-from math import prod
 
 from xdsl.builder import Builder
 from xdsl.ir import Attribute, Block, Operation, SSAValue
@@ -43,7 +42,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of, tensor
-from gradfuse.dialects.tg_builder import Emitter, element_type, stack_in_loop, step_counters
+from gradfuse.dialects.tg_builder import Emitter, stack_in_loop, step_counters
 from gradfuse.dialects.tg_program import extend_loop
 from gradfuse.passes.lib.checkpoints import (
     checkpoint_interval,
@@ -51,6 +50,7 @@ from gradfuse.passes.lib.checkpoints import (
     split_loop,
     stack_choice,
 )
+from gradfuse.passes.lib.deferred import deferrable, deferred_operand
 from gradfuse.passes.lib.derivatives import RULES, is_differentiable
 from gradfuse.provenance import provenance_of
 
@@ -115,11 +115,13 @@ def backprop(
     cotangents: Cotangents,
     depends: set[SSAValue],
     stack_limit: int = DEFAULT_STACK_LIMIT,
-    deferred: Collection[Operation] = (),
+    deferred: Mapping[Operation, int] | None = None,
 ) -> Cotangents:
     """Pushes `cotangents` backwards through `ops`, emitting through `e`; returns the
     cotangents, now also of every value in `depends` on a path to the seeded values.
-    The rhs of a `deferred` dot gets none here (`reverse_loop` sums it after the loop)."""
+    The operand `deferred[op]` of an op gets none here (`reverse_loop` sums it after the
+    loop)."""
+    deferred = deferred or {}
     for op in active_ops(ops, list(cotangents), depends):
         here = e.at(backward_location(op))
         if isinstance(op, tg.ForOp):
@@ -134,7 +136,7 @@ def backprop(
                 continue
             pairs = list(zip(op.operands, rule(here, op, g), strict=True))
             if op in deferred:
-                pairs = pairs[:1]
+                del pairs[deferred[op]]
         for operand, ct in pairs:
             if ct is None or operand not in depends or not is_differentiable(operand):
                 continue
@@ -232,10 +234,14 @@ def reverse_loop(
         rev = extend_loop(rev, [_before(rev, e).zeros_like(v) for v in summed],
                           lambda args: [_inside(rb, e).add(a, cot[v]) for a, v in zip(args, summed)])  # fmt: skip
     later = [(d, cot[d.results[0]]) for d in clones if d in deferred and d.results[0] in cot]
-    after = [deferred_rhs(d, outside) + (forward_of[d.lhs],) for d, _ in later]  # type: ignore[attr-defined]
+    after = [
+        (*deferred_operand(d, deferred[d], outside), forward_of.get(d.lhs) if isinstance(d, tg.DotOp) else None)
+        for d, _ in later
+    ]  # fmt: skip
+    first = len(rev.results)  # of the stacks of `later`'s cotangents
     if later:
         gs = [g for _, g in later]
-        rev, g_stacks = stack_in_loop(rev, gs, _before(rev, e), _inside(rb, e), counter)
+        rev, _ = stack_in_loop(rev, gs, _before(rev, e), _inside(rb, e), counter)
 
     erase_dead(rb)
     stacked = stack_choice(rb, set(copies.values()), placeholders, work=True)
@@ -254,21 +260,26 @@ def reverse_loop(
     steps = step_counters(loop)
     counted = {c: steps[forward_of[c]] for c in stacked if forward_of[c] in steps}
     stacked = [c for c in stacked if c not in counted]
-    forward = list(dict.fromkeys([forward_of[c] for c in stacked] + [x for *_, x in after]))
+    lhs = [x for *_, x in after if x is not None]
+    forward = list(dict.fromkeys([forward_of[c] for c in stacked] + lhs))
     before = Emitter(Builder(InsertPoint.before(loop)), loop.location)
     _, stacks = stack_in_loop(loop, forward, before, _inside(block, before))
     stack_of = dict(zip(forward, stacks))
     te = Emitter(Builder(InsertPoint.at_start(rb)), e.location)
     for copy in stacked:
         copy.replace_all_uses_with(te.take(stack_of[forward_of[copy]], counter))
-    for copy, (start, step) in counted.items():  # c + s * t at iteration t
-        copy.replace_all_uses_with(te.add(te.mul(counter, step), start))
+    if counted:  # c + s t at iteration t: counters of the reverse loop, t from n - 1 down
+        values = list(counted.values())
+        starts = [_before(rev, e).const(c + s * (n - 1), tensor([1])) for c, s in values]
+        rev = extend_loop(rev, starts, lambda args: [_inside(rb, e).add(a, -s) for a, (_, s) in zip(args, values)])  # fmt: skip
+        for copy, arg in zip(counted, rb.args[-len(counted) :]):
+            copy.replace_all_uses_with(arg)
     erase_dead(rb)
     grads = list(rev.results)
     pairs = list(zip([v for v, on in zip(inits, active) if on], grads))
     pairs += list(zip(summed, grads[len(seeds) + 1 :]))
-    for (rhs, views, x), gs in zip(after, g_stacks if later else []):
-        pairs += summed_after(e, rhs, views, stack_of[x], gs, depends)
+    for (rhs, views, x), gs in zip(after, grads[first:]):
+        pairs += summed_after(e, rhs, views, stack_of.get(x), gs, depends)  # type: ignore[arg-type]
     return pairs
 
 
@@ -284,76 +295,25 @@ def _inside(block: Block, e: Emitter) -> Emitter:
 # --- weight gradients summed after the reverse loop ------------------------------------
 
 
-def invariant_chain(value: SSAValue, outside: set[SSAValue]) -> list[Operation] | None:
-    """The view ops (in program order) computing `value` from `outside` values alone,
-    [] when `value` is one of them, None when it changes with the iteration."""
-    if value in outside:
-        return []
-    op = value.owner
-    if not isinstance(op, tg.PermuteOp | tg.ReshapeOp | tg.BroadcastOp):
-        return None
-    chain: list[Operation] = []
-    for v in op.operands:
-        sub = invariant_chain(v, outside)
-        if sub is None:
-            return None
-        chain += [o for o in sub if o not in chain]
-    return [*chain, op]
-
-
-def deferrable(
-    clones: Sequence[Operation],
-    outside: set[SSAValue],
-    forward_of: dict[SSAValue, SSAValue],
-    n: int,
-    stack_limit: int,
-) -> set[Operation]:
-    """The `x @ w` of the reverse body whose w is the same every iteration (a weight):
-    w's gradient is then one contraction over all iterations after the loop, from a
-    stack of x (forward) and of the cotangent of `x @ w` (reverse), not a rank-B
-    update per iteration (as cuDNN sums an RNN's weight gradients)."""
-    found: set[Operation] = set()
-    room = stack_limit
-    for op in clones:
-        if not isinstance(op, tg.DotOp) or op.lhs not in forward_of:
-            continue
-        if len(shape_of(op.lhs)) != 2 or len(shape_of(op.rhs)) != 2:
-            continue
-        if invariant_chain(op.rhs, outside) is None or invariant_chain(op.lhs, outside) is not None:
-            continue
-        size = n * sum(
-            prod(shape_of(v)) * element_type(v).bitwidth // 8 for v in (op.lhs, op.result)
-        )
-        if size <= room:
-            found.add(op)
-            room -= size
-    return found
-
-
-def deferred_rhs(d: tg.DotOp, outside: Sequence[SSAValue]) -> tuple[SSAValue, list[Operation]]:
-    """The rhs of deferred `d` for use after the loop: an outside value, or the last of
-    detached copies of the views that compute it from outside values."""
-    mapping: dict[SSAValue, SSAValue] = {}
-    views = [op.clone(value_mapper=mapping) for op in invariant_chain(d.rhs, set(outside)) or []]
-    return (views[-1].results[0] if views else d.rhs), views
-
-
 def summed_after(
     e: Emitter,
     rhs: SSAValue,
     views: list[Operation],
-    xs: SSAValue,
+    xs: SSAValue | None,
     gs: SSAValue,
     depends: set[SSAValue],
 ) -> list[tuple[SSAValue, SSAValue]]:
-    """The gradients of the outside values behind a deferred dot's `rhs`, from the
-    stacks `xs` of its lhs [n, M, K] and `gs` of its result's cotangent [n, M, N]: one
-    contraction `xs^T @ gs` over all n*M rows, then back through `views` (detached
-    copies, inserted here)."""
-    n, m, k = shape_of(xs)
-    w = e.dot(
-        e.transpose_last2(e.reshape(xs, (n * m, k))), e.reshape(gs, (n * m, shape_of(gs)[-1]))
-    )
+    """The gradients of the outside values behind a deferred operand `rhs`, from the
+    stack `gs` of its op's result cotangent [n, M, N]: for a dot, with the stack `xs`
+    of its lhs [n, M, K], one contraction `xs^T @ gs` over all n*M rows; for an add,
+    the sum of `gs` over the iterations; then back through `views` (detached copies,
+    inserted here)."""
+    if xs is None:
+        w = e.reduce_sum(gs, 0)
+    else:
+        n, m, k = shape_of(xs)
+        flat = e.reshape(gs, (n * m, shape_of(gs)[-1]))
+        w = e.dot(e.transpose_last2(e.reshape(xs, (n * m, k))), flat)
     if not views:
         return [(rhs, w)]
     for view in views:

@@ -82,7 +82,20 @@ def nested_matmul(e: Emitter, x: SSAValue, w: SSAValue) -> SSAValue:
     return h
 
 
-@pytest.mark.parametrize("body", [linear_rnn, nested_matmul])
+def bias_rnn(e: Emitter, x: SSAValue, w: SSAValue) -> SSAValue:
+    """h <- tanh(h @ w + b) over 4 steps, b = w's column sums, broadcast in the body
+    (its gradient: a sum over the steps after the loop, back through the views)."""
+    b = e.reduce_sum(w, 0)
+
+    def body(c: Emitter, h: SSAValue) -> list[SSAValue]:
+        bb = c.broadcast(c.reshape(b, (1, 3)), (2, 3))
+        return [c.emit(tg.TanhOp(c.add(c.dot(h, w), bb)))]
+
+    (h,) = loop(e, 4, [x], body)
+    return h
+
+
+@pytest.mark.parametrize("body", [linear_rnn, nested_matmul, bias_rnn])
 def test_weight_gradients_summed_after_the_loop_match_finite_differences(body):
     check_gradients(body, [(2, 3), (3, 3)])
 
