@@ -29,6 +29,9 @@ from xdsl.ir import Block, Operation, SSAValue
 from gradfuse.backend.cstyle import Renderer, ctype
 
 LANES = 16
+WIDE = 64
+"""Lanes of a plain lane block (no pack): four vectors of independent sums, so that a
+long reduction's multiply-adds do not wait on one another."""
 
 
 def lane_count(count: int, width: int = LANES) -> str:
@@ -66,11 +69,16 @@ class LaneRenderer:
     """Renders a block of a segment in lane mode, through its CPU renderer's op cases."""
 
     def __init__(
-        self, renderer: Renderer, varying: set[SSAValue], keep: set[SSAValue] | None = None
+        self,
+        renderer: Renderer,
+        varying: set[SSAValue],
+        keep: set[SSAValue] | None = None,
+        width: int = LANES,
     ):
         self.r = renderer
         self.varying = varying
         self.keep = keep or set()  # read elsewhere under other names: never arrays
+        self.width = width  # the most lanes of a block (the arrays' size)
 
     def block(self, ops: list[Operation], depth: int, assigns: list[tuple[str, SSAValue]]) -> None:
         """Scalar ops as they come, varying ones gathered into lane loops; `assigns`
@@ -102,7 +110,7 @@ class LaneRenderer:
             if v not in self.keep and any(use.operation not in inside for use in v.uses)
         ]
         for v in arrays:
-            self.r.emit(f"{ctype(v.type)} {self.r.name(v)}[{LANES}];", depth)
+            self.r.emit(f"{ctype(v.type)} {self.r.name(v)}[{self.width}];", depth)
             self.r.names[v] = f"{self.r.names[v]}[l]"
         self.r.emit("for (long l = 0; l < n; l++) {", depth)
         for op in run:
@@ -129,7 +137,7 @@ class LaneRenderer:
         inits = []
         for res, init, arg in zip(op.results, op.iter_args, carried):
             name = self.r.name(res)
-            self.r.emit(f"{ctype(res.type)} {name}[{LANES}];", depth)
+            self.r.emit(f"{ctype(res.type)} {name}[{self.width}];", depth)
             self.r.names[res] = self.r.names[arg] = f"{name}[l]"
             inits.append((f"{name}[l]", init))
         self.r.emit("for (long l = 0; l < n; l++) {", depth)

@@ -34,7 +34,7 @@ from xdsl.dialects import arith, gpu, memref, scf
 from xdsl.ir import Block, Operation, SSAValue
 
 from gradfuse.backend.c import pack, pack_render
-from gradfuse.backend.c.lanes import LANES, LaneRenderer, lane_values
+from gradfuse.backend.c.lanes import LANES, WIDE, LaneRenderer, lane_values
 from gradfuse.backend.c.nest import constant
 from gradfuse.backend.cstyle import CTarget, Renderer, ctype
 
@@ -316,10 +316,11 @@ class CPURenderer(Renderer):
             self.work_shared(f"collapse({depth - 1}) nowait", 1)
         for k, size in enumerate(seg.dims[:-1]):
             self.emit(f"for (long i{k} = 0; i{k} < {size}; i{k}++)", 1)
-        self.emit(f"for (long b = 0; b < {n}; b += {LANES}) {{", 1)
-        self.emit(f"const long n = {n} - b < {LANES} ? {n} - b : {LANES};", 2)
+        width = WIDE if n >= WIDE else LANES
+        self.emit(f"for (long b = 0; b < {n}; b += {width}) {{", 1)
+        self.emit(f"const long n = {n} - b < {width} ? {n} - b : {width};", 2)
         self.names[seg.last] = "(b + l)"
-        LaneRenderer(self, varying).block(ops, 2, [])
+        LaneRenderer(self, varying, width=width).block(ops, 2, [])
         self.emit("}", 1)
         return True
 

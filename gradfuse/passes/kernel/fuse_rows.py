@@ -102,8 +102,14 @@ def fuse_rows(block: Block) -> int:
             continue
         part = [k for k in ks or [] if run and any(r in row_choices(k) for r in run.choices)]
         if run is not None and part and len(part) < len(ks):  # type: ignore[arg-type]
-            grown = run.extended(op, part)  # the kernels of a group that fit end the run
-            if grown is not None:
+            grown = run.extended(op, part)  # the kernels of a group that fit end the run,
+            if grown is not None:  # where a row is more than a point of each kernel
+                grown.choices = {
+                    r: state
+                    for r, state in grown.choices.items()
+                    if all(len(r) < k.num_parallel for k in grown.kernels)
+                }
+            if grown is not None and grown.choices:
                 made += _flush(grown)
                 run = None
                 continue
