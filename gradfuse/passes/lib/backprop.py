@@ -268,6 +268,9 @@ def reverse_loop(
     te = Emitter(Builder(InsertPoint.at_start(rb)), e.location)
     for copy in stacked:
         copy.replace_all_uses_with(te.take(stack_of[forward_of[copy]], counter))
+    for copy in [c for c, cs in counted.items() if cs == (0.0, 1.0)]:
+        copy.replace_all_uses_with(counter)  # t itself: the reverse loop's own counter
+        del counted[copy]
     if counted:  # c + s t at iteration t: counters of the reverse loop, t from n - 1 down
         values = list(counted.values())
         starts = [_before(rev, e).const(c + s * (n - 1), tensor([1])) for c, s in values]
