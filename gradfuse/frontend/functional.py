@@ -169,9 +169,15 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """`x @ weight.T + bias` (weight [out, in]). `linear(x, w, b)`"""
-    y = x @ weight.T
-    return y + bias if bias is not None else y
+    """`x @ weight.T + bias` (weight [out, in]). `linear(x, w, b)`
+
+    Leading dims of x are one dim of rows while the bias is added (x [T, B, in] is
+    [T*B, in]), so that the add is the contraction's epilogue over its own rows."""
+    if x.ndim <= 2 or bias is None:
+        y = x @ weight.T
+        return y + bias if bias is not None else y
+    rows = x.reshape(-1, x.shape[-1]) @ weight.T + bias
+    return rows.reshape(*x.shape[:-1], weight.shape[0])
 
 
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
