@@ -42,7 +42,7 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.ir import Block, Dialect, Operation, Region, SSAValue
-from xdsl.ir.affine import AffineMap, AffineSet
+from xdsl.ir.affine import AffineDimExpr, AffineMap, AffineSet, AffineSymExpr
 from xdsl.irdl import (
     AnyAttr,
     IRDLOperation,
@@ -293,6 +293,21 @@ class ScatterAddOp(_AccessOp):
 
     def __init__(self, value: SSAValue, buffer: SSAValue, map: AffineMap, index: SSAValue):
         super().__init__(operands=[value, buffer, index], properties={"map": AffineMapAttr(map)})
+
+    @property
+    def one_slot(self) -> bool:
+        """Whether its points add to distinct elements (no add need be atomic): the index
+        is the same for all (a load at no dim: a stack's slot) and the map sends each dim
+        to a place of its own."""
+        load = self.index.owner
+        if not isinstance(load, LoadOp) or load.guard is not None:
+            return False
+        if any(r.used_dims() for r in load.map.data.results):
+            return False
+        map = self.map.data
+        dims = [e for e in map.results if not isinstance(e, AffineSymExpr)]
+        distinct = {e.position for e in dims if isinstance(e, AffineDimExpr)}
+        return len(distinct) == len(dims) == map.num_dims
 
 
 @irdl_op_definition

@@ -354,6 +354,10 @@ class KernelBuilder:
             idx = [self.expand(e, point, loc, [symbol]) for e in op.map.data.results]
             if isinstance(op, kd.GatherOp):
                 vm[op.result] = self.add(fast.load(vm[op.buffer], idx), loc)
+            elif op.one_slot:  # no two points add to one element: a plain read-add-write
+                old = self.add(fast.load(vm[op.buffer], idx), loc)
+                new = self.add(combine("add", old, vm[op.value]), loc)
+                self.add(fast.store(new, vm[op.buffer], idx), loc)
             else:
                 add = memref.AtomicRMWOp.create(
                     operands=[vm[op.value], vm[op.buffer], *idx],

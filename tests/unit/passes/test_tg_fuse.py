@@ -259,3 +259,7 @@ def test_a_stack_slot_is_written_in_place():
     assert kernels and all(6 not in k.domain_sizes for k in kernels)
     adds = [op for k in kernels for op in k.walk() if isinstance(op, K.ScatterAddOp)]
     assert len(adds) == 2  # the two stacks (sin's input and h), one slot each
+    assert all(op.one_slot for op in adds)  # distinct elements: no atomic adds
+    lowered = parse_tg(STACKING)
+    run_pipeline(lowered, "default")
+    assert not [op for op in lowered.walk() if op.name == "memref.atomic_rmw"]
