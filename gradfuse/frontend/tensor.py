@@ -251,8 +251,9 @@ class Tensor:
         return Tensor(emit(tg.SoftmaxOp(self.value, d)).result)
 
     def log_softmax(self, dim: int = -1) -> Tensor:
-        """`x - max - log(sum(exp(x - max)))` along `dim`."""
-        shifted = self - self.max(dim, keepdim=True)
+        """`x - max - log(sum(exp(x - max)))` along `dim`; the max is detached (the result
+        does not change with it, so its gradient is 0: no passes to compute that)."""
+        shifted = self - self.max(dim, keepdim=True).detach()
         return shifted - shifted.exp().sum(dim, keepdim=True).log()
 
     erf = _unary(tg.ErfOp, "The error function (`tg.erf`).")
