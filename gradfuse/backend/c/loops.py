@@ -205,14 +205,10 @@ def _along_reduction(loop: scf.ForOp, last: SSAValue | None, count: int) -> bool
     return adds and along and not across
 
 
-def _blocked(seg: Segment) -> bool:
-    """Whether a dot-product segment is better packed (see `pack`): its sums then run in
-    register blocks of several outputs, each read of the pack serving all of them."""
-    ops = [op for op in seg.block.ops if op not in seg.skip]
-    packing = pack.choose(seg, ops)
-    if packing is None or packing[0].j is None:
-        return False
-    return seg.dims[packing[0].j] >= pack.BLOCKED and packing[0].nest.count >= pack.BLOCKED
+def _blocked(seg: Segment, plan: pack.Plan) -> bool:
+    """Whether a dot-product segment is better packed by `plan` (see `pack`): its sums
+    then run in register blocks of several outputs, each read of the pack serving all."""
+    return plan.j is not None and min(seg.dims[plan.j], plan.nest.count) >= pack.BLOCKED
 
 
 class CPURenderer(Renderer):
@@ -267,7 +263,7 @@ class CPURenderer(Renderer):
         atomic = any(isinstance(o, memref.AtomicRMWOp) for o in seg.block.walk())
         if atomic:  # adds to points that may repeat: a plain nest, no simd
             along, inner_simd = False, False
-        elif reduction is not None and (not along or _blocked(seg)) and self.lanes(seg):
+        elif reduction is not None and self.lanes(seg, only_blocked=along):
             return
         elif along:
             y = reduction.body.block.last_op
@@ -295,17 +291,20 @@ class CPURenderer(Renderer):
         self.block([op for op in seg.block.ops if op not in seg.skip], 2)
         self.emit("}", 1)
 
-    def lanes(self, seg: Segment) -> bool:
-        """Renders `seg` LANES points at a time (see `lanes`); False where it cannot."""
+    def lanes(self, seg: Segment, only_blocked: bool = False) -> bool:
+        """Renders `seg` LANES points at a time (see `lanes`); False where it cannot, and,
+        with `only_blocked` (a dot product), where no packing blocks its sums."""
         ops = [op for op in seg.block.ops if op not in seg.skip]
         ids = {seg.lid, *(op.lhs for op in seg.skip if isinstance(op, arith.SubiOp))}
         ids.discard(seg.last)  # a one-dim segment: its flat id is its index
         if seg.last is None or any(v in ids for o in ops for w in o.walk() for v in w.operands):
             return False  # the flat id itself is read: not a plain loop nest
         packing = pack.choose(seg, ops)
-        if packing is not None:
+        if packing is not None and (not only_blocked or _blocked(seg, packing[0])):
             pack_render.render(self, seg, *packing)
             return True
+        if only_blocked:
+            return False
         varying = lane_values(seg.block, seg.last)
         if varying is None:
             return False
