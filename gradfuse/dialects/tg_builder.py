@@ -27,7 +27,6 @@ from xdsl.ir import Attribute, Operation, SSAValue
 
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg_compute as C
-from gradfuse.dialects import tg_data as D
 from gradfuse.dialects import tg_elementwise as E
 from gradfuse.dialects import tg_sparse as S
 from gradfuse.dialects.tg_base import shape_of
@@ -38,6 +37,7 @@ from gradfuse.dialects.tg_builder_shapes import (  # noqa: F401 (one place to im
     keepdims_shape,
     tensor_type,
 )
+from gradfuse.dialects.tg_canonicalize import splat
 from gradfuse.dialects.tg_program import ForOp, extend_loop
 
 Operand = SSAValue | float | int
@@ -197,6 +197,20 @@ def stack_in_loop(
     return new, list(new.results[k : k + len(values)])
 
 
+def increments(loop: ForOp) -> list[SSAValue | None]:
+    """Per carried value of `loop`, x where the body yields `value + x` (a `tg.add`
+    either way round), else None: what each iteration adds to it."""
+    block = loop.body.block
+    out: list[SSAValue | None] = []
+    for arg, nxt in zip(block.args[1:], block.last_op.operands):  # type: ignore[union-attr]
+        add = nxt.owner
+        if not isinstance(add, E.AddOp) or arg not in add.operands:
+            out.append(None)
+        else:
+            out.append(add.rhs if add.lhs is arg else add.lhs)
+    return out
+
+
 def step_counters(loop: ForOp) -> dict[SSAValue, tuple[float, float]]:
     """The carried tensor<1xf32> values of `loop` that start at a constant c and add a
     constant s each iteration (step counters, c + s * t at iteration t), with (c, s):
@@ -205,21 +219,14 @@ def step_counters(loop: ForOp) -> dict[SSAValue, tuple[float, float]]:
           %t1 = tg.add %t, %one : tensor<1xf32>
           tg.yield %h1, %t1                      // {%t: (0.0, 1.0)}
     """
-    block = loop.body.block
     out: dict[SSAValue, tuple[float, float]] = {}
-    for arg, init, nxt in zip(block.args[1:], loop.inits, block.last_op.operands):  # type: ignore[union-attr]
-        add = nxt.owner
-        if shape_of(arg) != (1,) or not isinstance(add, E.AddOp) or arg not in add.operands:
-            continue
-        start, step = _splat(init), _splat(add.rhs if add.lhs is arg else add.lhs)
-        if start is not None and step is not None:
-            out[arg] = (start, step)
+    args = loop.body.block.args[1:]
+    for arg, init, step in zip(args, loop.inits, increments(loop)):
+        if step is not None and shape_of(arg) == (1,):
+            start, by = splat(init), splat(step)
+            if start is not None and by is not None:
+                out[arg] = (start, by)
     return out
-
-
-def _splat(v: SSAValue) -> float | None:
-    op = v.owner
-    return op.value.value.data if isinstance(op, D.ConstantOp) and op.is_splat else None  # type: ignore[union-attr]
 
 
 class Emitter(TgBuilder):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 
 from xdsl.dialects.builtin import (
@@ -268,6 +268,11 @@ def extend_loop(
         old.replace_all_uses_with(res)
     Rewriter.erase_op(loop)
     return new
+
+
+def operands_within(op: Operation) -> Iterable[SSAValue]:
+    """The operands of `op` and of every op nested in its regions."""
+    return (v for inner in op.walk() for v in inner.operands)
 
 
 def drop_carried(loop: ForOp, j: int) -> ForOp:

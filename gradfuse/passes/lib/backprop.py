@@ -43,7 +43,7 @@ from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of, tensor
 from gradfuse.dialects.tg_builder import Emitter, stack_in_loop, step_counters
-from gradfuse.dialects.tg_program import extend_loop
+from gradfuse.dialects.tg_program import extend_loop, operands_within
 from gradfuse.passes.lib.checkpoints import (
     checkpoint_interval,
     nbytes,
@@ -69,11 +69,6 @@ def backward_location(op: Operation) -> Attribute:
 @lru_cache(maxsize=4096)
 def _backward(location: Attribute) -> Attribute:
     return provenance_of(location).with_direction("backward").to_location()
-
-
-def operands_within(op: Operation) -> Iterable[SSAValue]:
-    """The operands of `op` and of every op nested in its regions."""
-    return (v for inner in op.walk() for v in inner.operands)
 
 
 def dependents(ops: Iterable[Operation], wrt: Iterable[SSAValue]) -> set[SSAValue]:

@@ -28,6 +28,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of
 from gradfuse.dialects.tg_builder import element_type
+from gradfuse.dialects.tg_program import operands_within
 from gradfuse.passes.lib.derivatives import is_differentiable
 
 RECOMPUTED = (
@@ -63,7 +64,7 @@ def stack_choice(
             ):
                 out.append(v)
                 continue
-        want.update(v for inner in op.walk() for v in inner.operands)
+        want.update(operands_within(op))
     return out
 
 

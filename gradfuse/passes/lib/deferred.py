@@ -11,13 +11,12 @@ sum) after the reverse loop gives the gradient, then pushed back through the vie
 from __future__ import annotations
 
 from collections.abc import Sequence
-from math import prod
 
 from xdsl.ir import Operation, SSAValue
 
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of
-from gradfuse.dialects.tg_builder import element_type
+from gradfuse.passes.lib.checkpoints import nbytes
 
 
 def invariant_chain(value: SSAValue, outside: set[SSAValue]) -> list[Operation] | None:
@@ -62,7 +61,7 @@ def deferrable(
             continue
         if invariant_chain(op.operands[1 - k], outside) is not None:
             continue
-        size = n * sum(prod(shape_of(v)) * element_type(v).bitwidth // 8 for v in stacked)
+        size = n * nbytes(stacked)
         if size <= room:
             found[op] = k
             room -= size

@@ -31,6 +31,8 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from gradfuse.dialects import tg
+from gradfuse.dialects.tg_builder import increments
+from gradfuse.dialects.tg_canonicalize import splat
 from gradfuse.dialects.tg_program import drop_carried
 
 
@@ -47,27 +49,15 @@ def twins(loop: tg.ForOp) -> tuple[int, int] | None:
         iter(%a = %z, %b = %z) { ...; %a1 = tg.add %a, %x; %b1 = tg.add %b, %x; ... }
     """
     block = loop.body.block
-    nexts = list(block.last_op.operands)  # type: ignore[union-attr]
-    args, inits = block.args[1:], list(loop.inits)
-
-    def increment(k: int) -> SSAValue | None:
-        add = nexts[k].owner
-        if not isinstance(add, tg.AddOp) or not args[k].has_one_use() or not nexts[k].has_one_use():
-            return None
-        return add.rhs if add.lhs is args[k] else add.lhs if add.rhs is args[k] else None
+    args, inits, nexts = block.args[1:], list(loop.inits), list(block.last_op.operands)  # type: ignore[union-attr]
+    steps = [
+        x if a.has_one_use() and y.has_one_use() else None
+        for a, y, x in zip(args, nexts, increments(loop))
+    ]
 
     def same(a: SSAValue, b: SSAValue) -> bool:
-        x, y = a.owner, b.owner
-        if a is b:
-            return True
-        return (
-            isinstance(x, tg.ConstantOp)
-            and isinstance(y, tg.ConstantOp)
-            and x.is_splat
-            and (x.value == y.value and a.type == b.type)
-        )
+        return a is b or (splat(a) is not None and splat(a) == splat(b) and a.type == b.type)
 
-    steps = [increment(k) for k in range(len(args))]
     for j in range(len(args)):
         for i in range(j):
             if steps[i] is not None and steps[i] is steps[j] and same(inits[i], inits[j]):
