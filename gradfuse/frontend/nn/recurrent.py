@@ -18,7 +18,7 @@ records per layer and direction
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 from gradfuse.dialects.tg_base import fmt_shape
 from gradfuse.frontend import functional as F
@@ -26,17 +26,26 @@ from gradfuse.frontend.loops import scan
 from gradfuse.frontend.nn.layers import uniform
 from gradfuse.frontend.nn.module import Module
 from gradfuse.frontend.nn.options import device_and_dtype
-from gradfuse.frontend.nn.recurrent_cells import GATES, State, check_state, step, zeros
+from gradfuse.frontend.nn.recurrent_cells import (
+    GATES,
+    State,
+    check_features,
+    check_state,
+    step,
+    zeros,
+)
 from gradfuse.frontend.recorder import error
 from gradfuse.frontend.tensor import Tensor
 
 
 class _RNNBase(Module):
-    """The parameters, checks and layer/direction loops of `RNN`, `GRU` and `LSTM`."""
+    """The parameters, checks and layer/direction loops of `RNN`, `GRU` and `LSTM`; the
+    constructor is `LSTM`'s (PyTorch's), the others pass `proj_size=0`."""
+
+    MODE: ClassVar[str]  # a key of `GATES`
 
     def __init__(
         self,
-        mode: str,
         input_size: int,
         hidden_size: int,
         num_layers: int = 1,
@@ -60,10 +69,10 @@ class _RNNBase(Module):
                 raise error(f"{what}: {name} must be a positive int, got {value!r}")
         if not isinstance(num_layers, int) or num_layers <= 0:
             raise error(f"{what}: num_layers must be a positive int, got {num_layers!r}")
-        self.mode, self.input_size, self.hidden_size = mode, input_size, hidden_size
+        self.mode, self.input_size, self.hidden_size = self.MODE, input_size, hidden_size
         self.num_layers, self.bias, self.batch_first = num_layers, bias, batch_first
         self.dropout, self.bidirectional, self.proj_size = float(dropout), bidirectional, 0
-        rows, bound = GATES[mode] * hidden_size, 1.0 / math.sqrt(hidden_size)
+        rows, bound = GATES[self.mode] * hidden_size, 1.0 / math.sqrt(hidden_size)
         for layer in range(num_layers):
             width = input_size if layer == 0 else hidden_size * self.directions
             for suffix in self.suffixes:
@@ -95,12 +104,7 @@ class _RNNBase(Module):
         if not isinstance(input, Tensor) or input.ndim not in (2, 3):
             got = fmt_shape(input.shape) if isinstance(input, Tensor) else type(input).__name__
             raise error(f"{what}: expected an input [T, I] or a batch {batch}, got {got}")
-        if input.shape[-1] != self.input_size:
-            raise error(
-                f"{what}: input has {input.shape[-1]} features, expected input_size"
-                f" {self.input_size} (input {fmt_shape(input.shape)},"
-                f" batch_first={self.batch_first})"
-            )
+        check_features(what, input, self.input_size, f", batch_first={self.batch_first}")
 
     def _initial(self, hx: Any, batch: int, batched: bool) -> list[list[Tensor]]:
         """Per state (h, and c for LSTMs) the [N, H] initial tensor of each layer and
@@ -185,6 +189,8 @@ class RNN(_RNNBase):
     """PyTorch's `RNN`: h_t = tanh(x_t @ W_ih.T + b_ih + h_{t-1} @ W_hh.T + b_hh) (or relu),
     stacked `num_layers` deep. `out, h_n = RNN(10, 20, 2, nonlinearity="relu")(x)`"""
 
+    MODE = "RNN_TANH"
+
     def __init__(
         self,
         input_size: int,
@@ -200,12 +206,12 @@ class RNN(_RNNBase):
     ):
         if nonlinearity not in ("tanh", "relu"):
             raise error(f"RNN: unknown nonlinearity {nonlinearity!r} (tanh or relu)")
-        mode = "RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU"
         super().__init__(
-            mode, input_size, hidden_size, num_layers, bias, batch_first, dropout,
-            bidirectional, 0, device, dtype,
+            input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
+            0, device, dtype,
         )  # fmt: skip
         self.nonlinearity = nonlinearity
+        self.mode = "RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU"  # one gate either way
 
     def forward(self, input: Tensor, hx: Tensor | None = None) -> tuple[Tensor, Tensor]:
         return self._run(input, hx)
@@ -216,6 +222,8 @@ class GRU(_RNNBase):
 
     `out, h_n = GRU(10, 20, batch_first=True)(x)`: x [N, T, 10], out [N, T, 20]
     """
+
+    MODE = "GRU"
 
     def __init__(
         self,
@@ -230,8 +238,8 @@ class GRU(_RNNBase):
         dtype: Any = None,
     ):
         super().__init__(
-            "GRU", input_size, hidden_size, num_layers, bias, batch_first, dropout,
-            bidirectional, 0, device, dtype,
+            input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
+            0, device, dtype,
         )  # fmt: skip
 
     def forward(self, input: Tensor, hx: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -244,23 +252,7 @@ class LSTM(_RNNBase):
     `out, (h_n, c_n) = LSTM(10, 20, num_layers=2, bidirectional=True)(x, (h_0, c_0))`
     """
 
-    def __init__(
-        self,
-        input_size: int,
-        hidden_size: int,
-        num_layers: int = 1,
-        bias: bool = True,
-        batch_first: bool = False,
-        dropout: float = 0.0,
-        bidirectional: bool = False,
-        proj_size: int = 0,
-        device: Any = None,
-        dtype: Any = None,
-    ):
-        super().__init__(
-            "LSTM", input_size, hidden_size, num_layers, bias, batch_first, dropout,
-            bidirectional, proj_size, device, dtype,
-        )  # fmt: skip
+    MODE = "LSTM"
 
     def forward(
         self, input: Tensor, hx: tuple[Tensor, Tensor] | None = None

@@ -18,7 +18,7 @@ computed by the layers for all time steps at once, before the loop):
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -91,6 +91,15 @@ def zeros(shape: tuple[int, ...]) -> Tensor:
     return constant(np.zeros(shape, np.float32))
 
 
+def check_features(what: str, input: Tensor, input_size: int, detail: str = "") -> None:
+    """Raises at the user's line unless `input`'s last dim is `input_size`."""
+    if input.shape[-1] != input_size:
+        raise error(
+            f"{what}: input has {input.shape[-1]} features, expected input_size"
+            f" {input_size} (input {fmt_shape(input.shape)}{detail})"
+        )
+
+
 def check_state(what: str, name: str, t: Any, want: tuple[int, ...]) -> None:
     """Raises at the user's line unless `t` is a tensor of shape `want`."""
     if not isinstance(t, Tensor):
@@ -100,13 +109,21 @@ def check_state(what: str, name: str, t: Any, want: tuple[int, ...]) -> None:
 
 
 class _CellBase(Module):
-    """The parameters and input checks shared by the three cells."""
+    """The parameters and input checks shared by the three cells; the constructor is
+    `GRUCell`'s and `LSTMCell`'s (PyTorch's)."""
+
+    MODE: ClassVar[str]  # a key of `GATES`
 
     def __init__(
-        self, mode: str, input_size: int, hidden_size: int, bias: bool, device: Any, dtype: Any
+        self,
+        input_size: int,
+        hidden_size: int,
+        bias: bool = True,
+        device: Any = None,
+        dtype: Any = None,
     ):
         super().__init__()
-        self.mode = mode
+        self.mode = self.MODE
         what = type(self).__name__
         device_and_dtype(what, device, dtype)
         if input_size <= 0 or hidden_size <= 0:
@@ -123,11 +140,7 @@ class _CellBase(Module):
         if not isinstance(input, Tensor) or input.ndim not in (1, 2):
             got = fmt_shape(input.shape) if isinstance(input, Tensor) else type(input).__name__
             raise error(f"{what}: expected a 1-d or 2-d input, got {got}")
-        if input.shape[-1] != self.input_size:
-            raise error(
-                f"{what}: input has {input.shape[-1]} features, expected input_size"
-                f" {self.input_size} (input {fmt_shape(input.shape)})"
-            )
+        check_features(what, input, self.input_size)
         batched = input.ndim == 2
         x = input if batched else input.reshape(1, self.input_size)
         shape = (x.shape[0], self.hidden_size)
@@ -161,6 +174,8 @@ class RNNCell(_CellBase):
     `RNNCell(10, 20, nonlinearity="relu")(x, h)`: x [N, 10], h [N, 20] (zeros if None).
     """
 
+    MODE = "RNN_TANH"
+
     def __init__(
         self,
         input_size: int,
@@ -172,9 +187,9 @@ class RNNCell(_CellBase):
     ):
         if nonlinearity not in ("tanh", "relu"):
             raise error(f"RNNCell: unknown nonlinearity {nonlinearity!r} (tanh or relu)")
-        mode = "RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU"
-        super().__init__(mode, input_size, hidden_size, bias, device, dtype)
+        super().__init__(input_size, hidden_size, bias, device, dtype)
         self.nonlinearity = nonlinearity
+        self.mode = "RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU"  # one gate either way
 
     def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:
         return self._run(input, hx)
@@ -183,15 +198,7 @@ class RNNCell(_CellBase):
 class GRUCell(_CellBase):
     """PyTorch's `GRUCell` (gates r, z, n). `h2 = GRUCell(10, 20)(x, h)`"""
 
-    def __init__(
-        self,
-        input_size: int,
-        hidden_size: int,
-        bias: bool = True,
-        device: Any = None,
-        dtype: Any = None,
-    ):
-        super().__init__("GRU", input_size, hidden_size, bias, device, dtype)
+    MODE = "GRU"
 
     def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:
         return self._run(input, hx)
@@ -200,15 +207,7 @@ class GRUCell(_CellBase):
 class LSTMCell(_CellBase):
     """PyTorch's `LSTMCell` (gates i, f, g, o). `h2, c2 = LSTMCell(10, 20)(x, (h, c))`"""
 
-    def __init__(
-        self,
-        input_size: int,
-        hidden_size: int,
-        bias: bool = True,
-        device: Any = None,
-        dtype: Any = None,
-    ):
-        super().__init__("LSTM", input_size, hidden_size, bias, device, dtype)
+    MODE = "LSTM"
 
     def forward(
         self, input: Tensor, hx: tuple[Tensor, Tensor] | None = None
