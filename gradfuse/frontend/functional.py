@@ -173,11 +173,11 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
     Leading dims of x are one dim of rows while the bias is added (x [T, B, in] is
     [T*B, in]), so that the add is the contraction's epilogue over its own rows."""
-    if x.ndim <= 2 or bias is None:
-        y = x @ weight.T
-        return y + bias if bias is not None else y
-    rows = x.reshape(-1, x.shape[-1]) @ weight.T + bias
-    return rows.reshape(*x.shape[:-1], weight.shape[0])
+    if x.ndim > 2:
+        rows = linear(x.reshape(-1, x.shape[-1]), weight, bias)
+        return rows.reshape(*x.shape[:-1], weight.shape[0])
+    y = x @ weight.T
+    return y + bias if bias is not None else y
 
 
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
