@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 from fusion_programs import programs
 from hypothesis import given, settings
@@ -13,6 +15,7 @@ from gradfuse.frontend.parser import parse_tg
 from gradfuse.passes import run_pipeline
 
 FUSE = "kernels"
+ROOT = Path(__file__).resolve().parents[3]
 
 MLP = """
 func @main() {
@@ -263,3 +266,20 @@ def test_a_stack_slot_is_written_in_place():
     lowered = parse_tg(STACKING)
     run_pipeline(lowered, "default")
     assert not [op for op in lowered.walk() if op.name == "memref.atomic_rmw"]
+
+
+def test_twin_and_unchanged_carried_values_match_the_reference():
+    """tg-loop-state keeps one of two twin carried values and none that a loop yields
+    unchanged (tests/filecheck/passes/tg-loop-state.tg): the same numbers."""
+    src = (ROOT / "tests/filecheck/passes/tg-loop-state.tg").read_text()
+    src = src[src.index("func @twins") :]
+    rng = np.random.default_rng(8)
+    x, w = (rng.uniform(-1, 1, 4).astype(np.float32) for _ in range(2))
+    ref = parse_tg(src)
+    run_pipeline(ref, "tg")
+    fused = parse_tg(src)
+    run_pipeline(fused, FUSE)
+    got, want = run_kernels(fused, args=[x, w]).results, run(ref, args=[x, w]).results
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    np.testing.assert_allclose(want[0], 3 * x * w, rtol=1e-6)
