@@ -297,12 +297,11 @@ class ScatterAddOp(_AccessOp):
     @property
     def one_slot(self) -> bool:
         """Whether its points add to distinct elements (no add need be atomic): the index
-        is the same for all (a load at no dim: a stack's slot) and the map sends each dim
-        to a place of its own."""
+        is a load (a stack's slot: the step counter, or a row's copy of it) and the map
+        sends each dim to a place of its own, so that points that differ write elements
+        that differ, whatever their indices."""
         load = self.index.owner
         if not isinstance(load, LoadOp) or load.guard is not None:
-            return False
-        if any(r.used_dims() for r in load.map.data.results):
             return False
         map = self.map.data
         dims = [e for e in map.results if not isinstance(e, AffineSymExpr)]

@@ -39,6 +39,7 @@ from xdsl.passes import ModulePass
 
 from gradfuse.dialects import kernel as K
 from gradfuse.dialects.kernel_rows import RowAlignment, RowsOp
+from gradfuse.passes.kernel.row_private import privatize
 from gradfuse.passes.lib.gpu_func import MAX_BLOCK
 
 MAX_ROW_POINTS = 1024
@@ -78,12 +79,34 @@ class _Run:
         }
         return _Run([*self.launches, launch], [*self.kernels, *ks], choices) if choices else None
 
+    def realigned(self) -> _Run:
+        """The run with its row alignments computed anew (after its accesses changed)."""
+        fresh = {r: RowAlignment(r) for r in self.choices}
+        return _Run(
+            self.launches, self.kernels, {r: s for r, s in fresh.items() if s.add(self.kernels)}
+        )
+
 
 def _start(launch: Operation, ks: list[K.KernelOp]) -> _Run | None:
     common = [r for r in row_choices(ks[0]) if all(r in row_choices(k) for k in ks[1:])]
     states = {r: RowAlignment(r) for r in common}
     choices = {r: state for r, state in states.items() if state.add(ks)}
     return _Run([launch], ks, choices) if choices else None
+
+
+def _privatized(run: _Run, launch: Operation, ks: list[K.KernelOp]) -> _Run | None:
+    """`run` extended by `launch`, whose kernels that do not fit are [1] kernels (step
+    counters) that may run once per row (`row_private`); else None."""
+    one = next((r for r in run.choices if len(r) == 1), None)
+    unfit = [k for k in ks if one not in row_choices(k)]
+    if one is None or not unfit:
+        return None
+    rest = [k for k in ks if k not in unfit]
+    if rest and run.extended(launch, rest) is None:
+        return None
+    if not privatize([*run.kernels, *rest], one, unfit):
+        return None
+    return run.realigned().extended(launch, ks)
 
 
 def fuse_rows(block: Block) -> int:
@@ -97,6 +120,8 @@ def fuse_rows(block: Block) -> int:
             continue
         ks = _kernels(op)
         grown = run.extended(op, ks) if run is not None and ks is not None else None
+        if grown is None and run is not None and ks is not None:
+            grown = _privatized(run, op, ks)
         if grown is not None:
             run = grown
             continue

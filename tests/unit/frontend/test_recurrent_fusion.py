@@ -46,16 +46,19 @@ def launches(loop: K.ForOp) -> int:
 @pytest.mark.parametrize(
     "make", [lambda: LSTM(IN, H, 2), lambda: GRU(IN, H), lambda: RNN(IN, H, bidirectional=True)]
 )
-def test_each_time_step_is_two_launches_forward_and_backward(make):
+def test_each_time_step_is_one_launch_forward_and_backward(make):
     """Forward: the gate contraction with the cell update as its epilogue, row by row,
-    writing its stack slots and its state in place; then the step counter. Backward:
-    the same, reversed. (The counter is a launch of its own: every row reads it.)"""
+    writing its stack slots and its state in place, and the step counter, which each
+    row keeps a copy of (`row_private`). Backward: the same, reversed."""
     loops = step_loops(make())
     assert loops and len(loops) % 2 == 0  # one forward and one reverse per layer/direction
-    assert [launches(loop) for loop in loops] == [2] * len(loops)
+    assert [launches(loop) for loop in loops] == [1] * len(loops)
     for loop in loops:
-        rows = [op for op in loop.body.block.ops if isinstance(op, K.RowsOp)]
-        assert len(rows) == 1  # the step itself; the other launch is the [1] counter
+        (rows,) = [op for op in loop.body.block.ops if isinstance(op, K.RowsOp)]
+        counters = [k for k in rows.body.block.ops if k.domain_sizes == (B,)]
+        assert counters  # the step counters, once per row of the batch
+        scatters = [op for op in rows.walk() if isinstance(op, K.ScatterAddOp)]
+        assert scatters and all(op.one_slot for op in scatters)  # slots: no atomics
 
 
 def test_weight_gradients_are_one_contraction_after_each_reverse_loop():
