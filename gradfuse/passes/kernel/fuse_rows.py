@@ -21,6 +21,9 @@ its last launch, after them). A horizontal group joins a run whole; or, where on
 some of its kernels fit (a stack slot's [1, B, H] kernel beside a [1] counter), those
 join and end the run, and the rest stay a launch after it (a group's kernels do not
 depend on each other).
+A [1] kernel that does not fit (a recurrence's step counter, which every row reads,
+incremented after the step) joins a run over one dim with the buffers it writes kept
+once per row, each row reading and incrementing its own copy (`row_private`).
 Of the rows a run may take, it takes those that keep the most GPU threads busy.
 A kernel joins only if a row of it has at most `MAX_ROW_POINTS` points: one block's
 work on a GPU.
@@ -39,8 +42,8 @@ from xdsl.passes import ModulePass
 
 from gradfuse.dialects import kernel as K
 from gradfuse.dialects.kernel_rows import RowAlignment, RowsOp
-from gradfuse.passes.kernel.row_private import privatize
 from gradfuse.passes.lib.gpu_func import MAX_BLOCK
+from gradfuse.passes.lib.row_private import privatize
 
 MAX_ROW_POINTS = 1024
 """The most parallel points a kernel may have in one row (a GPU block's threads x 4)."""
@@ -114,8 +117,11 @@ def fuse_rows(block: Block) -> int:
     made = 0
     run: _Run | None = None
     for op in list(block.ops):
-        if isinstance(op, K.ForOp):
+        if isinstance(op, K.ForOp):  # (a run ends here, before the loop's own runs)
+            made += _flush(run)
+            run = None
             made += fuse_rows(op.body.block)
+            continue
         if isinstance(op, K.AllocOp):
             continue
         ks = _kernels(op)

@@ -31,6 +31,7 @@ from xdsl.rewriter import Rewriter
 
 from gradfuse.dialects import kernel as K
 from gradfuse.dialects.kernel_host import ParamOp
+from gradfuse.dialects.kernel_rows import RowsOp
 from gradfuse.dialects.tg_base import i64_array
 
 _ACCESSES = (K.LoadOp, K.StoreOp, K.GatherOp, K.ScatterAddOp)
@@ -88,6 +89,8 @@ def _plan(
                 stores = {buf for buf, op in _accesses(user) if isinstance(op, K.StoreOp)}
                 if not _scalar_kernel(user) or not stores <= own:
                     return None
+                if isinstance(user.parent_op(), RowsOp):
+                    return None  # (a fill in a run over [1] would no longer fit it)
                 fills.append(user)
     return own, fills
 
