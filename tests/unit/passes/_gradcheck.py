@@ -84,6 +84,17 @@ def loop(
     return list(op.results)
 
 
+def matrix_rnn(e: Emitter, x: SSAValue, w: SSAValue) -> SSAValue:
+    """h <- sigmoid(h @ w) over 5 steps (x: N x H, w: H x H), summed over the steps."""
+
+    def body(b: Emitter, h: SSAValue, acc: SSAValue) -> list[SSAValue]:
+        h2 = b.emit(tg.SigmoidOp(b.dot(h, w)))
+        return [h2, b.add(acc, h2)]
+
+    _, acc = loop(e, 5, [x, e.zeros_like(x)], body)
+    return acc
+
+
 def apply(module: ModuleOp, *passes: ModulePass) -> ModuleOp:
     """Runs `passes` on `module` in place, verifying after each; returns the module."""
     ctx = Context()

@@ -6,28 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _gradcheck import build, loop, random_inputs
-from xdsl.ir import SSAValue
+from _gradcheck import build, matrix_rnn, random_inputs
 
 from gradfuse.backend import compile_module
 from gradfuse.dialects import kernel as K
-from gradfuse.dialects import tg
 from gradfuse.dialects.kernel_host import ParamOp
-from gradfuse.dialects.tg_builder import Emitter
 from gradfuse.passes import run_pipeline
 
-SHAPES = [(3, 4), (4, 4)]  # a batch of 3 rows, a [4, 4] recurrent weight
-
-
-def matrix_rnn(e: Emitter, x: SSAValue, w: SSAValue) -> SSAValue:
-    """h <- tanh(h @ w) over 5 steps, summed over the steps."""
-
-    def body(b: Emitter, h: SSAValue, acc: SSAValue) -> list[SSAValue]:
-        h2 = b.emit(tg.TanhOp(b.dot(h, w)))
-        return [h2, b.add(acc, h2)]
-
-    _, acc = loop(e, 5, [x, e.zeros_like(x)], body)
-    return acc
+SHAPES = [(3, 4), (4, 4)]  # matrix_rnn over a batch of 3 rows, a [4, 4] weight
 
 
 def test_each_time_step_is_one_launch_with_a_counter_per_row():

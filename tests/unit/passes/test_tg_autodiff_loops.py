@@ -8,7 +8,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _gradcheck import apply, build, check_gradients, loop, ops_named, random_inputs, run
+from _gradcheck import (
+    apply,
+    build,
+    check_gradients,
+    loop,
+    matrix_rnn,
+    ops_named,
+    random_inputs,
+    run,
+)
 from xdsl.ir import SSAValue
 
 from gradfuse.backend import compile_module
@@ -46,17 +55,6 @@ def nested(e: Emitter, x: SSAValue, w: SSAValue) -> SSAValue:
 
     h, s = loop(e, 3, [x, e.zeros_like(x)], outer)
     return e.add(h, s)
-
-
-def matrix_rnn(e: Emitter, x: SSAValue, w: SSAValue) -> SSAValue:
-    """h <- sigmoid(h @ w) over 5 steps (x: 2x3, w: 3x3), summed over the steps."""
-
-    def body(b: Emitter, h: SSAValue, acc: SSAValue) -> list[SSAValue]:
-        h2 = b.emit(tg.SigmoidOp(b.dot(h, w)))
-        return [h2, b.add(acc, h2)]
-
-    _, acc = loop(e, 5, [x, e.zeros_like(x)], body)
-    return acc
 
 
 def linear_rnn(e: Emitter, x: SSAValue, w: SSAValue) -> SSAValue:
