@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from xdsl.dialects.builtin import DenseArrayBase, MemRefType, StringAttr
-from xdsl.ir import Block, Region, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.ir.affine import AffineDimExpr, AffineMap
 from xdsl.irdl import IRDLOperation, irdl_op_definition, prop_def, region_def, traits_def
 from xdsl.traits import MemoryWriteEffect, NoTerminator
@@ -36,13 +36,19 @@ _READS = ("kernel.load", "kernel.gather")
 _WRITES = ("kernel.store", "kernel.scatter_add")
 
 
-def accesses(k: IRDLOperation) -> Iterator[tuple[SSAValue, AffineMap, bool]]:
-    """(host buffer, access map, whether it writes) for each access of kernel `k`."""
+def access_ops(k: IRDLOperation) -> Iterator[tuple[SSAValue, Operation]]:
+    """(host buffer, op) for each load, gather, store and scatter_add of kernel `k`."""
     assert k.name == "kernel.kernel"
     host = dict(zip(k.buffer_args, k.buffers))  # type: ignore[attr-defined]
     for op in k.body.block.ops:  # type: ignore[attr-defined]
         if op.name in _READS or op.name in _WRITES:
-            yield host[op.buffer], op.map.data, op.name in _WRITES  # type: ignore[attr-defined]
+            yield host[op.buffer], op  # type: ignore[attr-defined]
+
+
+def accesses(k: IRDLOperation) -> Iterator[tuple[SSAValue, AffineMap, bool]]:
+    """(host buffer, access map, whether it writes) for each access of kernel `k`."""
+    for b, op in access_ops(k):
+        yield b, op.map.data, op.name in _WRITES  # type: ignore[attr-defined]
 
 
 def row_axes(access: AffineMap, buffer: SSAValue, rows: Sequence[int]) -> tuple[int, ...] | None:

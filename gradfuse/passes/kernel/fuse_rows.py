@@ -43,7 +43,7 @@ from xdsl.passes import ModulePass
 from gradfuse.dialects import kernel as K
 from gradfuse.dialects.kernel_rows import RowAlignment, RowsOp
 from gradfuse.passes.lib.gpu_func import MAX_BLOCK
-from gradfuse.passes.lib.row_private import privatize
+from gradfuse.passes.lib.row_private import privatize, scalar_kernel
 
 MAX_ROW_POINTS = 1024
 """The most parallel points a kernel may have in one row (a GPU block's threads x 4)."""
@@ -102,8 +102,8 @@ def _privatized(run: _Run, launch: Operation, ks: list[K.KernelOp]) -> _Run | No
     counters) that may run once per row (`row_private`); else None."""
     one = next((r for r in run.choices if len(r) == 1), None)
     unfit = [k for k in ks if one not in row_choices(k)]
-    if one is None or not unfit:
-        return None
+    if one is None or not unfit or not all(scalar_kernel(k) for k in unfit):
+        return None  # (the cheap test first: this runs wherever a run meets a launch)
     rest = [k for k in ks if k not in unfit]
     if rest and run.extended(launch, rest) is None:
         return None

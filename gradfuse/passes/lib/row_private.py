@@ -22,45 +22,36 @@ loop-carried value) that only kernels use.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from xdsl.dialects.builtin import AffineMapAttr, MemRefType
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import SSAValue
 from xdsl.ir.affine import AffineConstantExpr, AffineDimExpr, AffineMap
 from xdsl.rewriter import Rewriter
 
 from gradfuse.dialects import kernel as K
 from gradfuse.dialects.kernel_host import ParamOp
-from gradfuse.dialects.kernel_rows import RowsOp
+from gradfuse.dialects.kernel_rows import RowsOp, access_ops
 from gradfuse.dialects.tg_base import i64_array
-
-_ACCESSES = (K.LoadOp, K.StoreOp, K.GatherOp, K.ScatterAddOp)
 
 
 def _scalar(b: SSAValue) -> bool:
     return isinstance(b.type, MemRefType) and tuple(b.type.get_shape()) == (1,)
 
 
-def _accesses(k: K.KernelOp) -> Iterator[tuple[SSAValue, Operation]]:
-    """(host buffer, access op) for each access of kernel `k`."""
-    host = dict(zip(k.buffer_args, k.buffers))
-    for op in k.body.block.ops:
-        if isinstance(op, _ACCESSES):
-            yield host[op.buffer], op
-
-
-def _scalar_kernel(k: K.KernelOp) -> bool:
-    """An elementwise kernel of one point that loads and stores only [1] buffers."""
+def scalar_kernel(k: K.KernelOp) -> bool:
+    """Whether `k` is an elementwise kernel of one point that loads and stores only [1]
+    buffers (what `privatize` may run once per row)."""
     return (
         k.kind.data == "elementwise"
         and k.domain_sizes == (1,)
         and not any(isinstance(op, K.RandomOp) for op in k.body.block.ops)
-        and all(isinstance(op, K.LoadOp | K.StoreOp) and _scalar(b) for b, op in _accesses(k))
+        and all(isinstance(op, K.LoadOp | K.StoreOp) and _scalar(b) for b, op in access_ops(k))
     )
 
 
 def _writes(k: K.KernelOp, b: SSAValue) -> bool:
-    return any(buf is b and not isinstance(op, K.LoadOp) for buf, op in _accesses(k))
+    return any(buf is b and not isinstance(op, K.LoadOp) for buf, op in access_ops(k))
 
 
 def _plan(
@@ -68,9 +59,9 @@ def _plan(
 ) -> tuple[set[SSAValue], list[K.KernelOp]] | None:
     """The buffers to keep per row and the other kernels that write them (their fills),
     or None where `k` may not join the run of `members` so."""
-    if not _scalar_kernel(k):
+    if not scalar_kernel(k):
         return None
-    own = {b for b, op in _accesses(k) if isinstance(op, K.StoreOp)}
+    own = {b for b, op in access_ops(k) if isinstance(op, K.StoreOp)}
     if not own or not all(isinstance(b.owner, ParamOp) for b in own):
         return None
     inside, fills = set(members), []
@@ -82,12 +73,12 @@ def _plan(
             if not isinstance(user, K.KernelOp):
                 return None  # a host op (a feed, a callback) sees the buffer whole
             if user in inside:
-                loads = [op for buf, op in _accesses(user) if buf is b]
+                loads = [op for buf, op in access_ops(user) if buf is b]
                 if any(not isinstance(op, K.LoadOp) or op.guard is not None for op in loads):
                     return None
             elif _writes(user, b):
-                stores = {buf for buf, op in _accesses(user) if isinstance(op, K.StoreOp)}
-                if not _scalar_kernel(user) or not stores <= own:
+                stores = {buf for buf, op in access_ops(user) if isinstance(op, K.StoreOp)}
+                if not scalar_kernel(user) or not stores <= own:
                     return None
                 if isinstance(user.parent_op(), RowsOp):
                     return None  # (a fill in a run over [1] would no longer fit it)
@@ -102,8 +93,7 @@ def _retype(b: SSAValue, rows: int) -> None:
     for use in list(b.uses):
         user = use.operation
         if isinstance(user, K.KernelOp):
-            arg = user.body.block.args[len(user.domain_sizes) + use.index]
-            Rewriter.replace_value_with_new_type(arg, ty)
+            Rewriter.replace_value_with_new_type(user.buffer_args[use.index], ty)
     Rewriter.replace_value_with_new_type(b, ty)
 
 
@@ -112,7 +102,7 @@ def _remap(k: K.KernelOp, own: set[SSAValue], rows: int | None) -> None:
     point) runs over them, its other accesses kept at their one element (d0 = 0)."""
     if rows is not None:
         k.domain = i64_array([rows])
-    for b, op in _accesses(k):
+    for b, op in access_ops(k):
         old = op.map.data
         if b in own:
             new = AffineMap(old.num_dims, old.num_symbols, (AffineDimExpr(0),))
