@@ -36,8 +36,11 @@ def test_each_time_step_is_one_launch_with_a_counter_per_row():
 @pytest.mark.c_numeric
 @pytest.mark.parametrize("backend", ["numpy", "lowered", "c"])
 def test_row_private_counters_give_the_reference_gradients(backend):
-    """float32 against the float32 reference: the same ops in the same order but for
-    FMA contraction and vectorised sums of 4 products, so a few ulps."""
+    """float32 against the float32 reference. The tolerance, from a float64 run of the
+    same program (seed 2): float32 rounding leaves the reference within 4.4e-7 relative
+    of float64 (gradients 0.4 to 16), and the three backends within 1.9e-6 absolute of
+    the float32 reference; FMA and another vector width reorder sums of 4 products,
+    which stays within a few times that. rtol 1e-5 with atol 1e-6 leaves 5x or more."""
     xs = [a.astype(np.float32) for a in random_inputs(SHAPES, seed=2)]
     want = compile_module(build(matrix_rnn, SHAPES, grad=True), "reference").run(args=xs).results
     got = compile_module(build(matrix_rnn, SHAPES, grad=True), backend).run(args=xs).results
