@@ -78,12 +78,13 @@ def rows(r: Renderer, p: Plan, depth: int) -> int:
 
 def render_sums(r: Renderer, seg: Segment, p: Plan, varying: set[SSAValue]) -> None:
     """Emits the sums of a packed segment at depth 2: the loop over dim j, BLOCK indices at
-    a time (or fewer that divide the dim, and at most ACCUMULATORS vectors), each row of
+    a time (or the most fewer that divide the dim: 7 of 700, 5 of 20; at most ACCUMULATORS
+    vectors: each index its own sums, so the order of each sum is the same), each row of
     the pack in `p.row / LANES` vectors (one where the row is narrower)."""
     width = min(p.row, LANES)
     vectors = p.row // width
     size = seg.dims[p.j] if p.j is not None else 1
-    block = next(b for b in (BLOCK, 4, 2, 1) if size % b == 0 and b * vectors <= ACCUMULATORS)
+    block = next(b for b in range(BLOCK, 0, -1) if size % b == 0 and b * vectors <= ACCUMULATORS)
     body = p.loop.body.block
     depth = 2
     vec = f"vector_size({4 * width}), aligned(4), may_alias"
