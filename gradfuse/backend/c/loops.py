@@ -27,6 +27,7 @@ Kernels whose structure is not this one are rendered thread by thread, as before
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +52,8 @@ class Segment:
     names: dict[SSAValue, str] = field(default_factory=dict)  # ids that the loops define
     last: SSAValue | None = None  # the index of the innermost loop
     skip: set[Operation] = field(default_factory=set)  # ops the loops replace
+    row: SSAValue | None = None  # a row-by-row kernel's row, where the nest runs all rows
+    rows: int = 0  # and their count (then the outermost loop, i0)
 
 
 def _find(ops: list[Operation], kind: type, lhs: SSAValue, size: int | None = None) -> Any:
@@ -127,6 +130,13 @@ def _delinearize(seg: Segment) -> None:
         seg.names[seg.lid] = "i0"
     if isinstance(seg.lid.owner, arith.SubiOp):
         seg.skip.add(seg.lid.owner)
+    if seg.row is not None:  # the rows outermost: every loop one further in
+        seg.names = {
+            v: re.sub(r"\bi(\d+)\b", lambda m: f"i{int(m.group(1)) + 1}", name)
+            for v, name in seg.names.items()
+        }
+        seg.names[seg.row] = "i0"
+        seg.dims = [seg.rows, *seg.dims]
 
 
 def _trips(block: Block) -> int:

@@ -20,11 +20,17 @@ one after the other, no barrier needed:
 
 from __future__ import annotations
 
-from xdsl.dialects import arith, gpu, scf
+from xdsl.dialects import arith, gpu, memref, scf
 from xdsl.dialects.builtin import StringAttr
-from xdsl.ir import Operation
+from xdsl.ir import Block, Operation, SSAValue
 
-from gradfuse.backend.c.loops import CPURenderer, Segment, _trips
+from gradfuse.backend.c.loops import (
+    CPURenderer,
+    Segment,
+    _depends,
+    _innermost_reduction,
+    _trips,
+)
 from gradfuse.backend.c.nest import constant
 
 
@@ -55,6 +61,35 @@ def _phase(loop: scf.ForOp) -> Segment | None:
     return Segment(0, count, branch.true_region.block, cmp.lhs)
 
 
+PURE = (arith.ConstantOp, arith.CeilDivUIOp, gpu.ThreadIdOp, gpu.BlockDimOp, gpu.GridDimOp)
+
+
+def _shared_read(seg: Segment, row: SSAValue) -> bool:
+    """Whether the phase `seg` sums what every row reads (a weight: a read in its
+    reduction loop at indices that do not depend on the row)."""
+    loop = _innermost_reduction(seg.block)
+    return loop is not None and any(
+        isinstance(op, memref.LoadOp) and not any(_depends(i, row) for i in op.indices)
+        for op in loop.body.block.ops
+    )
+
+
+def _shared_rows(block: Block, phases: dict[Operation, Segment]) -> bool:
+    """Whether to run each phase over all rows (the threads sharing its points, a barrier
+    after each phase) rather than each row's phases in turn: where a phase sums what every
+    row reads (the rows then share each read of the weight, and its sums run in register
+    blocks of several rows), and the ops between phases are index arithmetic on no row."""
+    ids = [op for op in block.ops if isinstance(op, gpu.BlockIdOp)]
+    if len(ids) != 1 or not any(_shared_read(s, ids[0].result) for s in phases.values()):
+        return False
+    for op in block.ops:
+        if op in phases or isinstance(op, gpu.BarrierOp | gpu.ReturnOp | gpu.BlockIdOp):
+            continue
+        if not isinstance(op, PURE) or ids[0].result in op.operands:
+            return False
+    return True
+
+
 class RowsRenderer(CPURenderer):
     """`CPURenderer` that also renders row-by-row kernels (see the module docstring)."""
 
@@ -73,6 +108,8 @@ class RowsRenderer(CPURenderer):
                 phases[op] = seg
         rows = row_count(fn)
         work = rows * sum((s.hi - s.lo) * _trips(s.block) for s in phases.values())
+        if _shared_rows(block, phases):
+            return head + self._phase_major(block, phases, rows, work)
         self.emit("const long tid = 0;", 1)
         self.emit(f"#pragma omp parallel for if({work} >= {self.t.parallel_work})", 1)
         self.emit(f"for (long bid = 0; bid < {rows}; bid++) {{", 1)
@@ -87,3 +124,24 @@ class RowsRenderer(CPURenderer):
             self.sharing = True
         self.emit("}", 1)
         return head + "\n".join(self.lines) + "\n}\n"
+
+    def _phase_major(
+        self, block: Block, phases: dict[Operation, Segment], rows: int, work: int
+    ) -> str:
+        """Each phase over all rows, shared among the threads, a barrier after it."""
+        self.emit(f"#pragma omp parallel if({work} >= {self.t.parallel_work})", 1)
+        self.emit("{", 1)
+        self.emit("const long tid = 0;", 1)
+        self.row: SSAValue | None = None
+        for op in block.ops:
+            if op in phases:
+                seg = phases[op]
+                seg.row, seg.rows = self.row, rows
+                self.segment(seg)
+                self.emit("#pragma omp barrier", 1)
+            elif isinstance(op, gpu.BlockIdOp):
+                self.row = op.result
+            elif not isinstance(op, gpu.BarrierOp | gpu.ReturnOp):
+                self.op(op, 1)
+        self.emit("}", 1)
+        return "\n".join(self.lines) + "\n}\n"
