@@ -15,6 +15,7 @@ from compiled import agree, needs_nvcc, nvcc_errors  # tests/unit
 from hypothesis import given, settings
 
 from gradfuse.backend import compile_module, cuda_available
+from gradfuse.backend.c import compile_c
 from gradfuse.backend.c.host import render_c
 from gradfuse.backend.cstyle import CUDATarget, render_kernels
 from gradfuse.diagnostics import GradfuseError
@@ -255,6 +256,24 @@ func @other(%x: tensor<2xf32>) -> (tensor<2xf32>) {
   return %y
 }
 """
+
+
+@pytest.mark.parametrize("name", ["mlp", "conv"])
+def test_a_run_reuses_the_last_runs_arena_and_reads_nothing_it_left(name):
+    """The arena of temporaries is kept from one run to the next (no page faults on a
+    fresh one); a run writes every temporary before it reads it, as on the GPU, whose
+    memory starts as garbage: with the kept arena poisoned (NaN bytes), a run gives the
+    same numbers, bit for bit."""
+    module = parse_tg(PROGRAMS[name])
+    run_pipeline(module, "default")
+    program = compile_c(module)
+    first = program.run(**inputs(name)).results
+    (arena,) = program.arenas
+    arena[:] = 0xFF  # every float in it a NaN
+    again = program.run(**inputs(name)).results
+    assert program.arenas == [arena]  # the same arena, back for the next run
+    for a, b in zip(again, first, strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_an_entry_other_than_the_compiled_one_is_refused_not_ignored():
