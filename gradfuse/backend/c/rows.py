@@ -16,6 +16,21 @@ one after the other, no barrier needed:
         ...                                              // phase 2
       }
     }
+
+Where a phase sums a weight that every row reads (an LSTM time step's `h @ W_hh`), row
+by row each row reads all of it again, and its sums cannot be blocked across rows. Such
+a kernel runs phase by phase instead: each phase is a loop nest over all rows (the row
+its outermost loop, `i0`), its points shared among the threads, and a barrier after it.
+The rows are independent, so only the order changes; the nest is `segment`'s, so the
+sums of the weight phase are packed and run in register blocks that span rows:
+
+    #pragma omp parallel if(3240020 >= 1048576)
+    {
+      #pragma omp for collapse(1) nowait
+      for (long i0 = 0; i0 < 20; i0++) ...               // phase 1, every row
+      #pragma omp barrier
+      ...                                                // phase 2: the packed sums
+    }
 """
 
 from __future__ import annotations
