@@ -27,7 +27,6 @@ Kernels whose structure is not this one are rendered thread by thread, as before
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,28 +114,26 @@ def _delinearize(seg: Segment) -> None:
     outer = count
     for size in sizes:
         outer //= size
-    seg.dims = [outer, *reversed(sizes)]
-    depth = len(seg.dims)
-    prefixes = ["i0"]  # prefixes[k]: the linear index of loops 0..k
+    dims = [outer, *reversed(sizes)]
+    o = 0 if seg.row is None else 1  # where the nest runs all rows, they are loop i0
+    depth = len(dims)
+    prefixes = [f"i{o}"]  # prefixes[k]: the linear index of loops 0..k
     for k in range(1, depth):
-        prefixes.append(f"({prefixes[-1]}) * {seg.dims[k]} + i{k}")
+        prefixes.append(f"({prefixes[-1]}) * {dims[k]} + i{k + o}")
     for k, (rem, _, div) in enumerate(inner):
-        seg.names[rem.result] = f"i{depth - 1 - k}"
+        seg.names[rem.result] = f"i{depth - 1 - k + o}"
         seg.names[div.result] = f"({prefixes[depth - 2 - k]})"  # what lies outside dim k
-    seg.names[x] = "i0"
+    seg.names[x] = f"i{o}"
     seg.last = inner[0][0].result if inner else x
     seg.names[seg.lid] = f"({prefixes[-1]})"
     if x is seg.lid:
-        seg.names[seg.lid] = "i0"
+        seg.names[seg.lid] = f"i{o}"
     if isinstance(seg.lid.owner, arith.SubiOp):
         seg.skip.add(seg.lid.owner)
-    if seg.row is not None:  # the rows outermost: every loop one further in
-        seg.names = {
-            v: re.sub(r"\bi(\d+)\b", lambda m: f"i{int(m.group(1)) + 1}", name)
-            for v, name in seg.names.items()
-        }
+    seg.dims = dims
+    if seg.row is not None:
         seg.names[seg.row] = "i0"
-        seg.dims = [seg.rows, *seg.dims]
+        seg.dims = [seg.rows, *dims]
 
 
 def _trips(block: Block) -> int:

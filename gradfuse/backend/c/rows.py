@@ -89,20 +89,21 @@ def _shared_read(seg: Segment, row: SSAValue) -> bool:
     )
 
 
-def _shared_rows(block: Block, phases: dict[Operation, Segment]) -> bool:
-    """Whether to run each phase over all rows (the threads sharing its points, a barrier
-    after each phase) rather than each row's phases in turn: where a phase sums what every
-    row reads (the rows then share each read of the weight, and its sums run in register
-    blocks of several rows), and the ops between phases are index arithmetic on no row."""
-    ids = [op for op in block.ops if isinstance(op, gpu.BlockIdOp)]
-    if len(ids) != 1 or not any(_shared_read(s, ids[0].result) for s in phases.values()):
-        return False
+def _shared_row(block: Block, phases: dict[Operation, Segment]) -> SSAValue | None:
+    """The row (the block id) where each phase is to run over all rows (the threads
+    sharing its points, a barrier after each phase) rather than each row's phases in
+    turn: where a phase sums what every row reads (the rows then share each read of the
+    weight, and its sums run in register blocks of several rows), and the ops between
+    phases are index arithmetic on no row; else None."""
+    ids = [op.result for op in block.ops if isinstance(op, gpu.BlockIdOp)]
+    if len(ids) != 1 or not any(_shared_read(s, ids[0]) for s in phases.values()):
+        return None
     for op in block.ops:
         if op in phases or isinstance(op, gpu.BarrierOp | gpu.ReturnOp | gpu.BlockIdOp):
             continue
-        if not isinstance(op, PURE) or ids[0].result in op.operands:
-            return False
-    return True
+        if not isinstance(op, PURE) or ids[0] in op.operands:
+            return None
+    return ids[0]
 
 
 class RowsRenderer(CPURenderer):
@@ -123,40 +124,27 @@ class RowsRenderer(CPURenderer):
                 phases[op] = seg
         rows = row_count(fn)
         work = rows * sum((s.hi - s.lo) * _trips(s.block) for s in phases.values())
-        if _shared_rows(block, phases):
-            return head + self._phase_major(block, phases, rows, work)
-        self.emit("const long tid = 0;", 1)
-        self.emit(f"#pragma omp parallel for if({work} >= {self.t.parallel_work})", 1)
-        self.emit(f"for (long bid = 0; bid < {rows}; bid++) {{", 1)
-        self.sharing = False  # a thread runs a row's phases, in order
+        row = _shared_row(block, phases)
+        clause = f"if({work} >= {self.t.parallel_work})"
+        if row is None:  # a thread runs a row's phases, in order
+            self.emit("const long tid = 0;", 1)
+            self.emit(f"#pragma omp parallel for {clause}", 1)
+            self.emit(f"for (long bid = 0; bid < {rows}; bid++) {{", 1)
+            self.sharing = False
+        else:  # each phase over all rows, a barrier after it
+            self.emit(f"#pragma omp parallel {clause}", 1)
+            self.emit("{", 1)
+            self.emit("const long tid = 0;", 1)
         try:
             for op in block.ops:
                 if op in phases:
+                    phases[op].row, phases[op].rows = row, rows
                     self.segment(phases[op])
-                elif not isinstance(op, gpu.BarrierOp):
-                    self.op(op, 2)
+                    if row is not None:
+                        self.emit("#pragma omp barrier", 1)
+                elif not isinstance(op, gpu.BarrierOp) and (row is None or op is not row.owner):
+                    self.op(op, 2 if row is None else 1)
         finally:
             self.sharing = True
         self.emit("}", 1)
         return head + "\n".join(self.lines) + "\n}\n"
-
-    def _phase_major(
-        self, block: Block, phases: dict[Operation, Segment], rows: int, work: int
-    ) -> str:
-        """Each phase over all rows, shared among the threads, a barrier after it."""
-        self.emit(f"#pragma omp parallel if({work} >= {self.t.parallel_work})", 1)
-        self.emit("{", 1)
-        self.emit("const long tid = 0;", 1)
-        self.row: SSAValue | None = None
-        for op in block.ops:
-            if op in phases:
-                seg = phases[op]
-                seg.row, seg.rows = self.row, rows
-                self.segment(seg)
-                self.emit("#pragma omp barrier", 1)
-            elif isinstance(op, gpu.BlockIdOp):
-                self.row = op.result
-            elif not isinstance(op, gpu.BarrierOp | gpu.ReturnOp):
-                self.op(op, 1)
-        self.emit("}", 1)
-        return "\n".join(self.lines) + "\n}\n"
