@@ -226,7 +226,6 @@ class CProgram:
         lib = self.lib
         with sigint_flag(lambda: lib.gradfuse_sigint(1), lambda: lib.gradfuse_sigint(0)) as came:
             code = lib.gradfuse_main(ctypes.byref(ctx))
-        self.arenas.append(arena)  # (pop and append are atomic: concurrent runs get their own)
         final = dict(zip(keys, values))
         if code == 0:
             try:
@@ -258,6 +257,10 @@ class CProgram:
             np.array(_array_at(ctx.results[k], t))  # type: ignore[arg-type]
             for k, t in enumerate(self.main.function_type.outputs.data)
         ]
+        # results may lie in the arena: it serves another run once they are copied (pop
+        # and append are atomic, so concurrent runs each get their own; a failed run's
+        # arena is dropped)
+        self.arenas.append(arena)
         if ctx.count > len(events):
             raise GradfuseError(
                 f"the profiling build recorded {ctx.count} events where {len(events)} were"
