@@ -68,6 +68,8 @@ class CStyleLanguage:
     kernel_prefix = "static void"
     dedupe = False  # leave out kernels equal to an earlier one (host code calls that one)
     buffer_type = "{t}* __restrict__"
+    exchange_type: str | None = None  # a buffer that the kernel both stores to and loads
+    # from, where its threads may pass values to each other through it (None: buffer_type)
     extra_params = ", long grid, long block"
     ids = {"thread_id": "tid", "block_id": "bid", "block_dim": "block", "grid_dim": "grid"}
     math = {
@@ -144,6 +146,8 @@ class CUDATarget(CStyleLanguage):
     maximum = "fmaxf"
     barrier = "__syncthreads();"
     shared = "__shared__"
+    exchange_type = "{t}*"  # not restrict: with it nvcc may read a value that another
+    # thread stored before a __syncthreads() from before that barrier (seen on an H200)
     prelude = (
         "#include <stdint.h>\n"
         "__device__ static inline long gf_floordiv(long a, long b) { long q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }\n"
@@ -154,6 +158,13 @@ class CUDATarget(CStyleLanguage):
 
     def atomic_add(self, target: str, value: str) -> str:
         return f"atomicAdd(&{target}, {value});"
+
+
+def _stored_and_loaded(fn: gpu.FuncOp) -> set[SSAValue]:
+    """The kernel's buffers that it both loads from and stores to (atomics included)."""
+    loaded = {op.memref for op in fn.walk() if isinstance(op, memref.LoadOp)}
+    stored = {op.memref for op in fn.walk() if isinstance(op, memref.StoreOp | memref.AtomicRMWOp)}
+    return loaded & stored
 
 
 def _width(name: str, op: Operation) -> str:
@@ -232,8 +243,12 @@ class Renderer:
     def head(self, fn: gpu.FuncOp) -> str:
         """The kernel's signature, naming its buffers: `static void k0(float* __restrict__
         v0, ..., long grid, long block) {`."""
+        exchanged = _stored_and_loaded(fn) if self.t.exchange_type else set()
         params = ", ".join(
-            f"{self.t.buffer_type.format(t=element_ctype(a.type.element_type))} {self.name(a)}"  # type: ignore[attr-defined]
+            (self.t.exchange_type if a in exchanged else self.t.buffer_type).format(  # type: ignore[union-attr]
+                t=element_ctype(a.type.element_type)  # type: ignore[attr-defined]
+            )
+            + f" {self.name(a)}"
             for a in fn.body.block.args
         )
         return f"{self.t.kernel_prefix} {fn.sym_name.data}({params}{self.t.extra_params}) {{\n"

@@ -80,3 +80,17 @@ def test_the_block_reductions_compile_with_nvcc():
     source = render_kernels(module, CUDATarget())
     assert source.count("__shared__ float") == 2  # the partial maxima, the partial sums
     assert nvcc_errors(source) is None
+
+
+def test_buffers_that_threads_pass_values_through_are_not_restrict():
+    """The row maxima and sums: thread 0 stores them, every thread loads them after a
+    __syncthreads(). Declared `__restrict__`, nvcc loaded them through the read-only cache
+    (LDG.E.CONSTANT) and an H200 computed the softmax from stale values; the input, only
+    loaded, and the output, only stored, keep `__restrict__`."""
+    module = parse_tg(SOFTMAX)
+    run_pipeline(module, "cuda")
+    (head,) = [ln for ln in render_kernels(module, CUDATarget()).splitlines() if "__global__" in ln]
+    params = head.split("(", 1)[1].rsplit(")", 1)[0].split(", ")
+    assert params == [
+        "float* __restrict__ v0", "float* v1", "float* v2", "float* v3", "float* __restrict__ v4",
+    ]  # fmt: skip
