@@ -119,6 +119,7 @@ class CudaProgram:
             if came and came[0]:
                 raise interrupted(run.final_params())
         except GradfuseError as err:
+            run.settle()
             err.params = run.finished_params()  # type: ignore[attr-defined]
             err.received = run.state.received  # type: ignore[attr-defined]
             raise
@@ -275,6 +276,7 @@ class _Run:
         def run() -> None:
             for i in range(lo, hi, st):
                 if outer and self.stop:  # Ctrl-C: the queued iterations finish, no more
+                    self.settle()
                     raise interrupted(self.final_params())
                 if outer:
                     self.at_iteration(op, (i - lo) // st)
@@ -322,7 +324,21 @@ class _Run:
         while self.pending and (block_all or self.pending[0][0].query()):
             done, key, hosts, where = self.pending.pop(0)
             done.synchronize()
-            self.deliver(key, hosts, where)
+            try:
+                self.deliver(key, hosts, where)
+            except BaseException:  # as on the other backends, no receiver after a failed one
+                self.pending.clear()
+                raise
+
+    def settle(self) -> None:
+        """When the run stops early: the receivers of the copies queued so far are called,
+        in order, so that nothing already computed is lost (a synchronous backend has
+        called them by then). Should one of them fail, the first error stands."""
+        try:
+            self.stream.synchronize()
+            self.flush(block_all=True)
+        except GradfuseError:
+            pass
 
     # --- params back to the host ------------------------------------------------------
 
