@@ -19,7 +19,7 @@ from gradfuse.nn import functional as F
 
 torch = pytest.importorskip("torch")
 
-BACKENDS = ["reference", "c"]
+BACKENDS = ["reference", "c", "cuda"]
 # logits with an exact 0 (where |x| has a kink) and saturating ones (exp(100) overflows)
 LOGITS = np.array([[0.0, 1.5, -2.0, 100.0], [-100.0, 0.3, -0.7, 30.0]], np.float32)
 TARGETS = np.array([[1.0, 0.0, 0.25, 0.0], [1.0, 1.0, 0.0, 0.5]], np.float32)
@@ -103,7 +103,9 @@ def clipped_training(
         norms = []
         for _ in range(3):
             opt.zero_grad()
-            loss = torch.nn.functional.mse_loss(tmodel(torch.tensor(x).double()), torch.tensor(t))
+            loss = torch.nn.functional.mse_loss(
+                tmodel(torch.tensor(x).double()), torch.tensor(t).double()
+            )
             loss.backward()
             norms.append(
                 float(torch.nn.utils.clip_grad_norm_(tmodel.parameters(), max_norm, norm_type))
