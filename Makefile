@@ -50,7 +50,7 @@ test-slow: $(STAMP)
 # On a machine with an NVIDIA GPU: installs PyCUDA, runs the GPU tests.
 test-gpu: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[cuda]'
-	$(BIN)/python -m pytest -q -m gpu tests/gpu
+	$(BIN)/python -m pytest -q -m gpu tests/gpu tests/unit
 
 # The mutation fuzzer (tests/fuzz): GRADFUSE_FUZZ_COUNT inputs (10000) from
 # GRADFUSE_FUZZ_SEED (0); `make test` runs 300 of them (tests/unit/tools/test_fuzz_tg.py).

@@ -15,7 +15,6 @@ import pytest
 
 import gradfuse
 from gradfuse import Feeder, Receiver, execute, ir_for
-from gradfuse.backend import cuda_available
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.frontend.id_ranges import CheckedFeeder
 from gradfuse.frontend.recorder import program
@@ -29,8 +28,7 @@ from gradfuse.nn import (
     TransformerEncoderLayer,
 )
 
-NO_GPU = pytest.mark.skipif(not cuda_available(), reason="needs PyCUDA and a GPU")
-BACKENDS = ["reference", "numpy", "c", pytest.param("cuda", marks=NO_GPU)]
+BACKENDS = ["reference", "numpy", "c", "cuda"]
 V, D, N, L, LR = 8, 4, 2, 3, 0.5
 GOOD = [
     np.array([[1, 2, 3], [4, 5, 6]], np.float32),

@@ -39,7 +39,7 @@ from gradfuse.nn import (
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same'")
 
-BACKENDS = ["c", "reference"]
+BACKENDS = ["c", "reference", "cuda"]
 STEPS, LR = 3, 0.05
 Case = tuple[Callable[[], Module], Callable[[], Any], tuple[int, ...]]
 

@@ -197,7 +197,7 @@ def loaded(ex: ModuleType) -> tuple[Any, Any, Any, Any]:
     return tg, td, g, d
 
 
-@pytest.mark.parametrize("backend", ["c", "reference"])
+@pytest.mark.parametrize("backend", ["c", "reference", "cuda"])
 def test_dcgan_forward_matches_pytorch(backend: str) -> None:
     """G(z) and D(x) drift from PyTorch's float64 forward at most 4 times as far as
     PyTorch's float32 forward does (measured: 2.3 times for G, 1.6 for D, on c and
@@ -222,7 +222,7 @@ def test_dcgan_forward_matches_pytorch(backend: str) -> None:
     assert_within(rows, factor=4)
 
 
-@pytest.mark.parametrize("backend", ["c", "reference"])
+@pytest.mark.parametrize("backend", ["c", "reference", "cuda"])
 def test_dcgan_first_step_drifts_as_pytorchs_float32(backend: str) -> None:
     """After one training step (the discriminator's and the generator's Adam steps),
     every tensor, loss and running statistic is within 3 times PyTorch's own float32
@@ -234,7 +234,7 @@ def test_dcgan_first_step_drifts_as_pytorchs_float32(backend: str) -> None:
     assert_within(rows, factor=3)
 
 
-@pytest.mark.parametrize("backend", ["c", "reference"])
+@pytest.mark.parametrize("backend", ["c", "reference", "cuda"])
 def test_dcgan_training_matches_pytorch(backend: str) -> None:
     """STEPS training steps: losses and every tensor within 1e-4 (in norm) of PyTorch's
     float64 run, and the drift table printed.

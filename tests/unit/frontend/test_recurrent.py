@@ -20,7 +20,7 @@ from gradfuse.nn import GRU, LSTM, RNN, SGD, GRUCell, LSTMCell, MSELoss, RNNCell
 torch = pytest.importorskip("torch")
 
 T, B, IN, H, STEPS, LR = 5, 2, 3, 4, 20, 0.1
-BACKENDS = ["reference", "c"]
+BACKENDS = ["reference", "c", "cuda"]
 LAYERS: dict[str, Callable[[Any], Any]] = {  # nn is gradfuse.nn or torch.nn
     "lstm-2-bi-batch_first": lambda nn: nn.LSTM(IN, H, 2, batch_first=True, bidirectional=True),
     "gru-2": lambda nn: nn.GRU(IN, H, 2),

@@ -110,12 +110,12 @@ def test_resnet18_matches_pytorch_in_float64_at_32x32() -> None:
     run(32, 2, "reference", np.float64, 1e-4)
 
 
-@pytest.mark.parametrize("backend", ["c", "reference"])
+@pytest.mark.parametrize("backend", ["c", "reference", "cuda"])
 def test_resnet18_matches_pytorch_in_float64_at_64x64(backend: str) -> None:
     run(64, 3, backend, np.float64, 1e-9)
 
 
-@pytest.mark.parametrize("backend", ["c", "reference"])
+@pytest.mark.parametrize("backend", ["c", "reference", "cuda"])
 def test_resnet18_matches_pytorch_in_float32_at_64x64(backend: str) -> None:
     """One step: later ones meet ReLU inputs within float32 rounding of 0."""
     run(64, 1, backend, np.float32, 1e-4)

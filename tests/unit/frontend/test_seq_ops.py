@@ -20,7 +20,7 @@ from gradfuse.diagnostics import GradfuseError
 
 torch = pytest.importorskip("torch")
 
-BACKENDS = ["reference", "c"]
+BACKENDS = ["reference", "c", "cuda"]
 Fn = Callable[..., Any]
 
 

@@ -98,7 +98,7 @@ def test_comparisons_give_masks_and_where_selects() -> None:
     assert "tg.cmplt" in op_names() and "tg.where" in op_names()
 
 
-@pytest.mark.parametrize("backend", ["reference", "c"])
+@pytest.mark.parametrize("backend", ["reference", "c", "cuda"])
 def test_every_comparison_is_an_elementwise_mask_as_in_numpy(backend: str) -> None:
     a = np.array([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]], np.float32)
     b = np.array([2.0, 2.0, 2.0], np.float32)
@@ -251,7 +251,7 @@ def test_iterating_gives_rows() -> None:
     assert len(rows) == 3 and all(r.shape == (2,) for r in rows)
 
 
-@pytest.mark.parametrize("backend", ["reference", "c"])
+@pytest.mark.parametrize("backend", ["reference", "c", "cuda"])
 def test_detach_stops_the_gradient_as_in_pytorch(backend: str) -> None:
     w0 = np.array([0.5, -1.5, 2.0], np.float32)
     w = Parameter(w0.copy(), name="w")

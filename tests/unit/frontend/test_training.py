@@ -224,7 +224,7 @@ def test_small_mlp_matches_pytorch() -> None:
         np.testing.assert_allclose(model.state_dict()[k], v.numpy(), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("backend", ["reference", "numpy", "c"])
+@pytest.mark.parametrize("backend", ["reference", "numpy", "c", "cuda"])
 @pytest.mark.parametrize("dtype", [np.float64, np.int32])
 def test_feeder_of_the_wrong_dtype_is_named_on_every_backend(backend: str, dtype: type) -> None:
     model = Linear(2, 1)
@@ -247,7 +247,7 @@ def test_feeder_of_the_wrong_dtype_is_named_on_every_backend(backend: str, dtype
     np.testing.assert_array_equal(model.weight.data, before)
 
 
-@pytest.mark.parametrize("backend", ["reference", "c"])
+@pytest.mark.parametrize("backend", ["reference", "c", "cuda"])
 def test_a_gradient_after_an_optimizer_step_does_not_flow_through_the_step(backend: str) -> None:
     from gradfuse import Parameter
 

@@ -31,7 +31,7 @@ def test_the_seed_mlp_records_the_scheduled_steps_with_every_kernel() -> None:
         assert all(step.start_us <= s.start_us and s.end_us <= step.end_us for s in step.spans)
 
 
-@pytest.mark.parametrize("backend", ["c", "reference"])
+@pytest.mark.parametrize("backend", ["c", "reference", "cuda"])
 def test_every_kernel_row_has_the_layers_and_directions_of_its_fuses_line(backend: str) -> None:
     record_conv_step(3)
     listing = fuses(gradfuse.compile(backend).listing())
@@ -49,11 +49,11 @@ def test_every_kernel_row_has_the_layers_and_directions_of_its_fuses_line(backen
         assert set(span.layers) == {layer for layer, _ in pairs}, span.name
         assert set(span.launch.origins) == want, span.name
         assert set(span.shares) <= {d for _, d in want}, span.name  # directions with FLOPs
-    if backend == "c":
+    if backend != "reference":
         assert sorted(w.symbol for s in step.kernels() for w in s.launch.kernels) == sorted(listing)
 
 
-@pytest.mark.parametrize("backend", ["c", "reference"])
+@pytest.mark.parametrize("backend", ["c", "reference", "cuda"])
 def test_the_overview_parts_sum_to_the_step_and_layers_to_the_kernel_time(backend: str) -> None:
     record_conv_step(4)
     with profile() as prof:
