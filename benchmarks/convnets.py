@@ -6,8 +6,12 @@ and step time on the C backend against PyTorch CPU eager, measured in one run.
 1. Kernels per training step of examples/dcgan.py at batch 128 (the profile's batch),
    beside PyTorch's 506 CUDA kernels from ../shared/reference/dcgan_kernel_profile.txt,
    and of examples/resnet18.py at batch 32, 224x224 (the profile's shapes).
-2. Seconds per DCGAN step at `--time-batch` on the default backend, and PyTorch eager's
-   seconds for the same model and step on the CPU (when torch is importable).
+2. Seconds per DCGAN step at `--time-batch` on `--backend` (the default backend if not
+   given), and PyTorch eager's seconds for the same model and step on the CPU, or on
+   the GPU with `--backend cuda` (when torch is importable). On the GPU both sides run
+   one untimed step first (module load, graph capture, cuDNN's algorithm choice).
+
+    .venv/bin/python benchmarks/convnets.py --backend cuda --time-batch 128 --steps 10
 """
 
 from __future__ import annotations
@@ -50,20 +54,22 @@ def kernels_per_step(name: str, **sizes: int) -> tuple[int, float]:
     return program.kernels_per_iteration, time.perf_counter() - start
 
 
-def dcgan_step_time(batch: int, steps: int) -> float:
-    """Seconds per DCGAN step on the default backend (compile excluded)."""
+def dcgan_step_time(batch: int, steps: int, backend: str | None) -> tuple[float, str]:
+    """Seconds per DCGAN step on `backend` (compile excluded), and the backend's name."""
     module = example("dcgan")
     module.BATCH = batch
     gradfuse.reset()
     module.record(steps=steps, log_every=steps)
-    program = gradfuse.compile()
+    program = gradfuse.compile(backend)
+    if program.backend == "cuda":
+        program.run()  # the untimed first run
     start = time.perf_counter()
     program.run()
-    return (time.perf_counter() - start) / steps
+    return (time.perf_counter() - start) / steps, program.backend
 
 
-def torch_dcgan_step_time(batch: int, steps: int) -> float | None:
-    """Seconds per step of the PyTorch DCGAN tutorial's step, CPU eager."""
+def torch_dcgan_step_time(batch: int, steps: int, device: str = "cpu") -> float | None:
+    """Seconds per step of the PyTorch DCGAN tutorial's step, eager on `device`."""
     try:
         import torch
         from torch import nn
@@ -87,10 +93,15 @@ def torch_dcgan_step_time(batch: int, steps: int) -> float | None:
     opt_d = torch.optim.Adam(d.parameters(), lr=2e-4, betas=(0.5, 0.999))
     opt_g = torch.optim.Adam(g.parameters(), lr=2e-4, betas=(0.5, 0.999))
     loss = nn.BCELoss()
+    g, d = g.to(device), d.to(device)
     real, noise = torch.randn(batch, nc, 64, 64), torch.randn(batch, nz, 1, 1)
-    ones, zeros = torch.ones(batch), torch.zeros(batch)
+    real, noise = real.to(device), noise.to(device)
+    ones, zeros = torch.ones(batch, device=device), torch.zeros(batch, device=device)
     start = time.perf_counter()
-    for _ in range(steps):
+    for i in range(steps + (device == "cuda")):
+        if i == 1 and device == "cuda":  # the untimed first step
+            torch.cuda.synchronize()
+            start = time.perf_counter()
         d.zero_grad()
         loss(d(real).view(-1), ones).backward()
         fake = g(noise)
@@ -99,6 +110,8 @@ def torch_dcgan_step_time(batch: int, steps: int) -> float | None:
         g.zero_grad()
         loss(d(fake).view(-1), ones).backward()
         opt_g.step()
+    if device == "cuda":
+        torch.cuda.synchronize()
     return (time.perf_counter() - start) / steps
 
 
@@ -106,6 +119,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--time-batch", type=int, default=8)
+    parser.add_argument("--backend", default=None, help="gradfuse backend (default: its default)")
     add_threads_option(parser)
     args = parser.parse_args()
     use_threads(args.threads)
@@ -114,14 +128,16 @@ def main() -> None:
           f" {count / TORCH_DCGAN_KERNELS:.2f} of PyTorch's; trace+compile {seconds:.1f} s")  # fmt: skip
     count, seconds = kernels_per_step("resnet18", BATCH=32, IMAGE=224, NUM_CLASSES=1000)
     print(f"ResNet-18, batch 32, 224x224: {count} kernels per step; trace+compile {seconds:.1f} s")
-    ours = dcgan_step_time(args.time_batch, args.steps)
-    print(f"DCGAN step, batch {args.time_batch}, gradfuse default backend: {ours:.3f} s")
-    theirs = torch_dcgan_step_time(args.time_batch, args.steps)
+    ours, backend = dcgan_step_time(args.time_batch, args.steps, args.backend)
+    print(f"DCGAN step, batch {args.time_batch}, gradfuse {backend}: {ours * 1e3:.2f} ms")
+    device = "cuda" if backend == "cuda" else "cpu"
+    theirs = torch_dcgan_step_time(args.time_batch, args.steps, device)
     if theirs is None:
         print("PyTorch: not importable here, no ratio")
         return
     print(
-        f"DCGAN step, PyTorch CPU eager: {theirs:.3f} s; speed ratio gradfuse/PyTorch {theirs / ours:.2f}x"
+        f"DCGAN step, PyTorch {device.upper()} eager: {theirs * 1e3:.2f} ms;"
+        f" speed ratio gradfuse/PyTorch {theirs / ours:.2f}x"
     )
 
 
