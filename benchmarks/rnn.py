@@ -2,6 +2,7 @@
 pytorch/examples' word_language_model, measured in one run.
 
     .venv/bin/python benchmarks/rnn.py [--steps 3] [--rounds 5] [--threads N] [--vocab 10000]
+        [--backend c|cuda]
 
 The model: Embedding(vocab, 200) -> 2-layer LSTM(200, 200) -> Linear(200, vocab),
 cross-entropy on the next word, 35-step BPTT, batch 20, SGD (lr 20) after
@@ -12,10 +13,11 @@ starts from zeros each step in both frameworks, so that the two compute the same
    PyTorch runs for the same step (leaf ops of torch.profiler's CPU trace: each is
    one kernel call, the count a GPU run would launch at least).
 2. Seconds per step on the c backend and PyTorch CPU eager (which runs the LSTM as
-   oneDNN's fused RNN primitive), and their ratio: the best of `--rounds` runs of
+   oneDNN's fused RNN primitive), or with `--backend cuda` on the GPU against PyTorch
+   CUDA eager (cuDNN's LSTM), and their ratio: the best of `--rounds` runs of
    `--steps` steps each, the two taking turns, so that a shared machine's changing
    load weighs on both alike.
-3. Trace+compile seconds at 32 and at 512 time steps, gcc included (an empty cache),
+3. Trace+compile seconds at 32 and at 512 time steps, gcc (or nvcc) included (an empty cache),
    the best of two (one `tg.for` per layer, so the program is the same size; the
    goal is within 1.5x).
 """
@@ -95,21 +97,21 @@ def record(vocab: int, bptt: int, data: list, steps: int) -> gnn.Module:
     return model
 
 
-def gradfuse_step(vocab: int, steps: int) -> tuple[int, Callable[[], None]]:
-    """Kernels per step of the fused program, and a run of `steps` steps on c
+def gradfuse_step(vocab: int, steps: int, backend: str = "c") -> tuple[int, Callable[[], None]]:
+    """Kernels per step of the fused program, and a run of `steps` steps on `backend`
     (compiled and run once: the first run pays for loading the library)."""
     data = batches(vocab, 35, steps)
     record(vocab, 35, data, 1)
     kernels = gradfuse.compile("numpy").kernels_per_iteration
     record(vocab, 35, data, steps)
-    program = gradfuse.compile("c")
+    program = gradfuse.compile(backend)
     program.run()
     return kernels, program.run
 
 
-def compile_seconds(vocab: int, bptt: int, tries: int = 2) -> float:
-    """Trace + compile (c, gcc included: an empty cache each time) seconds of one
-    training step at `bptt` time steps, the best of `tries`."""
+def compile_seconds(vocab: int, bptt: int, tries: int = 2, backend: str = "c") -> float:
+    """Trace + compile (gcc or nvcc included: an empty cache each time) seconds of one
+    training step at `bptt` time steps on `backend`, the best of `tries`."""
     best = float("inf")
     saved = os.environ.get("GRADFUSE_CACHE_DIR")
     for _ in range(tries):
@@ -117,7 +119,7 @@ def compile_seconds(vocab: int, bptt: int, tries: int = 2) -> float:
             os.environ["GRADFUSE_CACHE_DIR"] = cache
             start = time.perf_counter()
             record(vocab, bptt, batches(vocab, bptt, 1), 1)
-            gradfuse.compile("c")
+            gradfuse.compile(backend)
             best = min(best, time.perf_counter() - start)
     if saved is None:
         del os.environ["GRADFUSE_CACHE_DIR"]
@@ -126,9 +128,11 @@ def compile_seconds(vocab: int, bptt: int, tries: int = 2) -> float:
     return best
 
 
-def torch_step(vocab: int, steps: int) -> tuple[int, Callable[[], None]] | None:
-    """ATen leaf ops per step of the same model in PyTorch eager, and a run of `steps`
-    steps (after one warm-up step)."""
+def torch_step(
+    vocab: int, steps: int, device: str = "cpu"
+) -> tuple[int, Callable[[], None]] | None:
+    """ATen leaf ops per step of the same model in PyTorch eager on `device`, and a run
+    of `steps` steps (after one warm-up step)."""
     try:
         import torch
         from torch import nn
@@ -147,10 +151,10 @@ def torch_step(vocab: int, steps: int) -> tuple[int, Callable[[], None]] | None:
             return self.decoder(output).view(-1, vocab)
 
     torch.manual_seed(0)
-    model = RNNModel()
+    model = RNNModel().to(device)
     criterion = nn.CrossEntropyLoss()
     data = [
-        (torch.from_numpy(x).long(), torch.from_numpy(y).long())
+        (torch.from_numpy(x).long().to(device), torch.from_numpy(y).long().to(device))
         for x, y in batches(vocab, 35, steps)
     ]
 
@@ -173,6 +177,8 @@ def torch_step(vocab: int, steps: int) -> tuple[int, Callable[[], None]] | None:
     def run() -> None:
         for x, y in data:
             train_step(x, y)
+        if device == "cuda":
+            torch.cuda.synchronize()
 
     return len(leaves), run
 
@@ -194,12 +200,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="training steps per timed run")
     parser.add_argument("--rounds", type=int, default=5, help="timed runs of each, taking turns")
     parser.add_argument("--vocab", type=int, default=10000)
+    parser.add_argument("--backend", choices=["c", "cuda"], default="c")
     add_threads_option(parser)
     args = parser.parse_args()
     use_threads(args.threads)
+    device = "cuda" if args.backend == "cuda" else "cpu"
 
-    kernels, ours = gradfuse_step(args.vocab, args.steps)
-    torch_side = torch_step(args.vocab, args.steps)
+    kernels, ours = gradfuse_step(args.vocab, args.steps, args.backend)
+    torch_side = torch_step(args.vocab, args.steps, device)
     runs = [ours] if torch_side is None else [ours, torch_side[1]]
     best = [t / args.steps for t in best_of(args.rounds, runs)]
     print(
@@ -207,16 +215,19 @@ def main() -> None:
     )
     print(f"  kernels per training step, gradfuse: {kernels} ({kernels / 35:.1f} per time step)")
     if torch_side is not None:
-        print(f"  ATen ops per training step, PyTorch CPU eager: {torch_side[0]}")
+        print(f"  ATen ops per training step, PyTorch {device.upper()} eager: {torch_side[0]}")
     print(
-        f"  seconds per step (best of {args.rounds} rounds of {args.steps} steps), gradfuse c: {best[0]:.3f}"
+        f"  seconds per step (best of {args.rounds} rounds of {args.steps} steps),"
+        f" gradfuse {args.backend}: {best[0]:.4f}"
     )
     if torch_side is not None:
         print(
-            f"  seconds per step (the same rounds, taking turns), PyTorch CPU eager: {best[1]:.3f}"
+            f"  seconds per step (the same rounds, taking turns), PyTorch {device.upper()}"
+            f" eager: {best[1]:.4f}"
         )
-        print(f"  speed-up of gradfuse c over PyTorch: {best[1] / best[0]:.2f}x")
-    short, long = compile_seconds(args.vocab, 32), compile_seconds(args.vocab, 512)
+        print(f"  speed-up of gradfuse {args.backend} over PyTorch: {best[1] / best[0]:.2f}x")
+    short = compile_seconds(args.vocab, 32, backend=args.backend)
+    long = compile_seconds(args.vocab, 512, backend=args.backend)
     print(f"  trace+compile seconds, 32 steps: {short:.2f}, 512 steps: {long:.2f}"
           f" (ratio {long / short:.2f}, goal <= 1.5)")  # fmt: skip
 
