@@ -243,9 +243,11 @@ class Renderer:
     def head(self, fn: gpu.FuncOp) -> str:
         """The kernel's signature, naming its buffers: `static void k0(float* __restrict__
         v0, ..., long grid, long block) {`."""
-        exchanged = _stored_and_loaded(fn) if self.t.exchange_type else set()
+        t = self.t
+        exchange = t.exchange_type or t.buffer_type
+        exchanged = _stored_and_loaded(fn) if exchange != t.buffer_type else set()
         params = ", ".join(
-            (self.t.exchange_type if a in exchanged else self.t.buffer_type).format(  # type: ignore[union-attr]
+            (exchange if a in exchanged else t.buffer_type).format(
                 t=element_ctype(a.type.element_type)  # type: ignore[attr-defined]
             )
             + f" {self.name(a)}"
