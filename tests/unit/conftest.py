@@ -3,7 +3,6 @@
 from kernel_programs import PROGRAMS, lower   # hand-written kernel-dialect programs
 """
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -22,16 +21,6 @@ C_NUMERIC_FILES = {
 }  # fmt: skip
 
 
-def _gpu() -> bool:
-    """Whether the cuda backend can run here (PyCUDA and a GPU); PyCUDA is never imported
-    where it is not installed."""
-    if importlib.util.find_spec("pycuda") is None:
-        return False
-    from gradfuse.backend import cuda_available
-
-    return cuda_available()
-
-
 def pytest_collection_modifyitems(items: list) -> None:
     """Marks the numeric tests of the c backend `c_numeric`: `make test` runs them a second
     time with GRADFUSE_CFLAGS set to a portable x86-64 without FMA, so that a tolerance
@@ -39,13 +28,15 @@ def pytest_collection_modifyitems(items: list) -> None:
 
     A case parametrized with backend="cuda" is marked `gpu` (`make test-gpu` runs it,
     `make test` leaves it out) and skipped where no GPU is."""
+    from gradfuse.backend import cuda_available  # (after the path above is set)
+
     gpu: bool | None = None
     for item in items:
         callspec = getattr(item, "callspec", None)
         backend = callspec.params.get("backend") if callspec is not None else None
         if backend == "cuda":
             item.add_marker("gpu")
-            gpu = _gpu() if gpu is None else gpu
+            gpu = cuda_available() if gpu is None else gpu
             if not gpu:
                 item.add_marker(pytest.mark.skip(reason="needs an NVIDIA GPU and PyCUDA"))
             continue
