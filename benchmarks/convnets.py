@@ -97,11 +97,8 @@ def torch_dcgan_step_time(batch: int, steps: int, device: str = "cpu") -> float 
     real, noise = torch.randn(batch, nc, 64, 64), torch.randn(batch, nz, 1, 1)
     real, noise = real.to(device), noise.to(device)
     ones, zeros = torch.ones(batch, device=device), torch.zeros(batch, device=device)
-    start = time.perf_counter()
-    for i in range(steps + (device == "cuda")):
-        if i == 1 and device == "cuda":  # the untimed first step
-            torch.cuda.synchronize()
-            start = time.perf_counter()
+
+    def step() -> None:
         d.zero_grad()
         loss(d(real).view(-1), ones).backward()
         fake = g(noise)
@@ -110,8 +107,18 @@ def torch_dcgan_step_time(batch: int, steps: int, device: str = "cpu") -> float 
         g.zero_grad()
         loss(d(fake).view(-1), ones).backward()
         opt_g.step()
+
+    def sync() -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
+
     if device == "cuda":
-        torch.cuda.synchronize()
+        step()  # the untimed first step
+        sync()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync()
     return (time.perf_counter() - start) / steps
 
 
