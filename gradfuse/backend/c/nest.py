@@ -14,10 +14,12 @@ renders the loop as one loop per radix and names each read after the loop indice
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from math import prod
 
 from xdsl.dialects import arith, scf
-from xdsl.dialects.builtin import IntegerAttr
+from xdsl.dialects.builtin import IntegerAttr, MemRefType
 from xdsl.ir import Operation, SSAValue
 
 from gradfuse.backend.cstyle import Renderer
@@ -80,6 +82,38 @@ class Nest:
         for v, (d, m) in self.forms.items():
             div = f"{k} / {d}" if d > 1 else k
             r.names[v] = f"({div} % {m})" if d * m < self.count else f"({div})"
+
+    def index(self, r: Renderer, buffer: SSAValue, indices: Sequence[SSAValue]) -> str:
+        """`r.index(buffer, indices)`, where the reads of k among the indices, each times
+        its stride, add up to k times one stride (`x[k / 20][k % 20][c]` of an
+        x[35][20][200]), with that sum as `k * 200`: no division for each k."""
+        ty = buffer.type
+        assert isinstance(ty, MemRefType)
+        shape = ty.get_shape()
+        mine = sorted(
+            (
+                (self.forms[v], prod(shape[q + 1 :]), q)
+                for q, v in enumerate(indices)
+                if v in self.forms
+            ),
+            reverse=True,
+        )  # outermost (largest divisor) first
+        if len(mine) < 2:
+            return r.index(buffer, indices)
+        unit = mine[-1][1]
+        (d0, m0), (d1, _) = mine[0][0], mine[-1][0]
+        whole = d0 * m0 >= self.count and d1 == 1
+        nested = all(d == e * n for ((d, _), _, _), ((e, n), _, _) in zip(mine, mine[1:]))
+        if not whole or not nested or any(s != d * unit for (d, _), s, _ in mine):
+            return r.index(buffer, indices)
+        k = r.name(self.iv)
+        terms = [
+            f"{r.name(v)} * {prod(shape[q + 1 :])}" if prod(shape[q + 1 :]) != 1 else r.name(v)
+            for q, v in enumerate(indices)
+            if v not in self.forms
+        ]
+        terms.append(f"{k} * {unit}" if unit != 1 else k)
+        return f"{r.name(buffer)}[{' + '.join(terms)}]"
 
     def open(self, r: Renderer, depth: int, order: list[int] | None = None) -> int:
         """Emits the loops (in `order`, outermost first) and `long k = ...;` inside the

@@ -375,12 +375,26 @@ def _index(seg: Segment, dim: int) -> SSAValue | None:
 TESTS = (arith.CmpiOp, arith.SelectOp, arith.AndIOp, arith.RemSIOp, arith.FloorDivSIOp)
 
 
+def _scattered(p: Plan, varying: set[SSAValue]) -> bool:
+    """Whether a store after the sums writes the lanes other than side by side (a
+    transposed result: each lane's value to its own cache line)."""
+    for op in p.after:
+        if isinstance(op, memref.StoreOp):
+            *rest, last = op.indices or [None]
+            if last is not p.index or any(i in varying for i in rest):
+                return True
+    return False
+
+
 def choose(seg: Segment, ops: list[Operation]) -> tuple[Plan, set[SSAValue]] | None:
     """The packing of a lane segment and the values that differ between its lanes, for
     the lanes along the innermost dim whose sums leave no tests to the scalars of each
     index of dim j (a weight gradient tests its input's bounds for each output channel:
-    its lanes go along the kernel's taps instead), else along the dim that leaves fewest."""
-    best: tuple[int, Plan, set[SSAValue]] | None = None
+    its lanes go along the kernel's taps instead), else along the dim that leaves fewest;
+    among those, lanes that the result is stored side by side along (a gradient stored
+    transposed, `dW[k, j] = sum_i h[i, k] * dy[i, j]` over a domain [j, k]: lanes along j
+    read dy's rows and write dW's in whole vectors; along k, each lane a row of its own)."""
+    best: tuple[tuple[int, bool], Plan, set[SSAValue]] | None = None
     for lane in reversed(range(len(seg.dims))):
         index = _index(seg, lane)
         if index is None or seg.dims[lane] < 2 and lane != len(seg.dims) - 1:
@@ -396,8 +410,9 @@ def choose(seg: Segment, ops: list[Operation]) -> tuple[Plan, set[SSAValue]] | N
         if p is None:
             continue
         tests = sum(isinstance(op, TESTS) and not varies(op, varying) for op in p.compute)
-        if best is None or tests < best[0]:
-            best = (tests, p, varying)
-        if tests == 0:
+        score = (tests, _scattered(p, varying))
+        if best is None or score < best[0]:
+            best = (score, p, varying)
+        if score == (0, False):
             break
     return (best[1], best[2]) if best is not None else None

@@ -185,7 +185,8 @@ def _strided(
         name, r.names[j] = r.names[j], f"i{p.j}b"
         base = f"gf_w{len(out)}"
         r.emit(
-            f"const {ctype(op.results[0].type)}* {base} = &{r.index(op.memref, op.indices)};", depth
+            f"const {ctype(op.results[0].type)}* {base} = &{p.nest.index(r, op.memref, op.indices)};",
+            depth,
         )
         r.names[j] = name
         out[op] = (base, stride)
