@@ -7,6 +7,7 @@ recurrent part runs inside it; the backward direction is a `scan(..., reverse=Tr
 
     lstm = LSTM(10, 20, num_layers=2, batch_first=True, bidirectional=True)
     out, (h_n, c_n) = lstm(x)         # x [N, T, 10] -> out [N, T, 40], h_n [4, N, 20]
+    out, _ = lstm(nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True))
     sorted(lstm.state_dict())[:2]     # ['bias_hh_l0', 'bias_hh_l0_reverse']
 
 records per layer and direction
@@ -34,8 +35,9 @@ from gradfuse.frontend.nn.recurrent_cells import (
     step,
     zeros,
 )
+from gradfuse.frontend.nn.rnn_utils import PackedSequence
 from gradfuse.frontend.recorder import error
-from gradfuse.frontend.tensor import Tensor
+from gradfuse.frontend.tensor import Tensor, where
 
 
 class _RNNBase(Module):
@@ -126,12 +128,19 @@ class _RNNBase(Module):
             out.append([t[k] for k in range(count)])
         return out
 
-    def _run(self, input: Tensor, hx: Any) -> tuple[Tensor, Any]:
-        self._check_input(input)
-        batched = input.ndim == 3
-        x = input if batched else input.reshape(input.shape[0], 1, self.input_size)
-        if batched and self.batch_first:
-            x = x.transpose(0, 1)
+    def _run(self, input: Tensor | PackedSequence, hx: Any) -> tuple[Any, Any]:
+        packed = input if isinstance(input, PackedSequence) else None
+        if packed is not None:  # [T, N, I] whatever batch_first says, as in PyTorch
+            x, mask, batched = packed.data, packed.mask, True
+            if x.ndim != 3:
+                raise error(f"{type(self).__name__}: a packed batch must be [T, N, I]")
+            check_features(type(self).__name__, x, self.input_size, " (packed)")
+        else:
+            self._check_input(input)
+            batched, mask = input.ndim == 3, None
+            x = input if batched else input.reshape(input.shape[0], 1, self.input_size)
+            if batched and self.batch_first:
+                x = x.transpose(0, 1)
         batch = x.shape[1]
         initial = self._initial(hx, batch, batched)
         finals: list[list[Tensor]] = [[] for _ in initial]
@@ -142,38 +151,47 @@ class _RNNBase(Module):
             for d, suffix in enumerate(self.suffixes):
                 k = layer * self.directions + d
                 state = [s[k] for s in initial]
-                last, ys = self._direction(x, f"l{layer}{suffix}", state, reverse=d == 1)
+                last, ys = self._direction(x, f"l{layer}{suffix}", state, d == 1, mask)
                 outs.append(ys)
                 for f, t in zip(finals, last):
                     f.append(t)
             x = F.cat(outs, 2)
         count, hidden = self.num_layers * self.directions, self.hidden_size
         stacked = [F.stack(f) for f in finals]
+        state = tuple(stacked) if self.mode == "LSTM" else stacked[0]
+        if packed is not None:
+            return PackedSequence(x, packed.mask, packed.lengths), state
         if not batched:
             x = x.reshape(x.shape[0], x.shape[2])
             stacked = [s.reshape(count, hidden) for s in stacked]
         elif self.batch_first:
             x = x.transpose(0, 1)
-        return x, (tuple(stacked) if self.mode == "LSTM" else stacked[0])
+        return x, state
 
     def _direction(
-        self, x: Tensor, name: str, state: list[Tensor], reverse: bool
+        self, x: Tensor, name: str, state: list[Tensor], reverse: bool, mask: Tensor | None
     ) -> tuple[list[Tensor], Tensor]:
         """One layer in one direction over x [T, N, I]: its final states and outputs
-        [T, N, H] (in time order for both directions)."""
+        [T, N, H] (in time order for both directions). Where `mask` [T, N, 1] is 0 (after
+        a packed sequence's end) the state is kept and the output is 0."""
         w_ih, w_hh, b_ih, b_hh = self._weights(name)
         if self.mode != "GRU" and b_ih is not None and b_hh is not None:
             b_ih, b_hh = b_ih + b_hh, None  # both biases before the loop (GRU's b_hn can't)
         gi = F.linear(x, w_ih, b_ih)  # every time step in one matmul
         mode = self.mode
 
-        def body(carry: State, g: Tensor) -> tuple[State, Tensor]:
-            new = step(mode, g, carry, w_hh, b_hh)
-            return new, new[0] if mode == "LSTM" else new
+        def body(carry: State, xs: tuple[Tensor, ...]) -> tuple[State, Tensor]:
+            new = step(mode, xs[0], carry if mode == "LSTM" else carry[0], w_hh, b_hh)
+            now = tuple(new) if mode == "LSTM" else (new,)
+            if len(xs) > 1:
+                on = xs[1] > 0.5
+                now = tuple(where(on, n, c) for n, c in zip(now, carry))
+                return now, where(on, now[0], 0.0)
+            return now, now[0]
 
-        init = tuple(state) if mode == "LSTM" else state[0]
-        last, ys = scan(body, init, gi, reverse=reverse)
-        return list(last) if mode == "LSTM" else [last], ys
+        xs = (gi,) if mask is None else (gi, mask.broadcast_to((*gi.shape[:2], self.hidden_size)))
+        last, ys = scan(body, tuple(state), xs, reverse=reverse)
+        return list(last), ys
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"

@@ -1,4 +1,5 @@
-"""`gradfuse.nn.utils` (PyTorch's `torch.nn.utils`): gradient clipping.
+"""`gradfuse.nn.utils` (PyTorch's `torch.nn.utils`): gradient clipping, and `rnn`
+(`pack_padded_sequence`, `pad_packed_sequence`: see `rnn_utils`).
 
 loss.backward()
 total = clip_grad_norm_(model.parameters(), 0.25)   # rescales every p.grad (tg ops)
@@ -11,6 +12,7 @@ import math
 from collections.abc import Iterable
 
 from gradfuse.frontend.functional import constant, stack
+from gradfuse.frontend.nn import rnn_utils as rnn
 from gradfuse.frontend.recorder import error
 from gradfuse.frontend.tensor import Tensor, where
 
@@ -55,4 +57,4 @@ def clip_grad_norm_(
     return total
 
 
-__all__ = ["clip_grad_norm_"]
+__all__ = ["clip_grad_norm_", "rnn"]
