@@ -269,6 +269,17 @@ def emit_before(anchor: Operation, op: OpT) -> OpT:
     return op
 
 
+def emit_after(anchor: Operation, op: OpT) -> OpT:
+    """Records `op` just after `anchor` (a loop being traced, or an op recorded so): a
+    random counter's increment after a `scan` body that drew from it."""
+    op.location = provenance().to_location()
+    _program.version += 1
+    block = anchor.parent_block()
+    assert block is not None
+    block.insert_op_after(op, anchor)
+    return op
+
+
 @dataclass(frozen=True)
 class Step:
     """The step of a `scan`/`steps` loop being traced: `x[t]` is slot t of `x` (on its

@@ -204,6 +204,10 @@ class Planner:
                 self.link(node, other, ordering=True)
         if isinstance(op, tg.ForOp):
             self.barrier, self.first_after_barrier = node, self.counter
+            for inner_op in op.body.walk():  # the params its body reads from this block
+                for v in inner_op.operands:
+                    if isinstance(v.owner, tg.ParamOp) and v.owner.parent_block() is self.block:
+                        self.read_params(node, v)
         if isinstance(op, tg.ReceiverOp | func.ReturnOp):
             for value in op.operands:
                 self.store_as_view(value)
@@ -264,8 +268,8 @@ class Planner:
         old = g.domain[: g.parallel]
         base, vmap, guard = look_through(value)
         member = g.member_of(base.owner)
-        if member is None or member.prologue or guard is not None:
-            return False
+        if member is None or member.prologue or guard is not None or vmap.num_dims != len(shape):
+            return False  # (a read of another rank: a broadcast, a random op's counter)
         vmap = affine.simplify(vmap.compose(affine.identity_map(len(shape))), shape)
         if member.map != affine.identity_map(len(old)) or not bijective(
             vmap, tuple(shape), tuple(old)
