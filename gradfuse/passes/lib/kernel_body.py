@@ -128,9 +128,12 @@ class KernelBody:
             self.finish_member(m, result)
             return
         dim = op.dim.value.data
-        index = self.operand(op.index, m.map, m.prologue)
         data = op.input if isinstance(op, tg.GatherOp) else op.results[0]
         base, vmap = resolve(data)
+        if isinstance(op, tg.GatherOp) and is_splat(base):  # (a zero cotangent's slice)
+            self.finish_member(m, self.operand(base, m.map, m.prologue))
+            return
+        index = self.operand(op.index, m.map, m.prologue)
         point = list(m.map.results)
         point[dim] = AffineExpr.symbol(0)
         map = vmap.compose(AffineMap(m.map.num_dims, 1, tuple(point)))
