@@ -261,22 +261,24 @@ def emit(op: OpT) -> OpT:
 def emit_before(anchor: Operation, op: OpT) -> OpT:
     """Records `op` just before `anchor` (a loop being traced), with the user's
     provenance: a param read hoisted out of a `scan` body."""
-    op.location = provenance().to_location()
-    _program.version += 1
-    block = anchor.parent_block()
-    assert block is not None
-    block.insert_op_before(op, anchor)
-    return op
+    return _emit_next_to(anchor, op, before=True)
 
 
 def emit_after(anchor: Operation, op: OpT) -> OpT:
     """Records `op` just after `anchor` (a loop being traced, or an op recorded so): a
     random counter's increment after a `scan` body that drew from it."""
+    return _emit_next_to(anchor, op, before=False)
+
+
+def _emit_next_to(anchor: Operation, op: OpT, before: bool) -> OpT:
     op.location = provenance().to_location()
     _program.version += 1
     block = anchor.parent_block()
     assert block is not None
-    block.insert_op_after(op, anchor)
+    if before:
+        block.insert_op_before(op, anchor)
+    else:
+        block.insert_op_after(op, anchor)
     return op
 
 
