@@ -158,14 +158,14 @@ class _RNNBase(Module):
             x = F.cat(outs, 2)
         count, hidden = self.num_layers * self.directions, self.hidden_size
         stacked = [F.stack(f) for f in finals]
-        state = tuple(stacked) if self.mode == "LSTM" else stacked[0]
-        if packed is not None:
-            return PackedSequence(x, packed.mask, packed.lengths), state
         if not batched:
             x = x.reshape(x.shape[0], x.shape[2])
             stacked = [s.reshape(count, hidden) for s in stacked]
-        elif self.batch_first:
+        elif self.batch_first and packed is None:
             x = x.transpose(0, 1)
+        state = tuple(stacked) if self.mode == "LSTM" else stacked[0]
+        if packed is not None:
+            return PackedSequence(x, packed.mask, packed.lengths), state
         return x, state
 
     def _direction(
