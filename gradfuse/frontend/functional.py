@@ -12,8 +12,7 @@ import math
 from collections.abc import Iterator, Sequence
 
 import numpy as np
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, Float32Type, TensorType
-from xdsl.ir import Operation
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, TensorType
 
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import fmt_shape, tensor
@@ -21,7 +20,15 @@ from gradfuse.frontend.dtypes import element_for
 from gradfuse.frontend.id_ranges import check_fed_ids
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import RECORDING as B
-from gradfuse.frontend.recorder import emit, emit_after, error, insertion_block, program, rng
+from gradfuse.frontend.recorder import (
+    emit,
+    error,
+    insert_into,
+    insertion_block,
+    program,
+    rng,
+    traced_loops,
+)
 from gradfuse.frontend.tensor import Tensor, dims_arg, new_dim, where
 
 _REDUCTIONS = ("mean", "sum", "none")
@@ -140,7 +147,9 @@ def rand(*shape: int | Sequence[int], seed: int | None = None) -> Tensor:
 
     A counter param (`"rng.<n>"`, starting at 0) is read and incremented, so each
     iteration of an `ir_for` draws new numbers; `seed` defaults to a draw from
-    `gradfuse.manual_seed`'s generator, so runs are reproducible. `rand(2, 16)`
+    `gradfuse.manual_seed`'s generator, so runs are reproducible. In a `scan`/`steps`
+    body of T steps, step t draws at counter `c * T + t` (nested loops likewise) and
+    the increment follows the outermost loop. `rand(2, 16)`
     """
     size = [int(d) for d in dims_arg(shape)]
     if seed is None:
@@ -149,38 +158,17 @@ def rand(*shape: int | Sequence[int], seed: int | None = None) -> Tensor:
     n = sum(1 for key in prog.params if key.startswith("rng."))
     counter = Parameter(np.zeros((), np.float32), name=f"rng.{n}")
     c = Tensor(counter.value)
-    loops = _traced_loops()
-    if not loops:
-        out = Tensor(emit(tg.RandomOp(c.value, seed, size)).result)
-        counter.assign(c + 1.0)
-        return out
-    key = c  # in a scan/steps body: c * count + step, for each loop from the outermost
-    for loop in loops:
-        step = Tensor(loop.body.block.args[-1]).reshape(())
-        key = key * float(loop.trip_count) + step
+    key = c
+    loops = traced_loops()
+    for loop in loops:  # in a scan/steps body: c * count + step, from the outermost loop in
+        assert isinstance(loop, tg.ForOp)
+        key = key * float(loop.trip_count) + Tensor(loop.body.block.args[-1]).reshape(())
     out = Tensor(emit(tg.RandomOp(key.value, seed, size)).result)
-    at: Operation = loops[0]  # the increment goes after the outermost loop (c is read before it)
-    for op in (one := _one(), add := tg.AddOp(c.value, one.result)):
-        at = emit_after(at, op)
-    at = emit_after(at, tg.AssignOp(counter.key, add.result))
-    held = emit_after(at, tg.StopGradientOp(add.result)).result
-    prog.current[(id(loops[0].parent_block()), counter.key)] = held
+    after = loops[0].parent_block() if loops else insertion_block()
+    assert after is not None
+    with insert_into(after):  # after the outermost loop (c is read before it)
+        counter.assign(c + 1.0)
     return out
-
-
-def _one() -> tg.ConstantOp:
-    return tg.ConstantOp(1.0, tensor((), Float32Type()))
-
-
-def _traced_loops() -> list[tg.ForOp]:
-    """The `scan`/`steps` loops being traced around the insertion point, outermost first."""
-    prog, loops = program(), []
-    block = insertion_block()
-    while block is not None and id(block) in prog.scan_loops:
-        loop = prog.scan_loops[id(block)]
-        loops.append(loop)
-        block = loop.parent_block()
-    return loops[::-1]
 
 
 def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:

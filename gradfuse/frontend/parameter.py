@@ -15,7 +15,14 @@ from xdsl.ir import Block, Operation, SSAValue
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import tensor
 from gradfuse.frontend.dtypes import element_for
-from gradfuse.frontend.recorder import emit, emit_before, error, insertion_block, program
+from gradfuse.frontend.recorder import (
+    emit,
+    emit_before,
+    error,
+    insertion_block,
+    program,
+    traced_loops,
+)
 from gradfuse.frontend.tensor import Tensor
 
 
@@ -57,16 +64,15 @@ class Parameter(Tensor):
         current = prog.current.get((id(block), key))
         if current is None:
             ty = tensor(self.data.shape, element_for(self.data.dtype))
-            loop = prog.scan_loops.get(id(block))
-            if loop is None:
+            loops = traced_loops()
+            if not loops:
                 current = emit(tg.ParamOp(key, ty)).result
-            else:  # read before the scan loop, so that gradients reach the param
-                while (outer := loop.parent_block()) is not None and id(outer) in prog.scan_loops:
-                    loop = prog.scan_loops[id(outer)]
+            else:  # read before the outermost scan loop, so that gradients reach the param
+                outer = loops[0].parent_block()
                 assert outer is not None
                 current = prog.current.get((id(outer), key))
                 if current is None:
-                    current = emit_before(loop, tg.ParamOp(key, ty)).result
+                    current = emit_before(loops[0], tg.ParamOp(key, ty)).result
                     prog.current[(id(outer), key)] = current
             prog.current[(id(block), key)] = current
         return current

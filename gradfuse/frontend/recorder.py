@@ -205,6 +205,16 @@ def insert_into(block: Block) -> AbstractContextManager[None]:
     return _pushed("insertion", block)
 
 
+def traced_loops() -> list[Operation]:
+    """The `scan`/`steps` loops being traced around the insertion point, outermost first
+    (each is the last op of its parent block while its body is traced)."""
+    loops, block = [], insertion_block()
+    while block is not None and id(block) in _program.scan_loops:
+        loops.append(_program.scan_loops[id(block)])
+        block = loops[-1].parent_block()
+    return loops[::-1]
+
+
 def changed() -> None:
     """Notes that the recorded program changed (an op was removed outside `emit`)."""
     _program.version += 1
@@ -261,24 +271,11 @@ def emit(op: OpT) -> OpT:
 def emit_before(anchor: Operation, op: OpT) -> OpT:
     """Records `op` just before `anchor` (a loop being traced), with the user's
     provenance: a param read hoisted out of a `scan` body."""
-    return _emit_next_to(anchor, op, before=True)
-
-
-def emit_after(anchor: Operation, op: OpT) -> OpT:
-    """Records `op` just after `anchor` (a loop being traced, or an op recorded so): a
-    random counter's increment after a `scan` body that drew from it."""
-    return _emit_next_to(anchor, op, before=False)
-
-
-def _emit_next_to(anchor: Operation, op: OpT, before: bool) -> OpT:
     op.location = provenance().to_location()
     _program.version += 1
     block = anchor.parent_block()
     assert block is not None
-    if before:
-        block.insert_op_before(op, anchor)
-    else:
-        block.insert_op_after(op, anchor)
+    block.insert_op_before(op, anchor)
     return op
 
 
