@@ -204,14 +204,8 @@ class Encoder(nn.Module):
         return outputs
 
 
-def get_mask_from_lengths(lengths, max_len):
-    """[B, max_len]: True at the steps inside each length (utils.py)."""
-    ids = gradfuse.constant(np.arange(max_len, dtype=np.float32)).unsqueeze(0)
-    return ids < lengths.unsqueeze(1)
-
-
 def get_pad_from_lengths(lengths, max_len):
-    """NVIDIA's `~get_mask_from_lengths(lengths)`: True after each length."""
+    """[B, max_len]: True after each length (NVIDIA's `~get_mask_from_lengths(lengths)`)."""
     ids = gradfuse.constant(np.arange(max_len, dtype=np.float32)).unsqueeze(0)
     return ids >= lengths.unsqueeze(1)
 

@@ -110,3 +110,39 @@ def test_a_param_read_before_its_assign_and_used_in_a_loop_is_an_error_on_c() ->
     assert "test_loop_random.py" in str(info.value)
     execute(backend="reference")  # the recording is kept; the reference keeps the old value
     assert [g.tolist() for g in got] == [[0.0, 0.0], [2.0, 2.0]]
+
+
+# The golden IR of a draw in a steps body (traced, before any pass): the counter param
+# is read before the loop, step t of the 3 draws at c * 3 + t, and the increment (with
+# its stop_gradient, as every assign of a computed value) follows the loop.
+DRAW_IN_A_LOOP = """func @main() {
+  %0 = tg.constant 0.0 : tensor<2xf32>
+  %1 = tg.constant 0.0 : tensor<1xf32>
+  %2 = tg.param "rng.0" : tensor<f32>
+  %3, %4 = tg.for %5 = 0 to 3 step 1 iter(%6 = %0, %7 = %1) : tensor<2xf32>, tensor<1xf32> {
+    %8 = tg.constant 3.0 : tensor<f32>
+    %9 = tg.mul %2, %8 : tensor<f32>
+    %10 = tg.reshape %7 : tensor<f32>
+    %11 = tg.add %9, %10 : tensor<f32>
+    %12 = tg.random %11 seed=7 : tensor<2xf32>
+    %13 = tg.add %6, %12 : tensor<2xf32>
+    %14 = tg.constant 1.0 : tensor<1xf32>
+    %15 = tg.add %7, %14 : tensor<1xf32>
+    tg.yield %13, %15
+  }
+  %16 = tg.constant 1.0 : tensor<f32>
+  %17 = tg.add %2, %16 : tensor<f32>
+  tg.assign "rng.0", %17
+  %18 = tg.stop_gradient %17 : tensor<f32>
+  tg.receiver "receiver", %3
+  return
+}
+"""
+
+
+def test_the_traced_ir_of_a_draw_in_a_loop() -> None:
+    loop = gradfuse.steps(3, h=gradfuse.constant(np.zeros(2, np.float32)))
+    for _ in loop:
+        loop.h = loop.h + gradfuse.rand(2, seed=SEED)
+    Receiver(lambda v: None, loop.h)
+    assert gradfuse.ir_text() == DRAW_IN_A_LOOP

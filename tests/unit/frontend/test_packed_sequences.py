@@ -130,3 +130,28 @@ def test_bad_lengths_are_errors_at_the_users_line() -> None:
     with pytest.raises(GradfuseError, match="expected a PackedSequence"):
         nn.utils.rnn.pad_packed_sequence(x)
     assert lstm.hidden_size == H
+
+
+def test_the_traced_ir_keeps_the_state_after_each_end() -> None:
+    """Golden lines of a packed RNN(1, 1) over lengths [3, 2] (traced, before any pass):
+    the mask from the lengths, and in the time loop the new state where the mask holds,
+    else the old one, the output 0; the padded output masked again after the loop."""
+    x = Feeder(lambda: np.zeros((2, 3, 1), np.float32), shape=[2, 3, 1], name="x")
+    rnn = gradfuse.nn.RNN(1, 1, bias=False)
+    out, _ = rnn(nn.utils.rnn.pack_padded_sequence(x, [3, 2], batch_first=True))
+    y, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True)
+    Receiver(lambda v: None, y)
+    lines = iter(gradfuse.ir_text().splitlines())
+    for want in [
+        "  %2 = tg.constant dense<[3.0, 2.0]> : tensor<2xf32>",
+        "  %7 = tg.cmplt %5, %6 : tensor<3x2xi1>",
+        "  %19, %20, %21 = tg.for %22 = 0 to 3 step 1 iter(%23 = %10, %24 = %16, %25 = %18)"
+        " : tensor<2x1xf32>, tensor<1xf32>, tensor<3x2x1xf32> {",
+        "    %37 = tg.tanh %36 : tensor<2x1xf32>",
+        "    %39 = tg.cmplt %38, %33 : tensor<2x1xi1>",
+        "    %40 = tg.where %39, %37, %23 : tensor<2x1xf32>",
+        "    %42 = tg.where %39, %40, %41 : tensor<2x1xf32>",
+        "    tg.yield %40, %44, %49",
+        "  %54 = tg.where %52, %21, %53 : tensor<3x2x1xf32>",
+    ]:
+        assert any(line == want for line in lines), want  # in this order
