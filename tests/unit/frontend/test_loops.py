@@ -229,5 +229,8 @@ def test_a_collected_stack_the_loss_does_not_use_trains_on_c() -> None:
     """Its cotangent is a zero constant that the reverse loop slices (a gather from a
     splat, which had no buffer on c: a KeyError); the same training as the reference."""
     want = collected_but_unused("reference")
-    # float32 on both; measured 1 unit of rounding apart (6e-8): 1e-6 is 16 units
-    np.testing.assert_allclose(collected_but_unused("c"), want, rtol=1e-6, atol=1e-7)
+    # Against the reference in float64 the weights (largest 1.07) are off by 1.2e-7
+    # (reference) and 1.8e-7 (c), so within 3e-7 of each other: 1e-6 of the largest
+    # weight is a margin of 3.3x.
+    got = collected_but_unused("c")
+    assert np.abs(got - want).max() <= 1e-6 * np.abs(want).max()
