@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,8 +20,9 @@ from gradfuse import execute
 torch = pytest.importorskip("torch")
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "examples"))
 import tacotron2 as example  # noqa: E402
+import tacotron2_model  # noqa: E402
 import torch_tacotron2 as nvidia  # noqa: E402  (tests/unit)
-from tacotron2_model import SMALL, HParams, Tacotron2  # noqa: E402
+from tacotron2_model import SMALL, HParams, Tacotron2, Tacotron2Loss  # noqa: E402
 
 NAMES = [
     "embedding.weight", "encoder.convolutions.0.0.conv.weight",
@@ -101,6 +103,82 @@ def test_three_training_steps_give_pytorchs_losses_and_parameters(backend: str) 
             assert np.abs(g - w).max() <= 0.1 * 2.2 * LR * STEPS, key
         else:
             assert np.abs(g - w).max() / max(np.abs(w).max(), 1e-30) < F64, key
+
+
+class UnrolledDecoder(tacotron2_model.Decoder):
+    """The decoder as NVIDIA's `Decoder.forward` writes it: a Python loop over the
+    frames, each frame's outputs appended to lists and stacked (no `gradfuse.steps`)."""
+
+    def forward(self, memory, decoder_inputs, memory_lengths):
+        decoder_input = self.get_go_frame(memory).unsqueeze(0)
+        decoder_inputs = self.parse_decoder_inputs(decoder_inputs)
+        decoder_inputs = gradfuse.cat((decoder_input, decoder_inputs), dim=0)
+        decoder_inputs = self.prenet(decoder_inputs)
+        processed_memory = self.attention_layer.memory_layer(memory)
+        mask = tacotron2_model.get_pad_from_lengths(memory_lengths, memory.size(1))
+        s = SimpleNamespace(**self.initial_states(memory))
+        mel_outputs, gate_outputs, alignments = [], [], []
+        while len(mel_outputs) < decoder_inputs.size(0) - 1:
+            decoder_input = decoder_inputs[len(mel_outputs)]
+            mel_output, gate_output, attention_weights = self.decode(
+                decoder_input, s, memory, processed_memory, mask
+            )
+            mel_outputs += [mel_output]
+            gate_outputs += [gate_output.squeeze(1)]
+            alignments += [attention_weights]
+        return self.parse_decoder_outputs(
+            gradfuse.stack(mel_outputs), gradfuse.stack(gate_outputs), gradfuse.stack(alignments)
+        )
+
+
+def test_the_unrolled_two_frame_step_runs_on_c() -> None:
+    """Regression (issue 16): with the decoder unrolled at 2 frames, the c backend raised
+    an IndexError in `render_pack` on the horizontal group of postnet.0's input gradient
+    and the gate layer's weight gradient (a contraction over one step). The loss and
+    every gradient of one step on c, against PyTorch in float64.
+
+    Gradients, not Adam's steps: from zero moments Adam moves an entry by
+    lr * g / (|g| + 1e-8), so at this size a few entries with |g| near 1e-8 move by 5 % of
+    lr on float32 rounding alone (PyTorch's own float32 run is 3e-4 of a weight away from
+    its float64 run after one step, above F64). The gradients themselves, relative to each
+    tensor's largest: PyTorch float32 is up to 3.1e-5 from float64 (the attention LSTM's
+    biases), gradfuse c 2.3e-5; F64 is 3x that. The 8 biases before a BatchNorm have a
+    true gradient of 0: theirs is rounding, compared to the largest gradient of the model."""
+    hp = example.without_dropout(SMALL)
+    torch.manual_seed(0)
+    tmodel = nvidia.Tacotron2(torch_hparams(hp)).double()
+    tmodel.data_masking = False
+    batch = nvidia.synthetic_batch(
+        np.random.default_rng(0), 2, 5, 2, n_mel_channels=hp.n_mel_channels,
+        n_symbols=hp.n_symbols, input_lengths=[5, 3], output_lengths=[2, 1],
+    )  # fmt: skip
+    x, y = nvidia.to_torch(batch, dtype=torch.float64)
+    want_loss = nvidia.Tacotron2Loss()(tmodel(x), y)
+    want_loss.backward()
+    gradfuse.reset()
+    model = Tacotron2(hp)
+    model.decoder.__class__ = UnrolledDecoder
+    model.load_state_dict({k: v.float().numpy() for k, v in tmodel.state_dict().items()})
+    ids, text_lengths, mel, gate, mel_lengths = (a.astype(np.float32) for a in batch)
+    inputs = (gradfuse.constant(ids), gradfuse.constant(text_lengths), gradfuse.constant(mel),
+              2, gradfuse.constant(mel_lengths))  # fmt: skip
+    loss = Tacotron2Loss()(model(inputs), (inputs[2], gradfuse.constant(gate)))
+    loss.backward()
+    names = [name for name, _ in model.named_parameters()]
+    got: dict[str, np.ndarray] = {}
+    gradfuse.Receiver(lambda *gs: got.update(zip(["loss", *names], gs)), [loss] + [
+        p.grad for p in model.parameters()])  # fmt: skip
+    execute(backend="c")
+    np.testing.assert_allclose(got["loss"], want_loss.item(), rtol=F64)
+    grads = {name: p.grad.numpy() for name, p in tmodel.named_parameters()}
+    largest = max(np.abs(g).max() for g in grads.values())
+    for name, want in grads.items():
+        scale = (
+            largest
+            if name.startswith(BEFORE_BN) and name.endswith(".0.conv.bias")
+            else np.abs(want).max()
+        )
+        assert np.abs(got[name] - want).max() / scale < F64, name
 
 
 def test_with_dropout_the_example_trains_its_loss_down_on_c() -> None:
