@@ -5,7 +5,9 @@ and its member ops, each evaluated at an affine map from the domain (prologue)
 or the parallel dims (epilogue) to the op's own indices. The rules:
 
 - an elementwise op joins the group of an operand it reads at the same point
-  (vertical fusion, and the epilogue of a reduction or contraction);
+  (vertical fusion, and the epilogue of a reduction or contraction); the plain
+  elementwise groups of its other operands read at that point merge into it where
+  neither depends on the other (Adam's moment and gradient kernels: one kernel);
 - a reduction or contraction starts a group and pulls in the elementwise groups
   only it consumes (its prologue): nothing expensive is ever recomputed;
 - `tg.assign` joins the group computing its value (an in-place update) unless a
@@ -47,6 +49,7 @@ from gradfuse.passes.lib.fusion_graph import (
     uniform,
     unit_join,
 )
+from gradfuse.passes.lib.fusion_merge import merge, mergeable
 
 
 class Planner:
@@ -112,7 +115,7 @@ class Planner:
         g = Group(self.counter, kind, tuple(domain), parallel)
         self.counter += 1
         if self.barrier is not None:
-            self.link(g, self.barrier, ordering=True)
+            self.link(g, self.barrier)  # (every later group has it: no constraint on fusing)
         self.groups.append(g)
         return g
 
@@ -298,6 +301,9 @@ class Planner:
                 self.reindex(g, op, shape)
                 joins = self.joinable(g, op, shape)
             if joins:
+                for h in candidates - {g}:
+                    if isinstance(h, Group) and mergeable(self, g, h, op, shape):
+                        merge(self, g, h)
                 self.add(g, Member(op, ident))
                 return
         self.add(self.new_group("elementwise", shape, len(shape)), Member(op, ident))

@@ -189,3 +189,17 @@ def test_with_dropout_the_example_trains_its_loss_down_on_c() -> None:
     example.record(SMALL, data, 60, losses)
     execute(backend="c")
     assert len(losses) == 60 and np.mean(losses[-10:]) < 0.9 * np.mean(losses[:10])
+
+
+def test_the_full_models_step_keeps_little_beside_its_gradients() -> None:
+    """Issue 16: global-norm clipping keeps every gradient alive until the norm is known
+    (28,193,153 floats, 113 MB), and the arena of temporaries was 347 MB at batch 4
+    because the clipped gradients and Adam's moment terms were kernels of their own, each
+    a param-sized temporary. Now each param's clipping and Adam update is one kernel, and
+    the squares of the norm are summed where they are read: the arena is the gradients
+    and 19 MiB (batch 4, 14 characters, 8 frames)."""
+    gradfuse.reset()
+    hp = HParams()
+    example.record(hp, example.synthetic_batches(hp, 4, 14, 8, count=1), 1, [])
+    gradients = 4 * 28_193_153
+    assert gradients < gradfuse.compile("numpy").peak_bytes < 1.25 * gradients

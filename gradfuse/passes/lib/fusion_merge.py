@@ -1,0 +1,62 @@
+"""Merging two elementwise groups for `tg-fuse` (see `fusion.Planner.elementwise`).
+
+An elementwise op that reads two independent elementwise kernels at its own point
+joins one of them; the other merges into it, so that no temporary is stored between
+them. Adam's update of one param is one kernel, not four:
+
+    m = m_buf * b1 + g * (1 - b1)      // m_buf * b1: one group; g * (1 - b1): another
+    // the add joins the first and the second merges into it
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from xdsl.ir import Operation
+
+from gradfuse import affine
+from gradfuse.dialects import tg
+from gradfuse.passes.lib.fusion_graph import SHAPED, Group
+
+if TYPE_CHECKING:
+    from gradfuse.passes.lib.fusion import Planner
+
+
+def mergeable(planner: Planner, g: Group, h: Group, op: Operation, shape: tuple[int, ...]) -> bool:
+    """Whether elementwise group h may merge into g, the group `op` joins: h is a plain
+    elementwise kernel over `shape` that `op` reads at its own point, and neither of
+    the two depends on the other (so the merged kernel closes no cycle)."""
+    if h.kind != "elementwise" or h.domain != shape or h.id < planner.first_after_barrier:
+        return False
+    ident = affine.identity_map(len(shape))
+    if any(
+        m.map != ident or m.prologue or m.fill or isinstance(m.op, (*SHAPED, tg.ScatterAddOp))
+        for m in h.members
+    ):
+        return False
+    refs = [v for v in op.operands if planner.producer(v) is h]
+    return all(planner.available(h, v, shape) for v in refs) and not (
+        planner.reaches(g, h) or planner.reaches(h, g)
+    )
+
+
+def merge(planner: Planner, g: Group, h: Group) -> None:
+    """Moves h's members into g (vertical fusion of two independent elementwise
+    kernels that one op reads at the same point: Adam's `m * b1 + g * (1 - b1)` reads
+    the moment and the gradient's kernel, which then is one kernel and no temporary)."""
+    planner.groups.remove(h)
+    for m in h.members:
+        g.members.append(m)
+        planner.node_of[m.op] = g
+    for user in list(h.users):
+        planner.unlink(user, h)
+        planner.link(user, g, ordering=user.ordered)
+    for dep in list(h.deps):
+        planner.unlink(h, dep)
+        planner.link(g, dep, ordering=h.ordered)
+    for readers in planner.readers.values():
+        if h in readers:
+            readers.discard(h)
+            readers.add(g)
+    for writers in planner.writers.values():
+        writers[:] = [g if w is h else w for w in writers]
