@@ -15,12 +15,11 @@ Each time is the best of `--repeat` runs.
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
 import time
 from typing import Any
 
 import numpy as np
+from empty_cache import empty_cache  # benchmarks/empty_cache.py
 from threads import add_threads_option, use_threads  # benchmarks/threads.py
 from torch_compile import add_torch_compile_option, mode, torch_compile_wanted
 
@@ -58,17 +57,9 @@ def gradfuse_compile(steps: int, backend: str | None) -> tuple[Any, float]:
 
 def gradfuse_run(steps: int, backend: str | None, repeat: int) -> dict[str, Any]:
     """Cold and warm compile times, then the best run time of `repeat` runs."""
-    with tempfile.TemporaryDirectory() as cold:
-        previous = os.environ.get("GRADFUSE_CACHE_DIR")
-        os.environ["GRADFUSE_CACHE_DIR"] = cold
-        try:
-            _, cold_s = gradfuse_compile(steps, backend)
-            program, warm_s = gradfuse_compile(steps, backend)
-        finally:
-            if previous is None:
-                del os.environ["GRADFUSE_CACHE_DIR"]
-            else:
-                os.environ["GRADFUSE_CACHE_DIR"] = previous
+    with empty_cache():
+        _, cold_s = gradfuse_compile(steps, backend)
+        program, warm_s = gradfuse_compile(steps, backend)
     runs = []
     for _ in range(repeat):
         start = time.perf_counter()

@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
-import tempfile
 import time
 from collections.abc import Callable
 
 import numpy as np
+from empty_cache import empty_cache  # benchmarks/empty_cache.py
 from threads import add_threads_option, use_threads  # benchmarks/threads.py
 
 import gradfuse
@@ -113,18 +112,12 @@ def compile_seconds(vocab: int, bptt: int, tries: int = 2, backend: str = "c") -
     """Trace + compile (gcc or nvcc included: an empty cache each time) seconds of one
     training step at `bptt` time steps on `backend`, the best of `tries`."""
     best = float("inf")
-    saved = os.environ.get("GRADFUSE_CACHE_DIR")
     for _ in range(tries):
-        with tempfile.TemporaryDirectory() as cache:
-            os.environ["GRADFUSE_CACHE_DIR"] = cache
+        with empty_cache():
             start = time.perf_counter()
             record(vocab, bptt, batches(vocab, bptt, 1), 1)
             gradfuse.compile(backend)
             best = min(best, time.perf_counter() - start)
-    if saved is None:
-        del os.environ["GRADFUSE_CACHE_DIR"]
-    else:
-        os.environ["GRADFUSE_CACHE_DIR"] = saved
     return best
 
 

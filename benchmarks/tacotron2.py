@@ -24,13 +24,12 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from empty_cache import empty_cache  # benchmarks/empty_cache.py
 from threads import add_threads_option, use_threads  # benchmarks/threads.py
 
 import gradfuse
@@ -101,17 +100,11 @@ def kernels_by_section(batch: int, text: int, frames: int) -> tuple[dict[str, in
 def compile_seconds(frames: int, backend: str, batch: int = 64) -> float:
     """Trace + compile seconds of one step at `frames` frames on `backend` (an empty
     cache: gcc runs)."""
-    saved = os.environ.get("GRADFUSE_CACHE_DIR")
-    with tempfile.TemporaryDirectory() as cache:
-        os.environ["GRADFUSE_CACHE_DIR"] = cache
+    with empty_cache():
         start = time.perf_counter()
         record_step(batch, 14, frames)
         gradfuse.compile(backend)
         seconds = time.perf_counter() - start
-    if saved is None:
-        del os.environ["GRADFUSE_CACHE_DIR"]
-    else:
-        os.environ["GRADFUSE_CACHE_DIR"] = saved
     return seconds
 
 
@@ -190,7 +183,7 @@ def main() -> None:
     print(f"Tacotron 2 (full size), kernels per training step at batch 64, 14 characters,"
           f" {frames} frames:")  # fmt: skip
     print(f"  {'section':38} {'gradfuse':>9} {'PyTorch':>8}")
-    for key in sorted(counts, key=lambda k: list(counts).index(k)):
+    for key in counts:  # in program order
         per = f" ({counts[key] / frames:.0f} a frame; PyTorch {PER_FRAME[key]})" if key in PER_FRAME else ""
         theirs = str(TORCH[key]) if key in TORCH and frames == 98 else ""
         print(f"  {key:38} {counts[key]:9d} {theirs:>8}{per}")

@@ -49,7 +49,7 @@ from gradfuse.passes.lib.fusion_graph import (
     uniform,
     unit_join,
 )
-from gradfuse.passes.lib.fusion_merge import merge, mergeable
+from gradfuse.passes.lib.fusion_merge import merge, mergeable, take_over
 
 
 class Planner:
@@ -398,13 +398,4 @@ class Planner:
             self.groups.remove(src)
             for m in src.members:
                 self.add(g, Member(m.op, map, prologue=True))
-            for user in list(src.users):
-                self.unlink(user, src)
-                self.link(user, g)
-            for dep in list(src.deps):
-                self.unlink(src, dep)
-                self.link(g, dep)
-            for readers in self.readers.values():
-                if src in readers:
-                    readers.discard(src)
-                    readers.add(g)
+            take_over(self, g, src)

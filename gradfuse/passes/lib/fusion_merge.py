@@ -1,4 +1,6 @@
-"""Merging two elementwise groups for `tg-fuse` (see `fusion.Planner.elementwise`).
+"""Merging groups for `tg-fuse`: two elementwise groups (`fusion.Planner.elementwise`),
+and the bookkeeping that a group taking another's ops needs (`take_over`, also for a
+reduction's prologue, `fusion.Planner.absorb`).
 
 An elementwise op that reads two independent elementwise kernels at its own point
 joins one of them; the other merges into it, so that no temporary is stored between
@@ -48,15 +50,21 @@ def merge(planner: Planner, g: Group, h: Group) -> None:
     for m in h.members:
         g.members.append(m)
         planner.node_of[m.op] = g
-    for user in list(h.users):
-        planner.unlink(user, h)
-        planner.link(user, g, ordering=user.ordered)
-    for dep in list(h.deps):
-        planner.unlink(h, dep)
-        planner.link(g, dep, ordering=h.ordered)
+    take_over(planner, g, h)
+
+
+def take_over(planner: Planner, g: Group, src: Group) -> None:
+    """g, which now holds src's ops, takes src's edges and its places among the
+    readers and writers of params (src is no longer a node)."""
+    for user in list(src.users):
+        planner.unlink(user, src)
+        planner.link(user, g)
+    for dep in list(src.deps):
+        planner.unlink(src, dep)
+        planner.link(g, dep, ordering=src.ordered)
     for readers in planner.readers.values():
-        if h in readers:
-            readers.discard(h)
+        if src in readers:
+            readers.discard(src)
             readers.add(g)
     for writers in planner.writers.values():
-        writers[:] = [g if w is h else w for w in writers]
+        writers[:] = [g if w is src else w for w in writers]
