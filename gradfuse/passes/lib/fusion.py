@@ -49,7 +49,7 @@ from gradfuse.passes.lib.fusion_graph import (
     uniform,
     unit_join,
 )
-from gradfuse.passes.lib.fusion_merge import merge, mergeable, take_over
+from gradfuse.passes.lib.fusion_merge import absorb_scalar, merge, mergeable, take_over
 
 
 class Planner:
@@ -304,9 +304,11 @@ class Planner:
                 for h in candidates - {g}:
                     if isinstance(h, Group) and mergeable(self, g, h, op, shape):
                         merge(self, g, h)
-                self.add(g, Member(op, ident))
-                return
-        self.add(self.new_group("elementwise", shape, len(shape)), Member(op, ident))
+                break
+        else:
+            g = self.new_group("elementwise", shape, len(shape))
+        absorb_scalar(self, g, op)
+        self.add(g, Member(op, ident))
 
     def assign(self, op: tg.AssignOp) -> None:
         shape = shape_of(op.value)

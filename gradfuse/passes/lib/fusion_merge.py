@@ -1,5 +1,5 @@
 """Merging groups for `tg-fuse`: two elementwise groups (`fusion.Planner.elementwise`),
-and the bookkeeping that a group taking another's ops needs (`take_over`, also for a
+a one-element group into the op that alone reads it (`absorb_scalar`), and the bookkeeping that a group taking another's ops needs (`take_over`, also for a
 reduction's prologue, `fusion.Planner.absorb`).
 
 An elementwise op that reads two independent elementwise kernels at its own point
@@ -8,17 +8,24 @@ them. Adam's update of one param is one kernel, not four:
 
     m = m_buf * b1 + g * (1 - b1)      // m_buf * b1: one group; g * (1 - b1): another
     // the add joins the first and the second merges into it
+
+A one-element elementwise group that only one op reads (a dropout's key,
+`rng * 3 + counter`, read by its `tg.random`) is recomputed by that op's kernel at each
+point: a few scalar operations instead of a launch of its own, and no barrier between
+the launches before and after it (`kernel-fuse-rows` cannot run it row by row).
 """
 
 from __future__ import annotations
 
+from math import prod
 from typing import TYPE_CHECKING
 
 from xdsl.ir import Operation
+from xdsl.ir.affine import AffineMap
 
 from gradfuse import affine
 from gradfuse.dialects import tg
-from gradfuse.passes.lib.fusion_graph import SHAPED, Group
+from gradfuse.passes.lib.fusion_graph import SHAPED, Group, look_through, private_to, resolve
 
 if TYPE_CHECKING:
     from gradfuse.passes.lib.fusion import Planner
@@ -40,6 +47,56 @@ def mergeable(planner: Planner, g: Group, h: Group, op: Operation, shape: tuple[
     return all(planner.available(h, v, shape) for v in refs) and not (
         planner.reaches(g, h) or planner.reaches(h, g)
     )
+
+
+SCALAR_OPS = 8
+"""The most ops a one-element group may have and still be recomputed at every point."""
+
+
+def absorb_scalar(planner: Planner, g: Group, op: Operation) -> None:
+    """Moves into g, the group `op` joins, each one-element elementwise group that
+    `op` alone reads (at most `SCALAR_OPS` plain ops whose params no later op writes):
+    g computes it again at each of its points."""
+    for value in op.operands:
+        base, _, guard = look_through(value)
+        src = planner.producer(base)
+        if (
+            not isinstance(src, Group)
+            or src is g
+            or guard is not None
+            or src.kind != "elementwise"
+            or src.ordered
+            or prod(src.domain) != 1
+            or len(src.members) > SCALAR_OPS
+            or src.id < planner.first_after_barrier
+            or not private_to(src, op)
+            or any(
+                m.prologue or m.fill or m.views or _rewritten(planner, m.op) for m in src.members
+            )
+            or any(
+                m.map != affine.identity_map(len(src.domain))
+                or isinstance(m.op, (*SHAPED, tg.AssignOp, tg.ScatterAddOp))
+                for m in src.members
+            )
+        ):
+            continue
+        planner.groups.remove(src)
+        at = AffineMap(g.parallel, 0, ())
+        for m in src.members:
+            g.members.append(type(m)(m.op, at))
+            planner.node_of[m.op] = g
+        take_over(planner, g, src)
+
+
+def _rewritten(planner: Planner, op: Operation) -> bool:
+    """Whether `op` reads a param that a later op (already planned) writes."""
+    for v in op.operands:
+        param = resolve(v)[0].owner
+        if isinstance(param, tg.ParamOp):
+            epoch = planner.epoch.get(param, 0)
+            if epoch < len(planner.writers.get(param.key.data, [])):
+                return True
+    return False
 
 
 def merge(planner: Planner, g: Group, h: Group) -> None:
