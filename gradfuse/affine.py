@@ -25,6 +25,7 @@ from xdsl.ir.affine import (
     AffineExpr,
     AffineMap,
     AffineSet,
+    AffineSymExpr,
 )
 
 Linear = tuple[dict[AffineExpr, int], int]
@@ -126,6 +127,35 @@ def _linear(expr: AffineExpr, sizes: Sequence[int]) -> Linear:
     if rhs[0]:
         raise ValueError(f"not affine: {expr}")
     return _divmod(expr.kind, lhs, rhs[1], sizes)
+
+
+def row_block(expr: AffineExpr, row: int, rows: int, sizes: Sequence[int]) -> int | None:
+    """c where `expr` is `c * d{row} + rest`, rest in [0, c) and free of the dims
+    `d0 ... d{rows-1}` (a row's block of c elements along a flat axis: `14 * d0 + d1`
+    over sizes (64, 14) gives 14); else None."""
+    if _mentions_dims(expr, 0):
+        return None  # (a gather's symbol)
+    try:
+        terms, k = _linear(expr, sizes)
+    except ValueError:
+        return None
+    c = terms.get(AffineExpr.dimension(row), 0)
+    rest = ({a: v for a, v in terms.items() if a != AffineExpr.dimension(row)}, k)
+    if c < 1 or any(_mentions_dims(a, rows) for a in rest[0]):
+        return None
+    lo, hi = _range(rest, sizes)
+    return c if 0 <= lo and hi < c else None
+
+
+def _mentions_dims(expr: AffineExpr, n: int) -> bool:
+    """Whether `expr` uses one of the dims d0 ... d{n-1}, or a symbol."""
+    if isinstance(expr, AffineDimExpr):
+        return expr.position < n
+    if isinstance(expr, AffineSymExpr):
+        return True
+    if isinstance(expr, AffineBinaryOpExpr):
+        return _mentions_dims(expr.lhs, n) or _mentions_dims(expr.rhs, n)
+    return False
 
 
 def _divmod(kind: AffineBinaryOpKind, inner: Linear, c: int, sizes: Sequence[int]) -> Linear:

@@ -30,6 +30,7 @@ from xdsl.ir.affine import AffineDimExpr, AffineMap
 from xdsl.irdl import IRDLOperation, irdl_op_definition, prop_def, region_def, traits_def
 from xdsl.traits import MemoryWriteEffect, NoTerminator
 
+from gradfuse import affine
 from gradfuse.dialects.tg_base import fail, i64_array, ints
 
 _READS = ("kernel.load", "kernel.gather")
@@ -51,21 +52,36 @@ def accesses(k: IRDLOperation) -> Iterator[tuple[SSAValue, AffineMap, bool]]:
         yield b, op.map.data, op.name in _WRITES  # type: ignore[attr-defined]
 
 
-def row_axes(access: AffineMap, buffer: SSAValue, rows: Sequence[int]) -> tuple[int, ...] | None:
+RowAxes = tuple[tuple[int, int], ...]
+"""Per row dim, the buffer axis it indexes and the block of elements a row has there."""
+
+
+def row_axes(
+    access: AffineMap, buffer: SSAValue, rows: Sequence[int], sizes: Sequence[int] = ()
+) -> RowAxes | None:
     """The buffer axes that an access indexes by the row dims `d0, ..., d(n-1)` (of the
-    rows' sizes), or None where some row dim indexes no axis by itself. Accesses to one
-    buffer with the same row axes touch, at row r, only the elements of row r:
-    `(d0, d1) -> (d1, d0)` into a `128x512` buffer over rows [512] gives axis (1,)."""
+    rows' sizes), each with the block of elements one row has along it, or None where
+    some row dim indexes no axis by itself. Accesses to one buffer with the same row
+    axes touch, at row r, only the elements of row r: `(d0, d1) -> (d1, d0)` into a
+    `128x512` buffer over rows [512] gives ((1, 1),). With the kernel's domain `sizes`,
+    a flat axis holding rows of c elements counts too: `(d0, d1) -> (14 * d0 + d1)`
+    into `896` over rows [64] and sizes (64, 14) gives ((0, 14),)."""
     ty = buffer.type
     assert isinstance(ty, MemRefType)
     shape = ty.get_shape()
     axes = []
     for i, size in enumerate(rows):
         found = [
-            a
+            (a, 1)
             for a, e in enumerate(access.results)
             if isinstance(e, AffineDimExpr) and e.position == i and shape[a] == size
         ]
+        if not found and sizes:
+            blocks = [
+                (a, affine.row_block(e, i, len(rows), sizes[: access.num_dims]))
+                for a, e in enumerate(access.results)
+            ]
+            found = [(a, c) for a, c in blocks if c is not None and shape[a] == size * c]
         if len(found) != 1:
             return None
         axes.append(found[0])
@@ -87,12 +103,12 @@ def row_conflict(kernels: Sequence[IRDLOperation], rows: Sequence[int]) -> str |
                 f" {k.num_parallel} parallel dims does not run over rows {list(rows)}"
             )
         written.update(b for b, _, w in accesses(k) if w)
-    seen: dict[SSAValue, tuple[int, ...]] = {}
+    seen: dict[SSAValue, RowAxes] = {}
     for k in kernels:
         for b, access, _ in accesses(k):
             if b not in written:
                 continue
-            axes = row_axes(access, b, rows)
+            axes = row_axes(access, b, rows, k.domain_sizes)
             if axes is None or seen.setdefault(b, axes) != axes:
                 return (
                     f"kernel {k.sym_name.data} reads or writes a buffer that the kernels"
@@ -108,7 +124,7 @@ class RowAlignment:
 
     def __init__(self, rows: Sequence[int]):
         self.rows = tuple(rows)
-        self.axes: dict[SSAValue, set[tuple[int, ...] | None]] = {}
+        self.axes: dict[SSAValue, set[RowAxes | None]] = {}
         self.written: set[SSAValue] = set()
 
     def add(self, kernels: Sequence[IRDLOperation]) -> bool:
@@ -117,7 +133,8 @@ class RowAlignment:
         touched: set[SSAValue] = set()
         for k in kernels:
             for b, access, writes in accesses(k):
-                self.axes.setdefault(b, set()).add(row_axes(access, b, self.rows))
+                axes = row_axes(access, b, self.rows, k.domain_sizes)  # type: ignore[attr-defined]
+                self.axes.setdefault(b, set()).add(axes)
                 if writes:
                     self.written.add(b)
                 touched.add(b)

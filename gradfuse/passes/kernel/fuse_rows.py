@@ -3,9 +3,9 @@
 After `tg-fuse`, a softmax is three kernels (max, sum of exponentials, normalise) and
 a LayerNorm forward three more, each reading only its own row of what the one before
 wrote. This pass puts such a run of launches into one `kernel.rows` (see
-`kernel_rows`): for each row, the kernels in order. A kernel's rows are its parallel
-dims, or all of them but the last (the columns of a row); a run shares one choice,
-the longest that keeps every written buffer row-aligned (`row_conflict`, checked as
+`kernel_rows`): for each row, the kernels in order. A kernel's rows are a leading
+part of its parallel dims (all of them, all but the last, ... the first); a run shares
+one choice that keeps every written buffer row-aligned (`row_conflict`, checked as
 kernels join by `RowAlignment`):
 
 ```
@@ -26,7 +26,13 @@ incremented after the step) joins a run over one dim with the buffers it writes 
 once per row, each row reading and incrementing its own copy (`row_private`).
 Of the rows a run may take, it takes those that keep the most GPU threads busy.
 A kernel joins only if a row of it has at most `MAX_ROW_POINTS` points: one block's
-work on a GPU.
+work on a GPU. A kernel over flat rows (a linear layer on [B, T, C] runs over [B*T])
+joins a run over [B] with its first dim split into [B, T] (`split_dims`), where each
+row then writes its own block of T rows of the flat buffers.
+
+A time step of an LSTM (Tacotron 2's decoder: batch 64, 4 gates of 1024) is then one
+launch over the batch: the gate contractions ([64, 4096 | K], 4096 points a row), the
+cell update, the attention's row-wise contractions and softmax, and the projections.
 """
 
 from __future__ import annotations
@@ -44,17 +50,22 @@ from gradfuse.dialects import kernel as K
 from gradfuse.dialects.kernel_rows import RowAlignment, RowsOp
 from gradfuse.passes.lib.gpu_func import MAX_BLOCK
 from gradfuse.passes.lib.row_private import privatize, scalar_kernel
+from gradfuse.passes.lib.split_dims import split_first
 
-MAX_ROW_POINTS = 1024
-"""The most parallel points a kernel may have in one row (a GPU block's threads x 4)."""
+MAX_ROW_POINTS = 4096
+"""The most parallel points a kernel may have in one row (a GPU block's 256 threads x
+16): an LSTM's 4 gates of 1024 hidden units."""
 
 Rows = tuple[int, ...]
 
 
-def row_choices(k: K.KernelOp) -> list[Rows]:
-    """The rows `k` may run over, longest first: its parallel dims, then all but the last."""
+def row_choices(k: K.KernelOp, inner: bool = False) -> list[Rows]:
+    """The rows `k` may run over, longest first, each with at most `MAX_ROW_POINTS`
+    points a row: its parallel dims or all but the last; in an inner loop (`inner`)
+    also every shorter leading part, down to the first dim."""
     par = k.domain_sizes[: k.num_parallel]
-    choices = [par[:n] for n in (len(par), len(par) - 1) if n >= 1]
+    lengths = range(len(par), 0, -1) if inner else (len(par), len(par) - 1)
+    choices = [par[:n] for n in lengths if n >= 1]
     return [r for r in choices if prod(par[len(r) :]) <= MAX_ROW_POINTS]
 
 
@@ -73,35 +84,37 @@ class _Run:
     launches: list[Operation]
     kernels: list[K.KernelOp]
     choices: dict[Rows, RowAlignment]  # the rows the run may still take, and their state
+    inner: bool  # in a loop inside the step: rows may be any leading part (`row_choices`)
 
     def extended(self, launch: Operation, ks: list[K.KernelOp]) -> _Run | None:
         choices = {
             r: state
             for r, state in self.choices.items()
-            if all(r in row_choices(k) for k in ks) and state.add(ks)
+            if all(r in row_choices(k, self.inner) for k in ks) and state.add(ks)
         }
-        return _Run([*self.launches, launch], [*self.kernels, *ks], choices) if choices else None
+        grown = _Run([*self.launches, launch], [*self.kernels, *ks], choices, self.inner)
+        return grown if choices else None
 
     def realigned(self) -> _Run:
         """The run with its row alignments computed anew (after its accesses changed)."""
         fresh = {r: RowAlignment(r) for r in self.choices}
-        return _Run(
-            self.launches, self.kernels, {r: s for r, s in fresh.items() if s.add(self.kernels)}
-        )
+        kept = {r: s for r, s in fresh.items() if s.add(self.kernels)}
+        return _Run(self.launches, self.kernels, kept, self.inner)
 
 
-def _start(launch: Operation, ks: list[K.KernelOp]) -> _Run | None:
-    common = [r for r in row_choices(ks[0]) if all(r in row_choices(k) for k in ks[1:])]
+def _start(launch: Operation, ks: list[K.KernelOp], inner: bool) -> _Run | None:
+    first = row_choices(ks[0], inner)
+    common = [r for r in first if all(r in row_choices(k, inner) for k in ks[1:])]
     states = {r: RowAlignment(r) for r in common}
     choices = {r: state for r, state in states.items() if state.add(ks)}
-    return _Run([launch], ks, choices) if choices else None
+    return _Run([launch], ks, choices, inner) if choices else None
 
 
 def _privatized(run: _Run, launch: Operation, ks: list[K.KernelOp]) -> _Run | None:
     """`run` extended by `launch`, whose kernels that do not fit are [1] kernels (step
     counters) that may run once per row (`row_private`); else None."""
     one = next((r for r in run.choices if len(r) == 1), None)
-    unfit = [k for k in ks if one not in row_choices(k)]
+    unfit = [k for k in ks if one not in row_choices(k, run.inner)]
     if one is None or not unfit or not all(scalar_kernel(k) for k in unfit):
         return None  # (the cheap test first: this runs wherever a run meets a launch)
     rest = [k for k in ks if k not in unfit]
@@ -112,15 +125,60 @@ def _privatized(run: _Run, launch: Operation, ks: list[K.KernelOp]) -> _Run | No
     return run.realigned().extended(launch, ks)
 
 
-def fuse_rows(block: Block) -> int:
-    """Forms the `kernel.rows` ops of `block` and of the loops in it; returns how many."""
+def _split(run: _Run, launch: Operation, ks: list[K.KernelOp]) -> _Run | None:
+    """`run` extended by `launch`, whose kernels that do not fit run over a flat first
+    dim that is the run's rows times a column count (a linear layer on [B, T, C] runs
+    over [B*T]), split into the rows and that count (`split_dims`); else None."""
+    for r in run.choices:
+        n = prod(r)
+        new = [
+            k if r in row_choices(k, run.inner) else _split_kernel(k, r)
+            for k in ks
+            if r in row_choices(k, run.inner) or (k.num_parallel and k.domain_sizes[0] % n == 0)
+        ]
+        made = [k for k in new if k is not None and k not in ks]
+        grown = None
+        if len(new) == len(ks) and made and None not in new:
+            fresh = run.realigned()
+            fresh.choices = {r: fresh.choices[r]} if r in fresh.choices else {}
+            grown = fresh.extended(launch, new) if fresh.choices else None  # type: ignore[arg-type]
+        if grown is None:
+            for k in made:
+                k.erase()
+            continue
+        for old, k in zip(ks, new):
+            if k is not old:
+                assert k is not None
+                old_block = old.parent_block()
+                assert old_block is not None
+                old_block.insert_op_before(k, old)
+                old.detach()
+                old.erase()
+        if launch in ks:  # (a launch that is one kernel is that kernel)
+            grown.launches[-1] = new[0]  # type: ignore[assignment]
+        return grown
+    return None
+
+
+def _split_kernel(k: K.KernelOp, rows: Rows) -> K.KernelOp | None:
+    size = k.domain_sizes[0]
+    if size == prod(rows) or len(rows) != 1:
+        return None
+    return split_first(k, (*rows, size // prod(rows)))
+
+
+def fuse_rows(block: Block, depth: int = 0) -> int:
+    """Forms the `kernel.rows` ops of `block` and of the loops in it; returns how many.
+    `depth` counts the loops around `block`: in a loop inside the training loop (a
+    recurrence's time steps), where each launch is paid once per step, a row may be
+    any leading part of a kernel's dims (fewer, wider rows: a batch row of an LSTM)."""
     made = 0
     run: _Run | None = None
     for op in list(block.ops):
         if isinstance(op, K.ForOp):  # (a run ends here, before the loop's own runs)
             made += _flush(run)
             run = None
-            made += fuse_rows(op.body.block)
+            made += fuse_rows(op.body.block, depth + 1)
             continue
         if isinstance(op, K.AllocOp):
             continue
@@ -128,10 +186,14 @@ def fuse_rows(block: Block) -> int:
         grown = run.extended(op, ks) if run is not None and ks is not None else None
         if grown is None and run is not None and ks is not None:
             grown = _privatized(run, op, ks)
+        if grown is None and run is not None and ks is not None:
+            grown = _split(run, op, ks)
         if grown is not None:
             run = grown
             continue
-        part = [k for k in ks or [] if run and any(r in row_choices(k) for r in run.choices)]
+        part = [
+            k for k in ks or [] if run and any(r in row_choices(k, run.inner) for r in run.choices)
+        ]
         if run is not None and part and len(part) < len(ks):  # type: ignore[arg-type]
             grown = run.extended(op, part)  # the kernels of a group that fit end the run,
             if grown is not None:  # where a row is more than a point of each kernel
@@ -145,7 +207,7 @@ def fuse_rows(block: Block) -> int:
                 run = None
                 continue
         made += _flush(run)
-        run = _start(op, ks) if ks is not None else None
+        run = _start(op, ks, depth >= 2) if ks is not None else None
     return made + _flush(run)
 
 
