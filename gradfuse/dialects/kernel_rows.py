@@ -57,15 +57,16 @@ RowAxes = tuple[tuple[int, int], ...]
 
 
 def row_axes(
-    access: AffineMap, buffer: SSAValue, rows: Sequence[int], sizes: Sequence[int] = ()
+    access: AffineMap, buffer: SSAValue, rows: Sequence[int], sizes: Sequence[int]
 ) -> RowAxes | None:
     """The buffer axes that an access indexes by the row dims `d0, ..., d(n-1)` (of the
     rows' sizes), each with the block of elements one row has along it, or None where
     some row dim indexes no axis by itself. Accesses to one buffer with the same row
     axes touch, at row r, only the elements of row r: `(d0, d1) -> (d1, d0)` into a
-    `128x512` buffer over rows [512] gives ((1, 1),). With the kernel's domain `sizes`,
-    a flat axis holding rows of c elements counts too: `(d0, d1) -> (14 * d0 + d1)`
-    into `896` over rows [64] and sizes (64, 14) gives ((0, 14),)."""
+    `128x512` buffer over rows [512] gives ((1, 1),). A flat axis holding rows of c
+    elements counts too (`sizes`: the accessing kernel's domain):
+    `(d0, d1) -> (14 * d0 + d1)` into `896` over rows [64], sizes (64, 14), gives
+    ((0, 14),)."""
     ty = buffer.type
     assert isinstance(ty, MemRefType)
     shape = ty.get_shape()
@@ -76,7 +77,7 @@ def row_axes(
             for a, e in enumerate(access.results)
             if isinstance(e, AffineDimExpr) and e.position == i and shape[a] == size
         ]
-        if not found and sizes:
+        if not found:
             blocks = [
                 (a, affine.row_block(e, i, len(rows), sizes[: access.num_dims]))
                 for a, e in enumerate(access.results)

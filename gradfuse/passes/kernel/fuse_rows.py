@@ -27,7 +27,7 @@ once per row, each row reading and incrementing its own copy (`row_private`).
 Of the rows a run may take, it takes those that keep the most GPU threads busy.
 A kernel joins only if a row of it has at most `MAX_ROW_POINTS` points: one block's
 work on a GPU. A kernel over flat rows (a linear layer on [B, T, C] runs over [B*T])
-joins a run over [B] with its first dim split into [B, T] (`split_dims`), where each
+joins a run over [B] with its first dim split into [B, T] (`kernel_domain.split_first`), where each
 row then writes its own block of T rows of the flat buffers.
 
 A time step of an LSTM (Tacotron 2's decoder: batch 64, 4 gates of 1024) is then one
@@ -49,8 +49,8 @@ from xdsl.passes import ModulePass
 from gradfuse.dialects import kernel as K
 from gradfuse.dialects.kernel_rows import RowAlignment, RowsOp
 from gradfuse.passes.lib.gpu_func import MAX_BLOCK
+from gradfuse.passes.lib.kernel_domain import split_first
 from gradfuse.passes.lib.row_private import privatize, scalar_kernel
-from gradfuse.passes.lib.split_dims import split_first
 
 MAX_ROW_POINTS = 4096
 """The most parallel points a kernel may have in one row (a GPU block's 256 threads x
@@ -128,32 +128,26 @@ def _privatized(run: _Run, launch: Operation, ks: list[K.KernelOp]) -> _Run | No
 def _split(run: _Run, launch: Operation, ks: list[K.KernelOp]) -> _Run | None:
     """`run` extended by `launch`, whose kernels that do not fit run over a flat first
     dim that is the run's rows times a column count (a linear layer on [B, T, C] runs
-    over [B*T]), split into the rows and that count (`split_dims`); else None."""
+    over [B*T]), split into the rows and that count (`kernel_domain.split_first`);
+    else None."""
     for r in run.choices:
-        n = prod(r)
-        new = [
-            k if r in row_choices(k, run.inner) else _split_kernel(k, r)
-            for k in ks
-            if r in row_choices(k, run.inner) or (k.num_parallel and k.domain_sizes[0] % n == 0)
-        ]
-        made = [k for k in new if k is not None and k not in ks]
+        new = [k if r in row_choices(k, run.inner) else _split_kernel(k, r) for k in ks]
+        made = [k for k, old in zip(new, ks) if k is not None and k is not old]
         grown = None
-        if len(new) == len(ks) and made and None not in new:
+        if made and None not in new:
             fresh = run.realigned()
             fresh.choices = {r: fresh.choices[r]} if r in fresh.choices else {}
             grown = fresh.extended(launch, new) if fresh.choices else None  # type: ignore[arg-type]
         if grown is None:
             for k in made:
-                k.erase()
+                k.erase()  # (a copy uses the buffers)
             continue
         for old, k in zip(ks, new):
             if k is not old:
-                assert k is not None
-                old_block = old.parent_block()
-                assert old_block is not None
-                old_block.insert_op_before(k, old)
-                old.detach()
-                old.erase()
+                block = old.parent_block()
+                assert block is not None and k is not None
+                block.insert_op_before(k, old)
+                block.erase_op(old)
         if launch in ks:  # (a launch that is one kernel is that kernel)
             grown.launches[-1] = new[0]  # type: ignore[assignment]
         return grown
@@ -161,10 +155,11 @@ def _split(run: _Run, launch: Operation, ks: list[K.KernelOp]) -> _Run | None:
 
 
 def _split_kernel(k: K.KernelOp, rows: Rows) -> K.KernelOp | None:
-    size = k.domain_sizes[0]
-    if size == prod(rows) or len(rows) != 1:
+    """A copy of `k` over [*rows, T] instead of its flat first dim [rows * T], or None."""
+    n, size = prod(rows), k.domain_sizes[0] if k.num_parallel else 0
+    if len(rows) != 1 or size <= n or size % n:
         return None
-    return split_first(k, (*rows, size // prod(rows)))
+    return split_first(k, (*rows, size // n))
 
 
 def fuse_rows(block: Block, depth: int = 0) -> int:

@@ -23,17 +23,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import arith
-from xdsl.dialects.builtin import AffineMapAttr, AffineSetAttr, IndexType, IntegerAttr, ModuleOp
-from xdsl.ir import Block
-from xdsl.ir.affine import AffineConstraintExpr, AffineExpr, AffineSet
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir.affine import AffineExpr
 from xdsl.passes import ModulePass
 
-from gradfuse import affine
 from gradfuse.dialects import kernel as K
-from gradfuse.dialects.tg_base import i64_array
-
-ACCESS = (K.LoadOp, K.StoreOp, K.GatherOp, K.ScatterAddOp, K.RandomOp)
+from gradfuse.passes.lib.kernel_domain import redomain
 
 
 def _kept(sizes: tuple[int, ...], npar: int) -> list[int]:
@@ -44,10 +39,9 @@ def _kept(sizes: tuple[int, ...], npar: int) -> list[int]:
 
 
 def _substitution(keep: list[int], rank: int) -> list[AffineExpr]:
-    """Old dim i -> its new dim, or 0 when dropped (for maps over the first `rank` dims)."""
-    new = [k for k in keep if k < rank]
+    """Old dim i -> its new dim, or 0 when dropped."""
     return [
-        AffineExpr.dimension(new.index(i)) if i in new else AffineExpr.constant(0)
+        AffineExpr.dimension(keep.index(i)) if i in keep else AffineExpr.constant(0)
         for i in range(rank)
     ]
 
@@ -61,63 +55,8 @@ def squeeze(k: K.KernelOp) -> bool:
     if len(keep) == len(sizes):
         return False
     new_sizes = [sizes[i] for i in keep]
-    new_npar = sum(i < npar for i in keep)
-    old = k.body.block
-    ops = list(old.ops)
-    reduces = [i for i, op in enumerate(ops) if isinstance(op, K.ReduceOp)]
-    split = reduces[-1] + 1 if reduces else 0
-    block = Block(arg_types=[IndexType()] * len(new_sizes) + [a.type for a in k.buffer_args])
-    zero = None
-    for i, arg in enumerate(old.args[: len(sizes)]):
-        if i in keep:
-            arg.replace_all_uses_with(block.args[keep.index(i)])
-        elif arg.uses:
-            if zero is None:
-                zero = arith.ConstantOp(IntegerAttr(0, IndexType()))
-                block.add_op(zero)
-            arg.replace_all_uses_with(zero.result)
-    for arg, new in zip(old.args[len(sizes) :], block.args[len(new_sizes) :]):
-        arg.replace_all_uses_with(new)
-    for n, op in enumerate(ops):
-        op.detach()
-        block.add_op(op)
-        if isinstance(op, ACCESS):
-            rank, new_rank = (npar, new_npar) if n >= split else (len(sizes), len(new_sizes))
-            subst = _substitution(keep, rank)
-            dims = new_sizes[:new_rank]
-            m = op.map.data
-            mapped = m.replace_dims_and_symbols(
-                subst, [AffineExpr.symbol(s) for s in range(m.num_symbols)], new_rank, m.num_symbols
-            )
-            if not m.num_symbols:  # (simplify knows dims only)
-                mapped = affine.simplify(mapped, dims)
-            op.properties["map"] = AffineMapAttr(mapped)
-            guard = getattr(op, "guard", None)
-            if guard is not None:
-                op.properties["guard"] = AffineSetAttr(_guard(guard.data, subst, new_rank))
-    region = k.regions[0]
-    region.detach_block(old)
-    region.add_block(block)
-    old.erase()
-    k.properties["domain"] = i64_array(new_sizes)
-    k.properties["parallel"] = IntegerAttr(new_npar, 64)
+    redomain(k, new_sizes, sum(i < npar for i in keep), _substitution(keep, len(sizes)))
     return True
-
-
-def _guard(s: AffineSet, subst: list[AffineExpr], rank: int) -> AffineSet:
-    syms = [AffineExpr.symbol(i) for i in range(s.num_symbols)]
-    return AffineSet(
-        rank,
-        s.num_symbols,
-        tuple(
-            AffineConstraintExpr(
-                c.kind,
-                c.lhs.replace_dims_and_symbols(subst, syms),
-                c.rhs.replace_dims_and_symbols(subst, syms),
-            )
-            for c in s.constraints
-        ),
-    )
 
 
 @dataclass(frozen=True)

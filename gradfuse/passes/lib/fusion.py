@@ -49,7 +49,7 @@ from gradfuse.passes.lib.fusion_graph import (
     uniform,
     unit_join,
 )
-from gradfuse.passes.lib.fusion_merge import absorb_scalar, merge, mergeable, take_over
+from gradfuse.passes.lib.fusion_merge import absorb_scalar, merge, mergeable, plain, take_over
 
 
 class Planner:
@@ -385,13 +385,10 @@ class Planner:
             if not isinstance(src, Group) or src.kind != "elementwise" or src.ordered:
                 continue
             map = affine.simplify(vmap.compose(access), g.domain)
-            ident = affine.identity_map(len(src.domain))
             ok = (
                 (private_to(src, root) or one_to_one(map, g.domain, src.domain))
-                and all(m.map == ident for m in src.members)
-                and not any(
-                    isinstance(m.op, (*SHAPED, tg.AssignOp, tg.ScatterAddOp)) for m in src.members
-                )
+                and plain(src)
+                and not any(isinstance(m.op, tg.AssignOp) for m in src.members)
             )
             wanted[src] = map if ok and wanted.get(src, map) == map else None
         for src, map in wanted.items():

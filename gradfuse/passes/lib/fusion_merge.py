@@ -1,5 +1,6 @@
 """Merging groups for `tg-fuse`: two elementwise groups (`fusion.Planner.elementwise`),
-a one-element group into the op that alone reads it (`absorb_scalar`), and the bookkeeping that a group taking another's ops needs (`take_over`, also for a
+a one-element group into the op that alone reads it (`absorb_scalar`), and the
+bookkeeping that a group taking another's ops needs (`take_over`, also for a
 reduction's prologue, `fusion.Planner.absorb`).
 
 An elementwise op that reads two independent elementwise kernels at its own point
@@ -31,17 +32,23 @@ if TYPE_CHECKING:
     from gradfuse.passes.lib.fusion import Planner
 
 
+def plain(g: Group) -> bool:
+    """Whether g's members are plain elementwise ops, each at g's own point: no
+    view-shaped op (a concat, a pad), no scatter or fill, nothing in a prologue."""
+    ident = affine.identity_map(len(g.domain))
+    return not any(
+        m.map != ident or m.prologue or m.fill or isinstance(m.op, (*SHAPED, tg.ScatterAddOp))
+        for m in g.members
+    )
+
+
 def mergeable(planner: Planner, g: Group, h: Group, op: Operation, shape: tuple[int, ...]) -> bool:
     """Whether elementwise group h may merge into g, the group `op` joins: h is a plain
     elementwise kernel over `shape` that `op` reads at its own point, and neither of
     the two depends on the other (so the merged kernel closes no cycle)."""
     if h.kind != "elementwise" or h.domain != shape or h.id < planner.first_after_barrier:
         return False
-    ident = affine.identity_map(len(shape))
-    if any(
-        m.map != ident or m.prologue or m.fill or isinstance(m.op, (*SHAPED, tg.ScatterAddOp))
-        for m in h.members
-    ):
+    if not plain(h):
         return False
     refs = [v for v in op.operands if planner.producer(v) is h]
     return all(planner.available(h, v, shape) for v in refs) and not (
@@ -70,12 +77,9 @@ def absorb_scalar(planner: Planner, g: Group, op: Operation) -> None:
             or len(src.members) > SCALAR_OPS
             or src.id < planner.first_after_barrier
             or not private_to(src, op)
+            or not plain(src)
             or any(
-                m.prologue or m.fill or m.views or _rewritten(planner, m.op) for m in src.members
-            )
-            or any(
-                m.map != affine.identity_map(len(src.domain))
-                or isinstance(m.op, (*SHAPED, tg.AssignOp, tg.ScatterAddOp))
+                m.views or isinstance(m.op, tg.AssignOp) or _rewritten(planner, m.op)
                 for m in src.members
             )
         ):
