@@ -47,10 +47,12 @@ test-filecheck: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
-# On a machine with an NVIDIA GPU: installs PyCUDA, runs the GPU tests.
+# On a machine with an NVIDIA GPU: installs PyCUDA, runs tests/gpu on the GPU (`make
+# test` runs them on the emulated device) and the cases of tests/unit marked `gpu`.
 test-gpu: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[cuda]'
-	$(BIN)/python -m pytest -q -m gpu tests/gpu tests/unit
+	GRADFUSE_GPU_TESTS_ON=cuda $(BIN)/python -m pytest -q tests/gpu
+	$(BIN)/python -m pytest -q -m gpu tests/unit
 
 # The mutation fuzzer (tests/fuzz): GRADFUSE_FUZZ_COUNT inputs (10000) from
 # GRADFUSE_FUZZ_SEED (0); `make test` runs 300 of them (tests/unit/tools/test_fuzz_tg.py).

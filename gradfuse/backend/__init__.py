@@ -6,7 +6,8 @@
 | `numpy`     | `kernels` | fused kernels, each on whole NumPy grids               |
 | `lowered`   | `default` | the lowered gpu/scf IR, thread by thread (small only)  |
 | `c`         | `default` | generated C, compiled by gcc (the default without GPU) |
-| `cuda`      | `default` | generated CUDA, compiled by nvcc, launched by PyCUDA   |
+| `cuda`      | `cuda`    | generated CUDA, compiled by nvcc, launched by PyCUDA   |
+| `cuda-emu`  | `cuda`    | the same CUDA on the CPU: g++ and an emulated device   |
 
     program = compile_module(module, "c")
     result = program.run(feeders={"x": x}, params={"w": w})
@@ -34,6 +35,7 @@ PIPELINE_OF = {
     "lowered": "default",
     "c": "default",
     "cuda": "cuda",
+    "cuda-emu": "cuda",
 }
 
 
@@ -148,6 +150,7 @@ _RUNNERS = {
     "lowered": "interpreters.lowered:run_lowered",
     "c": "c:compile_c",
     "cuda": "cuda:compile_cuda",
+    "cuda-emu": "cuda:compile_cuda_emu",
 }
 """Per backend, below `gradfuse.backend`: its interpreter, or its compiler (c, cuda)."""
 
@@ -156,7 +159,7 @@ def _runner(backend: str, module: ModuleOp) -> Callable[..., Any]:
     """The `Program.runner` of `module` on `backend`, imported when used."""
     path, name = _RUNNERS[backend].split(":")
     found = getattr(importlib.import_module(f"gradfuse.backend.{path}"), name)
-    return bound_run(found(module).run) if backend in ("c", "cuda") else found
+    return bound_run(found(module).run) if backend in ("c", "cuda", "cuda-emu") else found
 
 
 def bound_run(run: Callable[..., Any]) -> Callable[..., Any]:
@@ -178,7 +181,7 @@ def compile_module(
     entries = signatures(module)
     if spec:
         run_pipeline(module, spec)
-    elif name in ("lowered", "c", "cuda") and has_tg:
+    elif name in ("lowered", "c", "cuda", "cuda-emu") and has_tg:
         raise GradfuseError(
             f"the {name} backend runs lowered IR and this program has tg ops: run the default"
             " pipeline first (no --pipeline none), or choose --backend reference"

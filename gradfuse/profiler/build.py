@@ -33,7 +33,7 @@ from gradfuse.profiler.steps import Span, Step
 from gradfuse.profiler.text import sources_text
 from gradfuse.provenance import provenance_of
 
-PROFILING = ("reference", "c", "cuda")
+PROFILING = ("reference", "c", "cuda", "cuda-emu")
 """The backends that time a run."""
 
 
@@ -58,7 +58,7 @@ def variant(program: Program, source: ModuleOp) -> Variant:
     if program.backend == "reference":
         return Variant(program, program.run, found, {})
     copied = copy_bytes(program.module)
-    if program.backend == "cuda":
+    if program.backend in ("cuda", "cuda-emu"):
         return Variant(program, program.run, found, copied)
     from gradfuse.backend.c import compile_c
 

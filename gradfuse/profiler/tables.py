@@ -45,7 +45,7 @@ def kernel_table(step: Step, *, layer_width: int = 40) -> str:
     """PyProf's columns, one row per launch, callback and copy of `step`: Idx, Direction,
     Layer, Op, Kernel, Params, Grid and Block (cuda), Time(us), FLOPs, Read, Written,
     GFLOP/s, GB/s, Source."""
-    cuda = step.backend == "cuda"
+    cuda = step.backend in ("cuda", "cuda-emu")
     head = ["Idx", "Direction", "Layer", "Op", "Kernel", "Params", *(["Grid", "Block"] * cuda),
             "Time(us)", "FLOPs", "Read", "Written", "GFLOP/s", "GB/s", "Source"]  # fmt: skip
     rows = [head]

@@ -62,10 +62,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--backend",
         default=None,
-        choices=["reference", "numpy", "lowered", "c", "cuda"],
+        choices=["reference", "numpy", "lowered", "c", "cuda", "cuda-emu"],
         help="what runs the program (default: $GRADFUSE_BACKEND, else cuda when PyCUDA"
         " sees a GPU, else c; reference is the NumPy interpreter every backend is tested"
-        " against)",
+        " against; cuda-emu runs the cuda backend's CUDA on this CPU)",
     )
     p.add_argument(
         "--pipeline",
@@ -81,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--profile",
         action="store_true",
-        help="time every launch of each step (c, cuda, reference) and print the kernel"
+        help="time every launch of each step (c, cuda, cuda-emu, reference) and print the kernel"
         " table, the time per layer and the step overview",
     )
     p.add_argument("--trace", help="with --profile: write a Chrome trace (Perfetto) here")

@@ -1,18 +1,16 @@
-"""The CUDA backend on a real GPU against the reference interpreter (skipped without
-an NVIDIA GPU and PyCUDA: `pip install -e '.[cuda]'`, then `make test-gpu`)."""
+"""The CUDA backend's runtime against the reference interpreter: a training loop with a
+feeder and a receiver, and a failing feeder (on the device of tests/gpu/conftest.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from device_under_test import BACKEND_MARKS, ON
 
-from gradfuse.backend import compile_module, cuda_available
+from gradfuse.backend import compile_module
 from gradfuse.frontend.parser import parse_tg
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not cuda_available(), reason="needs an NVIDIA GPU and PyCUDA"),
-]
+pytestmark = BACKEND_MARKS
 
 MLP = """
 func @main() {
@@ -45,7 +43,7 @@ func @main() {
 def test_training_loop_matches_the_reference():
     xs = np.random.default_rng(0).standard_normal((20, 2, 8)).astype(np.float32)
     want = compile_module(parse_tg(MLP), "reference").run(feeders={"x": xs})
-    got = compile_module(parse_tg(MLP), "cuda").run(feeders={"x": xs})
+    got = compile_module(parse_tg(MLP), ON).run(feeders={"x": xs})
     for key in want.params:
         np.testing.assert_allclose(got.params[key], want.params[key], rtol=1e-5, atol=1e-6)
     assert len(got.received["h"]) == 20
@@ -65,7 +63,7 @@ def test_failing_feeder_keeps_the_last_finished_iteration():
     from gradfuse.diagnostics import GradfuseError
 
     with pytest.raises(GradfuseError, match='feeder "x"') as err:
-        compile_module(parse_tg(MLP), "cuda").run(feeders={"x": feeder})
+        compile_module(parse_tg(MLP), ON).run(feeders={"x": feeder})
     ref = compile_module(parse_tg(MLP.replace("0 to 20", "0 to 3")), "reference")
     want = ref.run(feeders={"x": np.ones((2, 8), np.float32)})
     np.testing.assert_allclose(err.value.params["w"], want.params["w"], rtol=1e-5)

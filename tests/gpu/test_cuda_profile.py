@@ -1,7 +1,7 @@
-"""The cuda backend's profiling run on a real GPU (`gradfuse.backend.cuda.profile`):
-the seed MLP under `gradfuse.profiler.profile` with a schedule, its steps, their kernel
-spans with launch configurations, and params bitwise equal to an unprofiled run
-(skipped without an NVIDIA GPU and PyCUDA; `make test-gpu`)."""
+"""The cuda backend's profiling run (`gradfuse.backend.cuda.profile`) on the device of
+tests/gpu/conftest.py: the seed MLP under `gradfuse.profiler.profile` with a schedule,
+its steps, their kernel spans with launch configurations, and params bitwise equal to
+an unprofiled run."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
+from device_under_test import BACKEND_MARKS, ON
 
 import gradfuse
-from gradfuse.backend import cuda_available
 from gradfuse.frontend.recorder import program
 from gradfuse.passes import run_pipeline
 from gradfuse.profiler import profile, schedule
@@ -21,10 +20,7 @@ from gradfuse.stats import kernel_stats
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from example_programs import record_mlp  # noqa: E402
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not cuda_available(), reason="needs an NVIDIA GPU and PyCUDA"),
-]
+pytestmark = BACKEND_MARKS
 
 
 def _grid(text: str) -> tuple[int, ...]:
@@ -33,13 +29,13 @@ def _grid(text: str) -> tuple[int, ...]:
 
 def test_profiling_the_seed_mlp() -> None:
     record_mlp(16, 2, 6)
-    plain = gradfuse.execute("cuda")
+    plain = gradfuse.execute(ON)
     record_mlp(16, 2, 6)
     module = program().module.clone()
     run_pipeline(module, "cuda")
     per_iteration = kernel_stats(module).kernels_per_iteration
     with profile(schedule=schedule(wait=1, warmup=1, active=2)) as prof:
-        profiled = gradfuse.execute("cuda")
+        profiled = gradfuse.execute(ON)
     assert [s.number for s in prof.steps] == [2, 3]
     for step in prof.steps:
         kernels = [s for s in step.spans if s.kind == "kernel"]

@@ -1,23 +1,22 @@
-"""The `cuda` pipeline's programs on the GPU against the reference interpreter, to 1e-5:
-the examples, random fused programs, shared-memory tiled contractions, row-by-row
-launches and reductions by whole blocks (skipped without an NVIDIA GPU and PyCUDA; `make test-gpu`).
+"""The `cuda` pipeline's programs on a CUDA device against the reference interpreter, to
+1e-5: the examples, random fused programs, shared-memory tiled contractions, row-by-row
+launches and reductions by whole blocks. On the emulated device (`cuda-emu`) in `make
+test`, on the GPU in `make test-gpu` (tests/gpu/conftest.py).
 
-`GRADFUSE_GPU_TESTS_ON=lowered pytest -m gpu tests/gpu/test_cuda_programs.py` runs the
-same tests on the lowered interpreter instead (the block's threads in lockstep between
-barriers): a dry run of them without a GPU, the large programs left out.
+`GRADFUSE_GPU_TESTS_ON=lowered pytest tests/gpu/test_cuda_programs.py` runs the small
+ones on the lowered interpreter instead (the block's threads in lockstep between
+barriers).
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from device_under_test import BACKEND_MARKS, ON
 from hypothesis import given, settings
-
-from gradfuse.backend import cuda_available
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
@@ -26,12 +25,8 @@ sys.path.insert(0, str(ROOT / "tests" / "unit" / "passes"))
 import compiled  # noqa: E402
 from fusion_programs import programs  # noqa: E402
 
-ON = os.environ.get("GRADFUSE_GPU_TESTS_ON", "cuda")
-DRY = ON != "cuda"
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not DRY and not cuda_available(), reason="needs an NVIDIA GPU and PyCUDA"),
-]
+DRY = ON == "lowered"
+pytestmark = BACKEND_MARKS
 
 
 def agree(src: str, **run: object) -> None:
@@ -53,15 +48,15 @@ def test_examples_mlp():
     reference's to 1e-5."""
     from test_examples_c import checksum
 
-    assert checksum("cuda") == pytest.approx(checksum("reference"), rel=1e-5)
+    assert checksum(ON) == pytest.approx(checksum("reference"), rel=1e-5)
 
 
 @pytest.mark.skipif(DRY, reason="too large for the lowered interpreter")
 def test_examples_transformer():
-    """examples/transformer.py trained 4 steps on the GPU: the reference's losses and params."""
+    """examples/transformer.py trained 4 steps on the device: the reference's losses and params."""
     from test_examples_c import transformer_matches_the_reference
 
-    transformer_matches_the_reference("cuda")
+    transformer_matches_the_reference(ON)
 
 
 @settings(max_examples=10, deadline=None)

@@ -3,7 +3,7 @@
 `CudaProgram.run(profile=(first, last))` runs the program as always, except that every
 run of launches is issued launch by launch (no CUDA graph, so that each launch can be
 bracketed) and that, in the iterations first..last-1 of the outermost loop (-1: what
-runs outside loops), a `drv.Event` pair is recorded on the stream around each kernel
+runs outside loops), an event pair (`Device.event`) is recorded on the stream around each kernel
 launch, each feeder's host->device copy, each receiver's device->host copies and each
 param copy of `save_params`, and each iteration is a `step`. Outside the window nothing
 is recorded (but the graphs stay off for the whole run, so that the steps inside the
@@ -145,7 +145,7 @@ class ProfiledRun(_Base):
         self.stream.synchronize()
         tries = []
         for _ in range(3):
-            anchor = self.drv.Event()
+            anchor = self.prog.device.event()
             before = time.monotonic_ns()
             anchor.record(self.stream)
             anchor.synchronize()
@@ -154,7 +154,7 @@ class ProfiledRun(_Base):
         self.skew_ns, self.origin_ns, self.anchor = min(tries, key=lambda t: t[0])
 
     def pair(self) -> Any:
-        event = self.drv.Event()
+        event = self.prog.device.event()
         event.record(self.stream)
         return event
 

@@ -1,7 +1,8 @@
-"""Runs a lowered program on an NVIDIA GPU with PyCUDA.
+"""Runs a lowered program on a CUDA device: a GPU through PyCUDA, or the emulated one.
 
-The kernels of the `gpu.module` are rendered to CUDA C, compiled by nvcc to one
-cubin (cached on disk) and loaded once. The host function is turned into a list
+The kernels of the `gpu.module` are rendered to CUDA C and loaded once by the device
+(`device.Device`: nvcc to a cubin for a GPU, g++ for `emu.EmuDevice`), both cached on
+disk. The host function is turned into a list
 of actions once: params live on the device for the whole run (`memref.global`),
 temporaries in one arena, launches are queued on one stream, and inside loops
 every run of launches between host callbacks is captured once as a CUDA graph
@@ -9,7 +10,7 @@ and replayed. Feeders fill pinned staging buffers (two per feeder, guarded by
 events) that are copied asynchronously; receivers copy back asynchronously and
 their callbacks run, in order, once the copies have landed.
 
-    program = CudaProgram(lowered_module)
+    program = CudaProgram(lowered_module, PyCudaDevice())   # or EmuDevice()
     result = program.run(feeders={"x": x}, params={"0.weight": w})
 """
 
@@ -26,8 +27,8 @@ from xdsl.dialects.builtin import MemRefType, ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 
 from gradfuse.backend import runner
-from gradfuse.backend.cuda.compiler import compile_cubin, cuda_source
-from gradfuse.backend.cuda.memory import device_alloc
+from gradfuse.backend.cuda.compiler import cuda_source
+from gradfuse.backend.cuda.device import Device
 from gradfuse.backend.cuda.profile import ProfiledRun
 from gradfuse.backend.run_control import interrupted, sigint_flag
 from gradfuse.backend.runner import (
@@ -56,16 +57,11 @@ class DeviceBuffer:
 
 
 class CudaProgram:
-    """A lowered module compiled for the GPU; `run` may be called many times."""
+    """A lowered module compiled for `device`; `run` may be called many times."""
 
-    def __init__(self, module: ModuleOp):
-        import pycuda.autoprimaryctx  # noqa: F401  (the device's primary context)
-        import pycuda.driver as drv
-
-        self.drv, self.module = drv, module
-        major, minor = drv.Context.get_device().compute_capability()
-        cubin = compile_cubin(cuda_source(module), f"sm_{major}{minor}", module)
-        self.cu_module = drv.module_from_buffer(cubin)
+    def __init__(self, module: ModuleOp, device: Device):
+        self.device, self.module = device, module
+        self.kernels = device.load(cuda_source(module), module)
         self.functions: dict[str, Any] = {}
         self.globals = {
             op.sym_name.data: op for op in module.walk() if isinstance(op, memref.GlobalOp)
@@ -79,9 +75,7 @@ class CudaProgram:
 
     def function(self, name: str, arity: int) -> Any:
         if name not in self.functions:
-            fn = self.cu_module.get_function(name)
-            fn.prepare("P" * arity)
-            self.functions[name] = fn
+            self.functions[name] = self.kernels.function(name, arity)
         return self.functions[name]
 
     def run(
@@ -131,14 +125,14 @@ class _Run:
     """One execution: device state, the host actions, callbacks in order."""
 
     def __init__(self, prog: CudaProgram, feeders, receivers, params):
-        drv = prog.drv
-        self.prog, self.drv = prog, drv
+        device = prog.device
+        self.prog, self.device = prog, device
         keys = {name: key for name, op in prog.globals.items() if (key := callback_key(op))}
         types = {keys[n]: tensor_of(op.type) for n, op in prog.globals.items() if n in keys}  # type: ignore[arg-type]
         self.state = RunState(types, dict(feeders), dict(receivers))
-        self.stream = drv.Stream()
+        self.stream = device.stream()
         self.env: dict[SSAValue, Any] = {}
-        self.device: dict[str, Any] = {}  # global symbol -> DeviceAllocation
+        self.owned: dict[str, Any] = {}  # global symbol -> its device allocation
         self.buffers: dict[str, DeviceBuffer] = {}
         self.keys = keys
         self.pending: list[tuple[Any, str, list[np.ndarray], Any]] = []
@@ -150,9 +144,9 @@ class _Run:
             key = keys.get(name)
             given = params if key is not None else {}
             host = self.state.start_value(key or name, given, op.initial_value, tensor_of(ty))
-            buf = device_alloc(drv, host.nbytes, f'param "{key or name}"')
-            drv.memcpy_htod(buf, np.ascontiguousarray(host))
-            self.device[name] = buf
+            buf = device.alloc(host.nbytes, f'param "{key or name}"')
+            device.htod(int(buf), np.ascontiguousarray(host))
+            self.owned[name] = buf
             self.buffers[name] = DeviceBuffer(int(buf), tuple(ty.get_shape()), host.dtype)
 
     # --- host program -> actions ------------------------------------------------------
@@ -163,10 +157,10 @@ class _Run:
             ty = arg.type
             assert isinstance(ty, MemRefType)
             host = np.ascontiguousarray(value, dtype=dtype_of(tensor_of(ty)))
-            buf = device_alloc(self.drv, host.nbytes, f"argument {len(self.env)}")
-            self.drv.memcpy_htod(buf, host)
+            buf = self.device.alloc(host.nbytes, f"argument {len(self.env)}")
+            self.device.htod(int(buf), host)
             self.env[arg] = DeviceBuffer(int(buf), tuple(ty.get_shape()), host.dtype)
-            self.device[f"arg{len(self.device)}"] = buf
+            self.owned[f"arg{len(self.owned)}"] = buf
         for action in self.actions(block, outer=True):
             action()
         self.stream.synchronize()
@@ -198,14 +192,12 @@ class _Run:
         """Launches in a row; inside a loop, captured once as a CUDA graph and replayed."""
         if not captured:
             return lambda: [launch() for launch in launches] and None  # type: ignore[func-returns-value]
-        from gradfuse.backend.cuda.graphs import Capture
-
         graph: list[Any] = []
 
         def run() -> None:
             if not graph:
                 try:
-                    with Capture(self.stream) as cap:
+                    with self.device.capture(self.stream) as cap:
                         for launch in launches:
                             launch()
                     graph.append(cap.graph)
@@ -225,8 +217,8 @@ class _Run:
             env[op.result] = op.value.value.data  # type: ignore[attr-defined]
         elif isinstance(op, memref.AllocOp):
             nbytes = int(np.prod(op.memref.type.get_shape()))  # type: ignore[attr-defined]
-            buf = device_alloc(self.drv, nbytes, "the arena of temporaries")
-            self.device[f"arena{len(self.device)}"] = buf
+            buf = self.device.alloc(nbytes, "the arena of temporaries")
+            self.owned[f"arena{len(self.owned)}"] = buf
             env[op.memref] = DeviceBuffer(int(buf), (nbytes,), np.dtype(np.int8))
         elif isinstance(op, memref.GetGlobalOp):
             env[op.memref] = self.buffers[op.name_.root_reference.data]
@@ -255,7 +247,7 @@ class _Run:
         fn = self.prog.function(name, len(op.kernelOperands))
         pointers = [np.uintp(env[a].ptr) for a in op.kernelOperands]
         stream = self.stream
-        return lambda: fn.prepared_async_call(grid, block, stream, *pointers)
+        return lambda: fn.launch(grid, block, stream, pointers)
 
     def call(self, op: func.CallOp) -> Action:
         key = self.prog.externals.get(op.callee.root_reference.data, "")
@@ -300,22 +292,22 @@ class _Run:
     def feed(self, key: str, ty: Any, buf: DeviceBuffer, where: Any) -> None:
         value = self.state.feed(key, ty, where)
         ring = self.staging.setdefault(
-            buf.ptr, [(self.drv.pagelocked_empty(buf.shape, buf.dtype), None) for _ in range(2)]
+            buf.ptr, [(self.device.pinned(buf.shape, buf.dtype), None) for _ in range(2)]
         )
         host, event = ring.pop(0)
         if event is not None:
             event.synchronize()  # the copy that last used this staging buffer is done
         np.copyto(host, value, casting="unsafe")
         self.copy_to_device(buf.ptr, host)
-        done = self.drv.Event()
+        done = self.device.event()
         done.record(self.stream)
         ring.append((host, done))
 
     def receive(self, key: str, buffers: list[DeviceBuffer], where: Any) -> None:
-        hosts = [self.drv.pagelocked_empty(b.shape, b.dtype) for b in buffers]
+        hosts = [self.device.pinned(b.shape, b.dtype) for b in buffers]
         for host, b in zip(hosts, buffers):
-            self.drv.memcpy_dtoh_async(host, b.ptr, self.stream)
-        done = self.drv.Event()
+            self.device.dtoh_async(host, b.ptr, self.stream)
+        done = self.device.event()
         done.record(self.stream)
         self.pending.append((done, key, hosts, where))
 
@@ -347,7 +339,7 @@ class _Run:
         if not hasattr(self, "saved"):
             self.saved = {
                 key: (
-                    device_alloc(self.drv, self.buffers[name].nbytes, f'the saved copy of "{key}"'),
+                    self.device.alloc(self.buffers[name].nbytes, f'the saved copy of "{key}"'),
                     self.buffers[name],
                 )
                 for name, key in self.keys.items()
@@ -360,7 +352,7 @@ class _Run:
         self.stream.synchronize()
         if not hasattr(self, "saved"):
             return self.final_params()
-        return {key: self.to_host(dst, b) for key, (dst, b) in self.saved.items()}
+        return {key: self.to_host(int(dst), b) for key, (dst, b) in self.saved.items()}
 
     def final_params(self) -> dict[str, np.ndarray]:
         self.stream.synchronize()
@@ -371,18 +363,18 @@ class _Run:
     def to_host(self, ptr: Any, like: DeviceBuffer) -> np.ndarray:
         """A copy of the device memory at `ptr`, of `like`'s shape and dtype (synchronous)."""
         host = np.empty(like.shape, like.dtype)
-        self.drv.memcpy_dtoh(host, ptr)
+        self.device.dtoh(host, ptr)
         return host
 
     # --- what a profiled run times (`_ProfiledRun`); plain here ----------------------
     def copy_to_device(self, ptr: int, host: np.ndarray) -> None:
-        self.drv.memcpy_htod_async(ptr, host, self.stream)
+        self.device.htod_async(ptr, host, self.stream)
 
     def deliver(self, key: str, hosts: list[np.ndarray], where: Any) -> None:
         self.state.receive(key, tuple(np.array(h) for h in hosts), where)
 
     def copy_param(self, key: str, dst: Any, b: DeviceBuffer) -> None:
-        self.drv.memcpy_dtod_async(dst, b.ptr, b.nbytes, self.stream)
+        self.device.dtod_async(int(dst), b.ptr, b.nbytes, self.stream)
 
     def at_iteration(self, loop: scf.ForOp, iteration: int) -> None: ...  # outer, -1: ended
 

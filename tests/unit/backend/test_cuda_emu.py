@@ -1,0 +1,176 @@
+"""The emulated CUDA device (`gradfuse.backend.cuda.emu`) on hand-written CUDA: shared
+memory and barriers, poisoned memory, a barrier that not every thread reaches, stream
+order and asynchronous copies, events, graph capture and replay, sticky errors, and the
+threads mode. The generated programs run on it in tests/gpu.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from gradfuse.backend.cuda.emu import EmuDevice, EmuError
+
+SOURCE = """#include <stdint.h>
+extern "C" __global__ void block_sums(float* __restrict__ x, float* __restrict__ out) {
+  __shared__ float part[256];
+  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  part[threadIdx.x] = x[i];
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = part[0];
+}
+
+extern "C" __global__ void atomic_total(float* __restrict__ x, float* out) {
+  atomicAdd(out, x[(long)blockIdx.x * blockDim.x + threadIdx.x]);
+}
+
+extern "C" __global__ void copy(float* __restrict__ x, float* __restrict__ y) {
+  y[threadIdx.x] = x[threadIdx.x];
+}
+
+extern "C" __global__ void copy_int(int32_t* __restrict__ x, int32_t* __restrict__ y) {
+  y[threadIdx.x] = x[threadIdx.x];
+}
+
+extern "C" __global__ void add_one(float* __restrict__ x) { x[threadIdx.x] += 1.0f; }
+
+extern "C" __global__ void diverging(float* __restrict__ x) {
+  if (threadIdx.x < 3) __syncthreads();
+  x[threadIdx.x] = 0.0f;
+}
+"""
+
+RNG = np.random.default_rng(0)
+
+
+@pytest.fixture(scope="module")
+def device() -> EmuDevice:
+    return EmuDevice("fibers", workers=2)
+
+
+@pytest.fixture(scope="module")
+def kernels(device: EmuDevice):
+    return device.load(SOURCE, None)
+
+
+def upload(device: EmuDevice, host: np.ndarray):
+    buf = device.alloc(host.nbytes, "test")
+    device.htod(int(buf), host)
+    return buf
+
+
+def download(device: EmuDevice, buf, shape, dtype=np.float32) -> np.ndarray:
+    host = np.empty(shape, dtype)
+    device.dtoh(host, int(buf))
+    return host
+
+
+def test_block_reductions_through_shared_memory_and_barriers(device, kernels):
+    x = RNG.standard_normal(4 * 256).astype(np.float32)
+    xb, out = upload(device, x), device.alloc(16, "out")
+    stream = device.stream()
+    kernels.function("block_sums", 2).launch((4, 1), (256, 1, 1), stream, [int(xb), int(out)])
+    stream.synchronize()
+    got = download(device, out, (4,))
+    np.testing.assert_allclose(got, x.reshape(4, 256).astype(np.float64).sum(1), rtol=1e-5)
+
+
+def test_float_atomics_from_blocks_on_several_os_threads(device, kernels):
+    x = np.ones(64 * 128, np.float32)
+    xb, out = upload(device, x), upload(device, np.zeros(1, np.float32))
+    stream = device.stream()
+    kernels.function("atomic_total", 2).launch((64, 1), (128, 1, 1), stream, [int(xb), int(out)])
+    stream.synchronize()
+    assert download(device, out, (1,))[0] == 64 * 128  # exact: integers below 2^24
+
+
+def test_unwritten_memory_reads_as_nan_and_minus_one(device, kernels):
+    stream = device.stream()
+    src, dst = device.alloc(32, "unwritten"), device.alloc(32, "dst")
+    kernels.function("copy", 2).launch((1, 1), (8, 1, 1), stream, [int(src), int(dst)])
+    stream.synchronize()
+    assert np.isnan(download(device, dst, (8,))).all()
+    kernels.function("copy_int", 2).launch((1, 1), (8, 1, 1), stream, [int(src), int(dst)])
+    stream.synchronize()
+    assert (download(device, dst, (8,), np.int32) == -1).all()
+
+
+def test_a_barrier_that_not_every_thread_reaches_is_an_error_at_the_next_sync():
+    device = EmuDevice("fibers", workers=1)
+    kernels = device.load(SOURCE, None)
+    stream, buf = device.stream(), device.alloc(32, "x")
+    after = upload(device, np.zeros(1, np.float32))
+    kernels.function("diverging", 1).launch((2, 1), (8, 1, 1), stream, [int(buf)])
+    device.htod_async(int(after), np.ones(1, np.float32), stream)
+    with pytest.raises(EmuError, match=r"kernel diverging failed: __syncthreads\(\) not reached"):
+        stream.synchronize()
+    with pytest.raises(EmuError, match="block \\(0, 0, 0\\)"):  # sticky, as a CUDA error
+        download(device, after, (1,))  # a synchronous copy waits for the streams
+    host = np.empty(1, np.float32)
+    device.streams.discard(stream)
+    device.dtoh(host, int(after))
+    assert host[0] == 0  # the copy queued after the failed kernel never ran
+
+
+def test_streams_run_later_in_order_and_events_mark_their_progress(device, kernels):
+    stream, gate = device.stream(), threading.Event()
+    stream.put(gate.wait)  # holds the stream, as a long kernel would
+    host = np.zeros(8, np.float32)
+    buf = device.alloc(32, "x")
+    device.htod_async(int(buf), host, stream)
+    kernels.function("add_one", 1).launch((1, 1), (8, 1, 1), stream, [int(buf)])
+    done = device.event().record(stream)
+    host[:] = 5  # the copy has not run yet: it reads the host buffer when it does
+    assert not done.query()
+    gate.set()
+    done.synchronize()
+    assert done.query()
+    out = np.empty(8, np.float32)
+    device.dtoh_async(out, int(buf), stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(out, 6)
+
+
+def test_a_captured_graph_runs_only_when_launched_and_each_time(device, kernels):
+    stream = device.stream()
+    buf = upload(device, np.zeros(8, np.float32))
+    add = kernels.function("add_one", 1)
+    with device.capture(stream) as cap:
+        add.launch((1, 1), (8, 1, 1), stream, [int(buf)])
+        add.launch((1, 1), (8, 1, 1), stream, [int(buf)])
+    stream.synchronize()
+    np.testing.assert_array_equal(download(device, buf, (8,)), 0)
+    cap.graph.launch(stream)
+    cap.graph.launch(stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(download(device, buf, (8,)), 4)
+
+
+def test_the_threads_mode_computes_the_same():
+    device = EmuDevice("threads")
+    kernels = device.load(SOURCE, None)
+    x = RNG.standard_normal(2 * 256).astype(np.float32)
+    xb, out = upload(device, x), device.alloc(8, "out")
+    stream = device.stream()
+    kernels.function("block_sums", 2).launch((2, 1), (256, 1, 1), stream, [int(xb), int(out)])
+    stream.synchronize()
+    want = EmuDevice("fibers", workers=1)
+    kw = want.load(SOURCE, None)
+    xw, outw = upload(want, x), want.alloc(8, "out")
+    s2 = want.stream()
+    kw.function("block_sums", 2).launch((2, 1), (256, 1, 1), s2, [int(xw), int(outw)])
+    s2.synchronize()
+    np.testing.assert_array_equal(download(device, out, (2,)), download(want, outw, (2,)))
+
+
+def test_an_invalid_launch_is_one_sentence(device, kernels):
+    with pytest.raises(EmuError, match=r"kernel copy: invalid launch \(1, 1\) x \(2048, 1, 1\)"):
+        kernels.function("copy", 2).launch((1, 1), (2048, 1, 1), device.stream(), [0, 0])
+    with pytest.raises(EmuError, match="no kernel nothing"):
+        kernels.function("nothing", 0)
