@@ -33,7 +33,7 @@ from gradfuse.diagnostics import GradfuseError
 HEADER = Path(__file__).with_name("cuda_emu.h")
 KERNEL = re.compile(r'^extern "C" __global__ void (\w+)\(', re.M)
 MODES = {
-    "fibers": ("-O2",),
+    "fibers": ("-O2", "-mtls-dialect=gnu2"),
     "threads": ("-O1", "-DGF_EMU_THREADS"),
     "tsan": ("-O1", "-g", "-DGF_EMU_THREADS", "-fsanitize=thread"),
 }

@@ -2,9 +2,11 @@
 // by a host C++20 compiler (`g++ -std=c++20 -include cuda_emu.h kernels.cu`).
 //
 // Two modes, chosen when the library is built:
-// - fibers (default): a block's threads are ucontext fibers on one OS thread, switched at
-//   every __syncthreads(); blocks are spread over a pool of OS threads, and a __shared__
-//   array is `static thread_local`: one copy per block in flight.
+// - fibers (default): a block's threads are fibers on one OS thread, switched at every
+//   __syncthreads() (a hand-written x86-64 stack switch, which costs a few ns where
+//   swapcontext makes a system call; ucontext elsewhere, or with -DGF_EMU_UCONTEXT);
+//   blocks are spread over a pool of OS threads, and a __shared__ array is
+//   `static thread_local`: one copy per block in flight.
 // - threads (-DGF_EMU_THREADS): one OS thread per CUDA thread of a block, a std::barrier
 //   per __syncthreads(), one block at a time, __shared__ arrays `static`. Built with
 //   -fsanitize=thread, ThreadSanitizer reports a missing barrier or a non-atomic shared
@@ -39,12 +41,72 @@ struct dim3 {
 
 namespace gf_emu {
 
+#if defined(__x86_64__) && !defined(GF_EMU_UCONTEXT)
+// Saves the callee-saved registers on the current stack, stores the stack pointer in
+// *save and continues on the stack `load` (made by `make` or saved by an earlier switch).
+// The floating-point control registers are not switched: every fiber of a block runs with
+// the OS thread's. One translation unit per library includes this header.
+extern "C" void gf_emu_switch(void** save, void* load);
+asm(R"(
+  .text
+  .globl gf_emu_switch
+  .hidden gf_emu_switch
+  .type gf_emu_switch, @function
+gf_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size gf_emu_switch, .-gf_emu_switch
+)");
+
+struct Context {
+  void* sp = nullptr;
+};
+
+inline void jump(Context& from, Context& to) { gf_emu_switch(&from.sp, to.sp); }
+
+// A context that starts `entry` (which never returns) on the stack [stack, stack + size).
+inline void make(Context& c, char* stack, size_t size, void (*entry)()) {
+  void** sp = (void**)(((uintptr_t)(stack + size)) & ~(uintptr_t)15);
+  *--sp = nullptr;         // where entry's return address would be
+  *--sp = (void*)entry;    // 16-aligned: entry starts as if called
+  for (int i = 0; i < 6; ++i) *--sp = nullptr;  // rbp rbx r12 r13 r14 r15
+  c.sp = sp;
+}
+#else
+struct Context {
+  ucontext_t uc;
+};
+
+inline void jump(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
+
+inline void make(Context& c, char* stack, size_t size, void (*entry)()) {
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = stack;
+  c.uc.uc_stack.ss_size = size;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, entry, 0);
+}
+#endif
+
 struct Block;
 
 struct Thread {  // one CUDA thread: its ids and, in fibers mode, its context
   dim3 tid, bid, bdim, gdim;
   Block* block = nullptr;
-  ucontext_t uc;
+  Context context;
   bool done = false;
   bool waiting = false;  // stopped at a __syncthreads()
 };
@@ -65,7 +127,7 @@ struct Error {  // the first failure of a launch, reported to the host
 };
 
 struct Block {  // the block being run by one OS thread (fibers) or by all (threads)
-  ucontext_t sched;
+  Context sched;
   Error* error = nullptr;
   int fibers = 0;  // 1: the threads are fibers; 0: plain calls; 2: OS threads
 #ifdef GF_EMU_THREADS
@@ -74,7 +136,7 @@ struct Block {  // the block being run by one OS thread (fibers) or by all (thre
   void sync(Thread* me) {
     if (fibers == 1) {
       me->waiting = true;
-      swapcontext(&me->uc, &sched);
+      jump(me->context, sched);
       me->waiting = false;
       return;
     }
@@ -160,7 +222,9 @@ inline thread_local Launch* launch_here = nullptr;
 inline void fiber_entry() {
   Thread* me = cur;
   launch_here->tramp(launch_here->args);
-  me->done = true;  // uc_link returns to the scheduler
+  me->done = true;
+  jump(me->context, me->block->sched);  // never resumed
+  __builtin_unreachable();
 }
 
 inline void run_block(Launch& L, unsigned long b) {
@@ -186,11 +250,8 @@ inline void run_block(Launch& L, unsigned long b) {
   launch_here = &L;
   for (unsigned t = 0; t < n; ++t) {
     Thread& th = f.threads[t];
-    getcontext(&th.uc);
-    th.uc.uc_stack.ss_sp = f.stacks.data() + t * STACK;
-    th.uc.uc_stack.ss_size = STACK;
-    th.uc.uc_link = &blk.sched;
-    makecontext(&th.uc, fiber_entry, 0);
+    // the stacks' tops staggered by a cache line: 64 KiB apart, they would share a set
+    make(th.context, f.stacks.data() + t * STACK, STACK - t % 64 * 64, fiber_entry);
   }
   unsigned alive = n;
   while (alive) {  // a round: every live thread runs to its next barrier or its end
@@ -199,7 +260,7 @@ inline void run_block(Launch& L, unsigned long b) {
       Thread& th = f.threads[t];
       if (th.done) continue;
       cur = &th;
-      swapcontext(&blk.sched, &th.uc);
+      jump(blk.sched, th.context);
       if (th.done) ++ended;
     }
     if (ended && ended != alive) {  // some threads wait at a barrier that others left

@@ -205,15 +205,17 @@ class EmuGraph:
 class EmuDevice:
     """The emulated device (see the module docstring). `kind`: a mode of build.MODES
     (default $GRADFUSE_CUDA_EMU); `workers`: OS threads running blocks (default: the
-    cores); `synchronous`: every queued copy and launch runs at once, on the caller's
-    thread (the path to compare the asynchronous one with)."""
+    cores); `synchronous` (default: $CUDA_LAUNCH_BLOCKING=1, as for a GPU): every queued
+    copy and launch runs at once, on the caller's thread."""
 
     name = "cuda-emu"
     arch = "emulated"
 
     def __init__(
-        self, kind: str | None = None, workers: int | None = None, synchronous: bool = False
+        self, kind: str | None = None, workers: int | None = None, synchronous: bool | None = None
     ):
+        if synchronous is None:
+            synchronous = os.environ.get("CUDA_LAUNCH_BLOCKING", "0") not in ("", "0")
         self.kind, self.synchronous = kind or mode(), synchronous
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
         self.workers = workers or cores or 1
