@@ -1,12 +1,19 @@
 """The emulated CUDA device (`gradfuse.backend.cuda.emu`) on hand-written CUDA: shared
 memory and barriers, poisoned memory, a barrier that not every thread reaches, stream
 order and asynchronous copies, events, graph capture and replay, sticky errors, and the
-threads mode. The generated programs run on it in tests/gpu.
+threads mode, and ThreadSanitizer on it (`make test-slow`). The generated programs run on
+it in tests/gpu.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -47,6 +54,7 @@ extern "C" __global__ void diverging(float* __restrict__ x) {
 """
 
 RNG = np.random.default_rng(0)
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -174,3 +182,68 @@ def test_an_invalid_launch_is_one_sentence(device, kernels):
         kernels.function("copy", 2).launch((1, 1), (2048, 1, 1), device.stream(), [0, 0])
     with pytest.raises(EmuError, match="no kernel nothing"):
         kernels.function("nothing", 0)
+
+
+def tsan_library() -> str | None:
+    """libtsan of the C++ compiler, for LD_PRELOAD (the emulator is loaded by Python)."""
+    found = subprocess.run(
+        [shutil.which("g++") or "g++", "-print-file-name=libtsan.so"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return found if os.path.isabs(found) else None
+
+
+def under_tsan(*argv: str) -> subprocess.CompletedProcess:
+    """`python argv` on the emulated device in `tsan` mode (threads, -fsanitize=thread)."""
+    library = tsan_library()
+    if library is None:
+        pytest.skip("g++ has no libtsan here")
+    env = {
+        **os.environ,
+        "LD_PRELOAD": library,
+        "GRADFUSE_CUDA_EMU": "tsan",
+        "GRADFUSE_GPU_TESTS_ON": "cuda-emu",
+        "TSAN_OPTIONS": "halt_on_error=0 exitcode=66",
+    }
+    return subprocess.run(
+        [sys.executable, *argv], capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800
+    )
+
+
+RACY = SOURCE.replace("part[threadIdx.x] = x[i];\n  __syncthreads();", "part[threadIdx.x] = x[i];")
+RACE_SCRIPT = f"""
+import numpy as np
+from gradfuse.backend.cuda.emu import EmuDevice
+device = EmuDevice()
+kernels = device.load({RACY!r}, None)
+x = np.ones(128, np.float32)
+xb, out = device.alloc(512, "x"), device.alloc(8, "out")
+device.htod(int(xb), x)
+stream = device.stream()
+kernels.function("block_sums", 2).launch((2, 1), (64, 1, 1), stream, [int(xb), int(out)])
+stream.synchronize()
+"""
+
+
+@pytest.mark.slow
+def test_threadsanitizer_names_the_line_of_a_missing_barrier():
+    """`block_sums` without its first barrier: a thread reads its neighbour's slot of the
+    shared array (line 7) that the neighbour may not have written yet (line 5)."""
+    done = under_tsan("-c", RACE_SCRIPT)
+    assert "WARNING: ThreadSanitizer: data race" in done.stderr, done.stderr[-3000:]
+    first = done.stderr.split("WARNING: ThreadSanitizer")[1]
+    assert re.search(r"#0 block_sums \S+\.cu:[57]\b", first), first
+    assert "block_sums::part" in first  # the __shared__ array
+
+
+@pytest.mark.slow
+def test_threadsanitizer_finds_no_race_in_the_generated_programs():
+    """tests/gpu's programs (linear regression, a tiled matmul and convolution, softmax
+    rows, block reductions, random fused programs, the transformer's training steps) in
+    threads mode under ThreadSanitizer: they pass and TSan reports nothing."""
+    pytest_args = ["-q", "-p", "no:cacheprovider", "tests/gpu/test_cuda_programs.py"]
+    # examples/mlp.py: 1000 steps of its two kernels, hours under TSan in threads mode
+    done = under_tsan("-m", "pytest", *pytest_args, "-k", "not examples_mlp")
+    assert "ThreadSanitizer" not in done.stderr, done.stderr[-5000:]
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
