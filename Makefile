@@ -29,8 +29,13 @@ demo: $(STAMP)
 
 test: lint test-filecheck test-unit test-portable
 
+# The unit tests on every core (pytest-xdist; each test file stays on one worker, so
+# that its module fixtures are built once): `make test` stays under 10 minutes on 2.
+JOBS ?= auto
+XDIST = -n $(JOBS) --maxprocesses 8 --dist loadfile
+
 test-unit: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow and not gpu"
+	$(BIN)/python -m pytest -q $(XDIST) -m "not slow and not gpu"
 
 # The c backend's numeric tests again, built for a portable x86-64 without FMA: a
 # tolerance that holds only with this CPU's vector width or FMA fails here, not in CI.
@@ -38,7 +43,7 @@ test-unit: $(STAMP)
 # so that `make test` stays under 10 minutes on 2 cores.
 PORTABLE_CFLAGS ?= -march=x86-64 -mno-fma
 test-portable: $(STAMP)
-	GRADFUSE_CFLAGS="$(PORTABLE_CFLAGS)" GRADFUSE_RANDOM_BATCHES=4 $(BIN)/python -m pytest -q \
+	GRADFUSE_CFLAGS="$(PORTABLE_CFLAGS)" GRADFUSE_RANDOM_BATCHES=4 $(BIN)/python -m pytest -q $(XDIST) \
 		-m "c_numeric and not slow and not gpu"
 
 test-filecheck: $(STAMP)
