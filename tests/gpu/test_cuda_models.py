@@ -1,5 +1,6 @@
-"""DCGAN and ResNet-18 training steps at small sizes on a CUDA device (tests/gpu/conftest.py),
-and the runtime's asynchronous paths against its synchronous one.
+"""DCGAN and ResNet-18 training steps at small sizes and recurrent layers trained through
+their loops on a CUDA device (tests/gpu/conftest.py), and the runtime's asynchronous
+paths against its synchronous one.
 
 The models: every param, buffer and loss after the steps drifts from the reference
 interpreter's float64 run at most 4 times as far as the reference's own float32 run
@@ -27,6 +28,7 @@ from device_under_test import BACKEND_MARKS, ON
 import gradfuse
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "frontend"))
 from example_programs import load_example, record_mlp  # noqa: E402
 from float32_drift import Drift, assert_within, table  # noqa: E402
 
@@ -58,6 +60,15 @@ def test_a_training_step_drifts_as_the_reference_float32_does(name: str) -> None
     rows = [Drift(key, ours[key], ref32[key], ref64[key]) for key in ref64]
     print(table(rows))
     assert_within(rows, factor=4)
+
+
+@pytest.mark.parametrize("name", ["lstm-2-bi-batch_first", "gru-2", "lstmcell-steps"])
+def test_recurrent_layers_train_as_pytorchs(name: str) -> None:
+    """tests/unit/frontend/test_recurrent.py's training check (20 SGD steps from PyTorch's
+    state_dict, params to 1e-4 of PyTorch's) on the device: the loops of the layers, their
+    reverse loops and stacks."""
+    recurrent = pytest.importorskip("test_recurrent", reason="needs torch")
+    recurrent.test_training_matches_pytorch(name, ON)
 
 
 @pytest.mark.skipif(ON != "cuda-emu", reason="compares two modes of the emulated device")

@@ -153,8 +153,9 @@ def test_nvcc_failing_names_the_kernel(monkeypatch, tmp_path):
 @pytest.mark.skipif(cuda_available(), reason="PyCUDA sees a GPU here")
 def test_the_cuda_backend_without_pycuda_or_a_gpu_is_one_sentence():
     module = parse_tg(PROGRAMS["linreg"])
-    with pytest.raises(GradfuseError, match="the cuda backend needs (PyCUDA|an NVIDIA GPU)"):
+    with pytest.raises(GradfuseError, match="the cuda backend needs (PyCUDA|an NVIDIA GPU)") as err:
         compile_module(module, "cuda")
+    assert str(err.value).endswith('backend="cuda-emu" runs the same CUDA on this CPU')
 
 
 DAMAGES = {

@@ -18,7 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gradfuse.backend.cuda.compiler import cuda_source
 from gradfuse.backend.cuda.emu import EmuDevice, EmuError
+from gradfuse.backend.cuda.emu.build import build_emulated
+from gradfuse.backend.cuda.emu.device import EmuModule
+from gradfuse.frontend.parser import parse_tg
+from gradfuse.passes import run_pipeline
 
 SOURCE = """#include <stdint.h>
 extern "C" __global__ void block_sums(float* __restrict__ x, float* __restrict__ out) {
@@ -87,6 +92,37 @@ def test_block_reductions_through_shared_memory_and_barriers(device, kernels):
     stream.synchronize()
     got = download(device, out, (4,))
     np.testing.assert_allclose(got, x.reshape(4, 256).astype(np.float64).sum(1), rtol=1e-5)
+
+
+COLUMN_SUMS = """func @main(%x: tensor<520x8xf32>) -> (tensor<8xf32>) {
+  %s = tg.reduce_sum %x dims=[0] : tensor<8xf32>
+  return %s
+}
+"""
+
+
+def test_a_freshly_loaded_library_s_first_launch_on_several_os_threads(device, tmp_path):
+    """The cuda pipeline's column sums (a block per column: 256 partial sums, then a tree
+    in a `__shared__` array) on two OS threads, as the first launch of a fresh instance
+    of the library each time. Built with `-mtls-dialect=gnu2` (TLS descriptors) on glibc
+    2.36, a block lost a thread's partial sum in 42 of 50 loads (one OS thread: none): the
+    descriptor's slow path, a thread's first touch of the array, clobbers the xmm register
+    that holds the sum (glibc bug 31372, fixed in 2.40)."""
+    module = parse_tg(COLUMN_SUMS)
+    run_pipeline(module, "cuda")
+    source = cuda_source(module)
+    library = build_emulated(source, "fibers")
+    x = RNG.random((520, 8), dtype=np.float32)
+    want = x.astype(np.float64).sum(0)
+    xb, out = upload(device, x), device.alloc(32, "out")
+    for k in range(20):
+        copy = tmp_path / f"copy{k}.so"  # a new path: a new instance for the dynamic linker
+        shutil.copy(library, copy)
+        loaded = EmuModule(source, None, "fibers", workers=2, library=copy)
+        stream = device.stream()
+        loaded.function("r0", 2).launch((8, 1), (256, 1, 1), stream, [int(xb), int(out)])
+        stream.synchronize()
+        np.testing.assert_allclose(download(device, out, (8,)), want, rtol=1e-5, err_msg=str(k))
 
 
 def test_float_atomics_from_blocks_on_several_os_threads(device, kernels):

@@ -27,6 +27,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
@@ -157,8 +158,16 @@ class EmuKernel:
 class EmuModule:
     """A translation unit compiled for the emulated device and loaded."""
 
-    def __init__(self, source: str, module: ModuleOp | None, kind: str, workers: int):
-        self.lib = ctypes.CDLL(str(build_emulated(source, kind, module)))
+    def __init__(
+        self,
+        source: str,
+        module: ModuleOp | None,
+        kind: str,
+        workers: int,
+        library: Path | None = None,
+    ):
+        """`library`: a build of `source` to load instead of the cached one."""
+        self.lib = ctypes.CDLL(str(library or build_emulated(source, kind, module)))
         fn = self.lib.gf_emu_launch
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
