@@ -323,7 +323,7 @@ class Renderer:
             self.loop(op, depth)
         elif isinstance(op, scf.IfOp):
             self.branch(op, depth)
-        elif isinstance(op, memref.AllocaOp) and self.t.shared is not None:
+        elif isinstance(op, memref.AllocaOp | memref.GetGlobalOp) and self.t.shared is not None:
             ty = op.memref.type
             size = prod(ty.get_shape())  # type: ignore[attr-defined]
             elt = element_ctype(ty.element_type)  # type: ignore[attr-defined]

@@ -16,9 +16,10 @@ PTX for sm_90, a `.entry` per `gpu.func` kernel, and the host code to the llvm d
     ir-opt examples/linreg.tg -p cuda -t mlir | mlir-opt-22 \\
         --gpu-lower-to-nvvm-pipeline="cubin-chip=sm_90 cubin-features=+ptx80 cubin-format=isa"
 
-Our workgroup tiles (`memref.alloca() : memref<16x16xf32, 3 : i64>`, a block's
-`__shared__` array in our CUDA C) are per-thread stack memory in MLIR's reading, so
-there they do not become `.shared` memory: an expected failure, see `NVVM_TILES`.
+A block's shared arrays (the `cuda` pipeline's tiles, `__shared__` in our CUDA C) are
+`memref.global`s in workgroup memory (`fast_ops.workgroup_globals`), which MLIR makes
+`.shared` arrays: a `memref.alloca` in space 3 would be per-thread memory to MLIR
+(`test_nvvm_shared_memory_is_a_global_or_an_attribution_not_an_alloca`).
 """
 
 from __future__ import annotations
@@ -159,7 +160,9 @@ def test_default_pipeline_on_python_examples_verifies(
     gradfuse.reset()
     out = default_pipeline_verifies(src, debuginfo=True, pipeline=pipeline)
     assert "gpu.launch_func" in out
-    assert (pipeline == "cuda" and name == "transformer") == ("memref.alloca" in out)
+    shared = re.search(r"memref.get_global @\w+ : memref<[0-9x]+xf32, 3>", out)  # MLIR's i64
+    assert (pipeline == "cuda" and name == "transformer") == (shared is not None)
+    assert "memref.alloca" not in out
     assert 'loc("forward@' in out and 'loc("backward@' in out
     assert "example_programs.py" in out
 
@@ -188,7 +191,9 @@ ASSEMBLY = re.compile(r'assembly = "((?:[^"\\]|\\.)*)"')
 class NvvmResult:
     """An example's `cuda`-pipeline IR through MLIR's NVVM pipeline: `tiles` maps each
     `gpu.func` kernel to its memrefs in workgroup memory, `ptx` each PTX `.entry` to its
-    text, `target` the `.target` lines, `host_ops` the op names outside the gpu.binary."""
+    text, `target` the `.target` lines, `shared` each `.shared` array declared (in a
+    kernel or at module scope) to its bytes, `host_ops` the op names outside the
+    gpu.binary."""
 
     def __init__(self, module: ModuleOp, out: str) -> None:
         self.tiles = {
@@ -203,6 +208,7 @@ class NvvmResult:
         bodies = re.split(r"^(?=(?:\.visible )?\.entry )", ptx, flags=re.M)[1:]
         self.ptx = {re.match(r"[.\w ]*\.entry (\w+)\(", b)[1]: b for b in bodies}  # type: ignore[index]
         self.target = re.findall(r"^\.target .*$", ptx, flags=re.M)
+        self.shared = dict(re.findall(r"^\s*\.shared \.align \d+ \.b8 (\w+)\[(\d+)\];", ptx, re.M))
         self.host_ops = set(re.findall(r'"(\w+\.[\w.]+)"\(', ASSEMBLY.sub("", out)))
 
 
@@ -271,32 +277,18 @@ def test_nvvm_pipeline_compiles_examples_to_ptx(name: str) -> None:
     assert {op for op in got.host_ops if not op.startswith("llvm.")} <= HOST_OPS
 
 
-def shared_array(ptx: str) -> list[str]:
-    """The byte sizes of the `.shared` arrays that a kernel's PTX declares."""
-    return re.findall(r"^\s*\.shared \.align \d+ \.b8 \w+\[(\d+)\];", ptx, flags=re.M)
-
-
-NVVM_TILES = pytest.mark.xfail(
-    raises=AssertionError,
-    strict=True,
-    reason="our workgroup tiles are `memref.alloca`s in memory space 3, which is per-thread"
-    " (stack) memory in MLIR: memref-to-llvm makes them `llvm.alloca ... -> !llvm.ptr<3>`, and"
-    " NVPTX puts those in each thread's `.local` depot and `cvta.shared`s that address; no"
-    " `.shared` array is declared. MLIR's form of a block's shared array is a gpu.func"
-    " workgroup attribution (or a memref.global in space 3), which becomes `.shared`",
-)
-
-
-@NVVM_TILES
 @pytest.mark.parametrize("name", NVVM_TILED)
 def test_nvvm_pipeline_puts_workgroup_tiles_in_shared_memory(name: str) -> None:
-    """A kernel with workgroup tiles (the `cuda` pipeline's 16x16 matmul tiles and block
-    reductions) declares `.shared` arrays in its PTX and has no per-thread local depot
-    (the command line of `test_nvvm_pipeline_compiles_examples_to_ptx`)."""
+    """Each workgroup tile of a kernel (the `cuda` pipeline's 16x16 matmul tiles and block
+    reductions: `@<kernel>_shared<k>`) is a `.shared` array of its size that the kernel
+    uses, and no kernel has a per-thread local depot (the command line of
+    `test_nvvm_pipeline_compiles_examples_to_ptx`)."""
     got = nvvm_compiled(name)
-    for kernel in [kernel for kernel, tiles in got.tiles.items() if tiles]:
-        assert shared_array(got.ptx[kernel]), kernel
+    for kernel, tiles in got.tiles.items():
         assert "__local_depot" not in got.ptx[kernel], kernel
+        for k in range(tiles):
+            assert f"{kernel}_shared{k}" in got.shared, kernel
+            assert re.search(rf"\b{kernel}_shared{k}\b", got.ptx[kernel]), kernel
 
 
 WORKGROUP_TILES = """module attributes {gpu.container_module} {
@@ -307,6 +299,11 @@ WORKGROUP_TILES = """module attributes {gpu.container_module} {
     }
     gpu.func @attributed_tile(%out: memref<16xf32>) workgroup(%t : memref<16xf32, 3 : i64>)
         kernel {
+      BODY
+    }
+    memref.global "private" @tile : memref<16xf32, 3 : i64> = uninitialized
+    gpu.func @global_tile(%out: memref<16xf32>) kernel {
+      %t = memref.get_global @tile : memref<16xf32, 3 : i64>
       BODY
     }
   }
@@ -322,20 +319,24 @@ WORKGROUP_TILES = """module attributes {gpu.container_module} {
       memref.store %v, %out[%i] : memref<16xf32>
       gpu.return""",
 )
-"""Two kernels of 16 threads that each store to the tile, wait for the block, and read
-another thread's slot: the tile as our alloca, then as a workgroup attribution."""
+"""Three kernels of 16 threads that each store to the tile, wait for the block, and read
+another thread's slot: the tile as a `memref.alloca` in space 3 (what gradfuse emitted
+before), as a workgroup attribution, and as a `memref.global` in space 3 (what it
+emits now: xDSL's gpu.func has no workgroup attributions)."""
 
 
-def test_nvvm_workgroup_attribution_is_shared_memory() -> None:
-    """What `NVVM_TILES` rests on, in `WORKGROUP_TILES`: the tile as our `memref.alloca`
-    in space 3 becomes what the examples' tiled kernels get, a 64-byte `.local` depot of
-    each thread whose address is `cvta.shared`-converted and no `.shared` array; as a
-    workgroup attribution it is a `.shared` array of 64 bytes
+def test_nvvm_shared_memory_is_a_global_or_an_attribution_not_an_alloca() -> None:
+    """Why a block's shared array is a `memref.global`: in `WORKGROUP_TILES`, the alloca
+    becomes a 64-byte `.local` depot of each thread whose address is `cvta.shared`-
+    converted, with no `.shared` array (the examples' tiled kernels were that); the
+    attribution and the global are a `.shared` array of 64 bytes
     (`mlir-opt-22 --verify-each NVVM_PIPELINE` on `WORKGROUP_TILES`)."""
     got = NvvmResult(ModuleOp([]), mlir_opt(WORKGROUP_TILES, NVVM_PIPELINE))
-    assert sorted(got.ptx) == ["alloca_tile", "attributed_tile"]
-    alloca, attributed = got.ptx["alloca_tile"], got.ptx["attributed_tile"]
+    assert sorted(got.ptx) == ["alloca_tile", "attributed_tile", "global_tile"]
+    alloca = got.ptx["alloca_tile"]
     assert re.search(r"\.local \.align 4 \.b8 \s*__local_depot\d+\[64\];", alloca)
-    assert "cvta.shared" in alloca and not shared_array(alloca)
-    assert shared_array(attributed) == ["64"] and "__local_depot" not in attributed
-    assert "ld.shared" in attributed
+    assert "cvta.shared" in alloca
+    assert got.shared == {"__wg_attributed_tile_0": "64", "tile": "64"}  # none for the alloca
+    for name in ("attributed_tile", "global_tile"):
+        assert "__local_depot" not in got.ptx[name] and "ld.shared" in got.ptx[name], name
+    assert re.search(r"\btile\b", got.ptx["global_tile"])

@@ -63,8 +63,8 @@ class CudaProgram:
         self.device, self.module = device, module
         self.kernels = device.load(cuda_source(module), module)
         self.functions: dict[str, Any] = {}
-        self.globals = {
-            op.sym_name.data: op for op in module.walk() if isinstance(op, memref.GlobalOp)
+        self.globals = {  # the host's: not the kernels' shared arrays (in the gpu.module)
+            op.sym_name.data: op for op in module.ops if isinstance(op, memref.GlobalOp)
         }
         self.main = next(op for op in module.ops if isinstance(op, func.FuncOp) and op.body.blocks)
         self.externals = {

@@ -38,7 +38,7 @@ from gradfuse.backend.interpreters.lowered_lockstep import Lockstep, has_barrier
 from gradfuse.backend.runner import dtype_of, impls_for
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects.tg_elementwise import KERNEL_NUMPY
-from gradfuse.passes.lib.fast_ops import WORKGROUP
+from gradfuse.passes.lib.fast_ops import is_workgroup
 
 
 @dataclass
@@ -97,12 +97,6 @@ class LoweredState:
 
 
 _DIMS = {gpu.DimensionEnum.X: 0, gpu.DimensionEnum.Y: 1, gpu.DimensionEnum.Z: 2}
-
-
-def is_workgroup(ty: Attribute) -> bool:
-    """Whether a memref type lives in GPU workgroup (shared) memory."""
-    space = getattr(ty, "memory_space", None)
-    return isinstance(space, IntegerAttr) and space.value.data == WORKGROUP
 
 
 def _discarded(interp: Interpreter, op: memref.LoadOp) -> bool:
@@ -200,14 +194,19 @@ class GpuMemrefFunctions(impls_for(_IDS, _run_id), InterpreterFunctions):  # typ
 
     @impl(memref.AllocaOp)
     def run_alloca(self, interp: Interpreter, op: memref.AllocaOp, args: PythonValues):
-        """Workgroup memory (memory space `WORKGROUP`): one array for all the
-        threads of a block; else one per thread."""
+        """Workgroup memory (memory space 3): one array for all the threads of a block;
+        else one per thread."""
+        return (self.array(op),)
+
+    def array(self, op: memref.AllocaOp | memref.GetGlobalOp) -> np.ndarray:
+        """A new array of `op`'s memref type (NaN floats, zero integers), or in workgroup
+        memory the block's one array for `op`."""
         ty = op.memref.type
-        dt = dtype_of(ty.element_type)
-        fresh = np.full(tuple(ty.get_shape()), np.nan if dt.kind == "f" else 0, dtype=dt)
+        dt = dtype_of(ty.element_type)  # type: ignore[attr-defined]
+        fresh = np.full(tuple(ty.get_shape()), np.nan if dt.kind == "f" else 0, dtype=dt)  # type: ignore[attr-defined]
         if not is_workgroup(ty):
-            return (fresh,)
-        return (self.state.shared.setdefault((self.state.block, op), fresh),)
+            return fresh
+        return self.state.shared.setdefault((self.state.block, op), fresh)
 
     @impl(memref.DeallocOp)
     def run_dealloc(self, interp: Interpreter, op: memref.DeallocOp, args: PythonValues):
@@ -254,6 +253,10 @@ class GpuMemrefFunctions(impls_for(_IDS, _run_id), InterpreterFunctions):  # typ
 
     @impl(memref.GetGlobalOp)
     def run_get_global(self, interp: Interpreter, op: memref.GetGlobalOp, args: PythonValues):
+        """A host global (a param, a buffer); in a kernel, a block's shared array
+        (`fast_ops.workgroup_globals`): one for all the threads of the block."""
+        if is_workgroup(op.memref.type):
+            return (self.array(op),)
         return (self.state.globals[op.name_.root_reference.data],)
 
 

@@ -233,6 +233,8 @@ class HostLowering:
         else:
             fn, buffers, threads = build_gpu_func(name, op)
             blocks, per_block = launch_shape(threads)
+        for shared in fast.workgroup_globals(fn):  # a block's shared arrays, before it
+            self.kernels.body.block.add_op(shared)
         self.kernels.body.block.add_op(fn)
         consts = {n: fast.constant(n) for n in (1, blocks, per_block)}
         gx, bx, one = (consts[n].result for n in (blocks, per_block, 1))

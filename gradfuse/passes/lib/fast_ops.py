@@ -28,6 +28,7 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.rewriter import Rewriter
 
 from gradfuse.dialects.tg_base import scalar_attr
 
@@ -157,7 +158,36 @@ WORKGROUP = 3
 NVVM's address space 3."""
 
 
+def is_workgroup(ty: Attribute) -> bool:
+    """Whether a memref type lives in GPU workgroup (shared) memory."""
+    space = getattr(ty, "memory_space", None)
+    return isinstance(space, IntegerAttr) and space.value.data == WORKGROUP
+
+
 def workgroup_alloca(element: Attribute, shape: Sequence[int]) -> memref.AllocaOp:
-    """`memref.alloca() : memref<shape x element, 3 : i64>`: a block's shared array."""
+    """`memref.alloca() : memref<shape x element, 3 : i64>`: a block's shared array while
+    a kernel is being built; `workgroup_globals` makes it MLIR's form before the kernel
+    joins the gpu.module (an alloca is per-thread memory to MLIR, whatever its space)."""
     space = IntegerAttr(WORKGROUP, i64)
     return memref.AllocaOp.get(element, None, list(shape), memory_space=space)
+
+
+def workgroup_globals(fn: gpu.FuncOp) -> list[memref.GlobalOp]:
+    """Turns each workgroup `memref.alloca` of `fn` into a `memref.get_global` of a new
+    global in workgroup memory, which it returns for the kernel's gpu.module: a block's
+    shared array as MLIR's NVVM lowering makes `.shared` memory (and what a gpu.func
+    workgroup attribution becomes there):
+
+        memref.global "private" @k3_shared0 : memref<16x16xf32, 3 : i64> = uninitialized
+        gpu.func @k3(...) kernel {
+          %9 = memref.get_global @k3_shared0 : memref<16x16xf32, 3 : i64>
+    """
+    made: list[memref.GlobalOp] = []
+    for op in list(fn.walk()):
+        if isinstance(op, memref.AllocaOp) and is_workgroup(op.memref.type):
+            name = f"{fn.sym_name.data}_shared{len(made)}"
+            made.append(memref.GlobalOp.get(StringAttr(name), op.memref.type, UnitAttr()))
+            found = get_global(name, op.memref.type)
+            found.location = op.location
+            Rewriter.replace_op(op, found)
+    return made

@@ -16,6 +16,7 @@ from gradfuse.diagnostics import GradfuseError
 from gradfuse.dialects import kernel as K
 from gradfuse.frontend.parser import parse_tg
 from gradfuse.passes import run_pipeline
+from gradfuse.passes.lib.fast_ops import is_workgroup
 
 SMALL = "kernels,kernel-tile{tm=4 tn=4 tk=4},kernel-block-reduce,kernel-plan-buffers,convert-kernel-to-gpu"
 """Tiles of 4: 16 threads a block, so the interpreter stays quick; the shapes below
@@ -73,7 +74,9 @@ def test_the_cuda_pipeline_marks_contractions_with_their_tiles():
 
 def test_a_tiled_linear_layer_gives_numpys_numbers():
     module = tiled(LINEAR)
-    assert any(isinstance(op, memref.AllocaOp) for op in module.walk())
+    assert any(
+        isinstance(op, memref.GetGlobalOp) and is_workgroup(op.memref.type) for op in module.walk()
+    )
     (got,) = run_lowered(module, args=[X, W, B]).results
     np.testing.assert_allclose(got, np.exp2(X @ W.T + B), rtol=1e-5)
 
@@ -106,7 +109,9 @@ def test_the_lowered_backend_runs_the_cuda_pipeline_as_the_reference_does():
     w = RNG.standard_normal((20, 18)).astype(np.float32)
     module = parse_tg(src)
     got = compile_module(module, "lowered", pipeline="cuda").run(args=[x, w]).results[0]
-    assert any(isinstance(op, memref.AllocaOp) for op in module.walk())
+    assert any(
+        isinstance(op, memref.GetGlobalOp) and is_workgroup(op.memref.type) for op in module.walk()
+    )
     np.testing.assert_allclose(got, x @ w, rtol=1e-5, atol=1e-5)
 
 
