@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 from functools import cache
 from pathlib import Path
@@ -58,6 +59,20 @@ def seal(path: Path) -> None:
     tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     tmp.write_text(digest + "\n")
     os.replace(tmp, target)
+
+
+def find_compiler(variable: str, default: str, needs: str, package: str) -> str:
+    """The path of the compiler named by $`variable` (else `default`), or one error:
+
+    find_compiler("CC", "gcc", "the c backend needs a C compiler", "gcc")
+    # GradfuseError: the c backend needs a C compiler and 'gcc' is not found:
+    # apt-get install gcc
+    """
+    name = os.environ.get(variable, default)
+    path = shutil.which(name)
+    if path is None:
+        raise GradfuseError(f"{needs} and '{name}' is not found: apt-get install {package}")
+    return path
 
 
 @cache

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from pathlib import Path
 from xdsl.dialects.builtin import ModuleOp
 
 from gradfuse.backend.compile_errors import compile_error
-from gradfuse.backend.disk_cache import cache_dir, seal, tool_version, verified
+from gradfuse.backend.disk_cache import cache_dir, find_compiler, seal, tool_version, verified
 from gradfuse.diagnostics import GradfuseError
 
 TUNING = "-march=native"  # replaced by $GRADFUSE_CFLAGS (say "-march=x86-64 -mno-fma")
@@ -36,13 +35,7 @@ def flags() -> tuple[str, ...]:
 
 
 def compiler() -> str:
-    cc = os.environ.get("CC", "gcc")
-    path = shutil.which(cc)
-    if path is None:
-        raise GradfuseError(
-            f"the c backend needs a C compiler and '{cc}' is not found: apt-get install gcc"
-        )
-    return path
+    return find_compiler("CC", "gcc", "the c backend needs a C compiler", "gcc")
 
 
 def build_library(

@@ -22,6 +22,7 @@ from gradfuse.backend.cuda.compiler import cuda_source
 from gradfuse.backend.cuda.emu import EmuDevice, EmuError
 from gradfuse.backend.cuda.emu.build import build_emulated
 from gradfuse.backend.cuda.emu.device import EmuModule
+from gradfuse.diagnostics import GradfuseError
 from gradfuse.frontend.parser import parse_tg
 from gradfuse.passes import run_pipeline
 
@@ -283,3 +284,9 @@ def test_threadsanitizer_finds_no_race_in_the_generated_programs():
     done = under_tsan("-m", "pytest", *pytest_args, "-k", "not examples_mlp")
     assert "ThreadSanitizer" not in done.stderr, done.stderr[-5000:]
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def test_without_a_cxx_compiler_the_emulated_device_is_one_sentence(monkeypatch):
+    monkeypatch.setenv("CXX", "no-such-compiler")
+    with pytest.raises(GradfuseError, match="needs a C\\+\\+20 compiler and 'no-such-compiler'"):
+        EmuDevice().load(SOURCE + "// another source: not in the cache\n", None)

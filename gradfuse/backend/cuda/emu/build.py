@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -27,7 +26,7 @@ from pathlib import Path
 from xdsl.dialects.builtin import ModuleOp
 
 from gradfuse.backend.compile_errors import compile_error
-from gradfuse.backend.disk_cache import cache_dir, seal, tool_version, verified
+from gradfuse.backend.disk_cache import cache_dir, find_compiler, seal, tool_version, verified
 from gradfuse.diagnostics import GradfuseError
 
 HEADER = Path(__file__).with_name("cuda_emu.h")
@@ -53,14 +52,7 @@ def mode() -> str:
 
 
 def compiler() -> str:
-    cxx = os.environ.get("CXX", "g++")
-    path = shutil.which(cxx)
-    if path is None:
-        raise GradfuseError(
-            f"the cuda-emu backend needs a C++20 compiler and '{cxx}' is not found:"
-            " apt-get install g++"
-        )
-    return path
+    return find_compiler("CXX", "g++", "the cuda-emu backend needs a C++20 compiler", "g++")
 
 
 def kernels_of(source: str) -> dict[str, bool]:
