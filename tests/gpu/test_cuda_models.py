@@ -2,7 +2,7 @@
 their loops on a CUDA device (tests/gpu/conftest.py), and the runtime's asynchronous
 paths against its synchronous one.
 
-The models: every param, buffer and loss after the steps drifts from the reference
+The models: every param, buffer and loss after a step drifts from the reference
 interpreter's float64 run at most 4 times as far as the reference's own float32 run
 does (`float32_drift`; measured on the emulated device: at most 1.6 times). A
 multiple of float32's own drift, not a fixed tolerance, since the kernels sum in
@@ -38,26 +38,61 @@ SIZES = {
     "dcgan": {"BATCH": 2, "NGF": 8, "NDF": 8},
     "resnet18": {"BATCH": 2, "IMAGE": 32, "NUM_CLASSES": 10},
 }
+ADAM_RESOLVES = 0.99
+"""Adam's first step moves an element by lr |g| / (|g| + 1e-8): by over 0.99 lr where
+|g| > 1e-6. Below, the gradient's float32 rounding decides the move (the DCGAN tests of
+tests/unit leave those elements out the same way); the float64 run's move tells them."""
 
 
-def one_step(name: str, backend: str, dtype: Any = None) -> dict[str, np.ndarray]:
-    """The example's state and losses after one training step on `backend`."""
-    gradfuse.reset()
-    example = load_example(name, **SIZES[name])
-    *models, losses = example.record(1, log_every=1)
-    gradfuse.compile(backend, dtype=dtype).run()
+def state_of(models: list[Any], losses: Any) -> dict[str, np.ndarray]:
     state = {"losses": np.asarray(losses, np.float64)}
     for k, model in enumerate(models):
-        state.update({f"{k}.{key}": np.asarray(v) for key, v in model.state_dict().items()})
+        state.update({f"{k}.{key}": np.array(v) for key, v in model.state_dict().items()})
     return state
+
+
+def one_step(name: str, backend: str, dtype: Any = None, **sizes: int) -> tuple[dict, dict]:
+    """The example's state before one training step on `backend`, and after it (with
+    the losses); `sizes` replace `SIZES[name]`'s."""
+    gradfuse.reset()
+    example = load_example(name, **{**SIZES[name], **sizes})
+    *models, losses = example.record(1, log_every=1)
+    before = state_of(models, [])
+    gradfuse.compile(backend, dtype=dtype).run()
+    return before, state_of(models, losses)
 
 
 @pytest.mark.parametrize("name", sorted(SIZES))
 def test_a_training_step_drifts_as_the_reference_float32_does(name: str) -> None:
-    ours = one_step(name, ON)
-    ref32 = one_step(name, "reference")
-    ref64 = one_step(name, "reference", dtype=np.float64)
-    rows = [Drift(key, ours[key], ref32[key], ref64[key]) for key in ref64]
+    """DCGAN's Adam moves are compared where Adam resolves the gradient (`ADAM_RESOLVES`);
+    measured: at most 1.6 times the reference's float32 drift (3.4 on G's first weight
+    with the unresolved elements in)."""
+    _, ours = one_step(name, ON)
+    _, ref32 = one_step(name, "reference")
+    before, ref64 = one_step(name, "reference", dtype=np.float64)
+    rows = []
+    for key, want in ref64.items():
+        mask = None
+        if name == "dcgan" and key.endswith(("weight", "bias")):
+            mask = np.abs(want - before[key]) > ADAM_RESOLVES * load_example(name).LR
+        rows.append(Drift(key, ours[key], ref32[key], want, mask))
+    print(table(rows))
+    assert_within(rows, factor=4)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="found 2026-11-24, not yet explained: at 64x64 and batch 2 the cuda pipeline's"
+    " step gives layer3's BN biases gradients 1.6e-2 (relative) off the reference's float64,"
+    " where the reference's float32 is 7.5e-6 off and c 1.1e-5; the same in fibers and"
+    " threads mode, with one OS thread or two, so the CUDA text computes it",
+)
+def test_resnet18_at_64x64_drifts_as_the_reference_float32_does() -> None:
+    _, ours = one_step("resnet18", ON, IMAGE=64)
+    _, ref32 = one_step("resnet18", "reference", IMAGE=64)
+    _, ref64 = one_step("resnet18", "reference", dtype=np.float64, IMAGE=64)
+    rows = [Drift(key, ours[key], ref32[key], want) for key, want in ref64.items()]
     print(table(rows))
     assert_within(rows, factor=4)
 
