@@ -18,6 +18,7 @@ from xdsl.ir import Block, Operation
 
 from gradfuse.dialects import kernel as kd
 from gradfuse.dialects.kernel import ForOp
+from gradfuse.passes.loops.loop_attrs import is_kernel
 
 
 @dataclass(frozen=True)
@@ -67,8 +68,10 @@ def _count(block: Block) -> tuple[int, int, list[int]]:
     written = executed = 0
     loops: list[int] = []
     for op in block.ops:
-        if isinstance(op, (*kd.LAUNCH_GROUPS, gpu.LaunchFuncOp)) or (
-            isinstance(op, kd.KernelOp) and not isinstance(op.parent_op(), kd.LAUNCH_GROUPS)
+        if (
+            isinstance(op, (*kd.LAUNCH_GROUPS, gpu.LaunchFuncOp))
+            or (isinstance(op, kd.KernelOp) and not isinstance(op.parent_op(), kd.LAUNCH_GROUPS))
+            or (isinstance(op, func.CallOp) and is_kernel(op))
         ):
             written += 1
             executed += 1

@@ -39,6 +39,25 @@ PIPELINE_OF = {
 }
 
 
+C_PIPELINES = ("default", "cpu")
+"""What the c backend may compile with: `default` (kernels as GPU grids, rendered as loop
+nests) or `cpu` (loop nests from `convert-kernel-to-loops` and the `loop-*` passes)."""
+
+
+def pipeline_of(backend: str) -> str:
+    """The pipeline `backend` compiles with; for c, $GRADFUSE_C_PIPELINE when it is set
+    (`GRADFUSE_C_PIPELINE=cpu`)."""
+    chosen = os.environ.get("GRADFUSE_C_PIPELINE") if backend == "c" else None
+    if not chosen:
+        return PIPELINE_OF[backend]
+    if chosen not in C_PIPELINES:
+        raise GradfuseError(
+            f'GRADFUSE_C_PIPELINE="{chosen}" is not a pipeline of the c backend'
+            f" (choose from {', '.join(C_PIPELINES)})"
+        )
+    return chosen
+
+
 @dataclass(frozen=True)
 class Signature:
     """A source function's argument types and position, kept from before the pipeline."""
@@ -175,7 +194,7 @@ def compile_module(
     from gradfuse.passes import run_pipeline
 
     name = choose_backend(backend)
-    spec = PIPELINE_OF[name] if pipeline is None else pipeline
+    spec = pipeline_of(name) if pipeline is None else pipeline
     has_tg = any(op.dialect_name() == "tg" for op in module.walk())
     keys = frozenset(op.key.data for op in module.walk() if isinstance(op, tg.ParamOp))
     entries = signatures(module)

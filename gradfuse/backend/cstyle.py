@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from math import prod
 
-from xdsl.dialects import arith, gpu, math, memref, scf
+from xdsl.dialects import arith, func, gpu, math, memref, scf
 from xdsl.dialects.builtin import (
     Float32Type,
     Float64Type,
@@ -194,6 +194,16 @@ def element_ctype(ty: Attribute) -> str:
     return ctype(ty)
 
 
+def literal(op: arith.ConstantOp) -> str:
+    """The C literal of a constant: `255`, `0.5f`, `-INFINITY`."""
+    value = op.value
+    if isinstance(value, FloatAttr):
+        v = value.value.data
+        lit = "NAN" if v != v else SPECIAL.get(v, repr(float(v)))
+        return f"{lit}f" if ctype(op.result.type) == "float" and lit[-1].isdigit() else lit
+    return str(value.value.data)  # type: ignore[attr-defined]
+
+
 class Renderer:
     """Renders one module for one target."""
 
@@ -219,9 +229,11 @@ class Renderer:
         self.aliases: dict[str, str] = {}
         self.kernel_texts: list[str] = []  # what `out` holds after the prelude
         for op in module.walk():
-            if isinstance(op, gpu.FuncOp):
-                name = op.sym_name.data
-                text = self.kernel(op)
+            if isinstance(op, gpu.FuncOp) or (
+                isinstance(op, func.FuncOp) and "gradfuse.kernel" in op.attributes
+            ):
+                name = op.sym_name.data  # type: ignore[attr-defined]
+                text = self.kernel(op)  # type: ignore[arg-type]
                 body = text.replace(f" {name}(", " (", 1)
                 if self.t.dedupe and body in seen:
                     self.aliases[name] = seen[body]
@@ -278,14 +290,7 @@ class Renderer:
         decl = decl or (f"{r} = " if op.results else "")
         a = [self.name(v) for v in op.operands]
         if isinstance(op, arith.ConstantOp):
-            value = op.value
-            if isinstance(value, FloatAttr):
-                v = value.value.data
-                lit = "NAN" if v != v else SPECIAL.get(v, repr(float(v)))
-                text = f"{lit}f" if ctype(op.result.type) == "float" and lit[-1].isdigit() else lit
-            else:
-                text = str(value.value.data)  # type: ignore[attr-defined]
-            self.emit(f"{decl}{text};", depth)
+            self.emit(f"{decl}{literal(op)};", depth)
         elif type(op) in BINARY:
             self.emit(f"{decl}{a[0]} {BINARY[type(op)]} {a[1]};", depth)
         elif type(op) in UNSIGNED:

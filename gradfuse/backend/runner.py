@@ -185,7 +185,11 @@ def tensor_of(ty: MemRefType) -> TensorType:
 
 def entry_function(module: ModuleOp, entry: str = "main") -> func.FuncOp:
     """The lowered function named `entry`, else the module's only function with a body."""
-    funcs = [op for op in module.body.block.ops if isinstance(op, func.FuncOp) and op.body.blocks]
+    funcs = [
+        op
+        for op in module.body.block.ops
+        if isinstance(op, func.FuncOp) and op.body.blocks and "gradfuse.kernel" not in op.attributes
+    ]
     named = [f for f in funcs if f.sym_name.data == entry]
     if named or len(funcs) == 1:
         return (named or funcs)[0]

@@ -33,6 +33,9 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "kernel-block-reduce": _lazy("kernel.block_reduce", "KernelBlockReducePass"),
     "kernel-plan-buffers": _lazy("kernel.plan_buffers", "KernelPlanBuffersPass"),
     "convert-kernel-to-gpu": _lazy("gpu.convert_kernel_to_gpu", "ConvertKernelToGpuPass"),
+    "convert-kernel-to-loops": _lazy("loops.convert_kernel_to_loops", "ConvertKernelToLoopsPass"),
+    "loops-vectorize": _lazy("loops.loops_vectorize", "LoopsVectorizePass"),
+    "loops-parallelize": _lazy("loops.loops_parallelize", "LoopsParallelizePass"),
     "canonicalize": _lazy("cleanup", "FastCanonicalizePass"),
     "cse": _lazy("cleanup", "FastCSEPass"),
     "dce": _lazy("cleanup", "FastDCEPass"),
@@ -48,18 +51,25 @@ PIPELINES: dict[str, str] = {
     ),
     "default": "kernels,kernel-plan-buffers,convert-kernel-to-gpu",
     "cuda": "kernels,kernel-tile,kernel-block-reduce,kernel-plan-buffers,convert-kernel-to-gpu",
+    "cpu": (
+        "kernels,kernel-plan-buffers,convert-kernel-to-loops,canonicalize,cse,"
+        "loops-vectorize,cse,loops-parallelize"
+    ),
 }
 """Named pipelines, each extending the one before: `tg` (differentiate and simplify,
 what the reference interpreter runs), `kernels` (fused kernels over buffers) and
 `default` (upstream gpu/scf/memref IR: what `execute()` compiles and
 `ir-opt -p default` prints); `cuda` is `default` with the contractions tiled through
 shared memory (`kernel-tile`) and long reductions with few outputs shared by whole
-blocks (`kernel-block-reduce`), what the CUDA backend compiles."""
+blocks (`kernel-block-reduce`), what the CUDA backend compiles; `cpu` is `kernels`
+lowered to loop nests for the CPU (`convert-kernel-to-loops`), vectorised and
+parallelised by the `loops-*` passes: what the c backend compiles with
+`GRADFUSE_C_PIPELINE=cpu` (its default is still `default`)."""
 
 
 def make_context() -> Context:
     """A context with the dialects gradfuse programs use, from tg down to gpu."""
-    from xdsl.dialects import arith, builtin, func, gpu, math, memref, scf
+    from xdsl.dialects import arith, builtin, func, gpu, math, memref, scf, vector
 
     from gradfuse.dialects.kernel import KERNEL
     from gradfuse.dialects.tg import TG
@@ -67,7 +77,7 @@ def make_context() -> Context:
     ctx = Context()
     for dialect in (
         builtin.Builtin, func.Func, arith.Arith, math.Math, memref.MemRef, scf.Scf, gpu.GPU,
-        TG, KERNEL,
+        vector.Vector, TG, KERNEL,
     ):  # fmt: skip
         ctx.load_dialect(dialect)
     return ctx

@@ -1,6 +1,7 @@
 """`ir-opt -t c` and `-t cuda`: whole translation units from lowered IR.
 
 ir-opt model.tg -p default -t c      # kernels and host program, for gcc
+ir-opt model.tg -p cpu -t c          # the same from loop nests (the `cpu` pipeline)
 ir-opt model.tg -p default -t cuda   # the kernels, for nvcc
 """
 
@@ -17,7 +18,11 @@ from gradfuse.diagnostics import GradfuseError, Position
 def check_entry(module: ModuleOp, source: str, entry: str = "main") -> None:
     """The C program's host code is the function @main (or the only function): one
     located sentence, at the start of the input, when there is none."""
-    names = [op.sym_name.data for op in module.ops if isinstance(op, func.FuncOp)]
+    names = [
+        op.sym_name.data
+        for op in module.ops
+        if isinstance(op, func.FuncOp) and "gradfuse.kernel" not in op.attributes
+    ]
     if entry in names or len(names) == 1:
         return
     listed = ", ".join(f"@{n}" for n in names) or "none"

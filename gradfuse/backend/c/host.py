@@ -24,13 +24,15 @@ from __future__ import annotations
 
 from xdsl.dialects import arith, func, gpu, memref, scf
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Block
+from xdsl.ir import Block, Operation, SSAValue
 
+from gradfuse.backend.c.loop_render import LoopRenderer
 from gradfuse.backend.c.profile import KINDS, Site, profiled_context
 from gradfuse.backend.c.rows import RowsRenderer
 from gradfuse.backend.cstyle import CTarget, Renderer, element_ctype
 from gradfuse.backend.runner import callback_key, entry_function
 from gradfuse.diagnostics import GradfuseError, position_of
+from gradfuse.passes.loops.loop_attrs import is_kernel
 from gradfuse.stats import constant_trips
 
 CONTEXT = """
@@ -86,7 +88,7 @@ class HostRenderer(Renderer):
         self.written = {
             op.sym_name.data: _written_args(op)
             for op in module.walk()
-            if isinstance(op, gpu.FuncOp)
+            if isinstance(op, gpu.FuncOp) or (isinstance(op, func.FuncOp) and is_kernel(op))
         }
         self.saved: dict[int, list[int]] = {}  # top-level loop -> the params it saves
         self.aliases = aliases  # kernels left out for an equal one: name -> that one
@@ -113,9 +115,10 @@ class HostRenderer(Renderer):
         written: set[int] = set()
         before_call: set[int] = set()
         for op in loop.body.walk():
-            if isinstance(op, gpu.LaunchFuncOp):
-                stores = self.written[op.kernel.nested_references.data[-1].data]
-                for k, v in enumerate(op.kernelOperands):
+            if isinstance(op, gpu.LaunchFuncOp) or is_kernel(op):
+                name, operands = launched(op)
+                stores = self.written[name]
+                for k, v in enumerate(operands):
                     owner = v.owner
                     if k in stores and isinstance(owner, memref.GetGlobalOp):
                         written.add(self.globals[owner.name_.root_reference.data])
@@ -159,6 +162,10 @@ class HostRenderer(Renderer):
                 kernel = self.aliases.get(kernel, kernel)
                 text = f"{kernel}({args}, {grid}, {self.name(op.blockSizeX)});"
                 self.timed("kernel", op.kernel.nested_references.data[-1].data, text, depth)
+            elif is_kernel(op):
+                name, operands = launched(op)
+                args = ", ".join(self.name(a) for a in operands)
+                self.timed("kernel", name, f"{self.aliases.get(name, name)}({args});", depth)
             elif isinstance(op, func.CallOp):
                 index = len(self.calls)  # callbacks are numbered by call site
                 self.calls.append(op)
@@ -230,7 +237,15 @@ class HostRenderer(Renderer):
         return len(self.sites) - 1
 
 
-def _written_args(fn: gpu.FuncOp) -> set[int]:
+def launched(op: Operation) -> tuple[str, list[SSAValue]]:
+    """The kernel that a `gpu.launch_func` or a kernel `func.call` runs, and its buffers."""
+    if isinstance(op, gpu.LaunchFuncOp):
+        return op.kernel.nested_references.data[-1].data, list(op.kernelOperands)
+    assert isinstance(op, func.CallOp)
+    return op.callee.root_reference.data, list(op.arguments)
+
+
+def _written_args(fn: gpu.FuncOp | func.FuncOp) -> set[int]:
     """Indices of the kernel arguments that `fn` stores to."""
     args = list(fn.body.block.args)
     return {
@@ -258,7 +273,8 @@ def render_program(module: ModuleOp, profile: bool = False) -> HostRenderer:
 
         render_program(module, profile=True).sites[0]  # Site(0, "step", "loop 0", ...)
     """
-    renderer = RowsRenderer()
+    loops = any(is_kernel(op) for op in module.ops)
+    renderer = LoopRenderer() if loops else RowsRenderer()
     kernels = renderer.kernels(module)
     host = HostRenderer(module, host_symbols(module), renderer.aliases, profile)
     main = host.main(main_function(module))

@@ -75,7 +75,11 @@ def _initial_value(init: Attribute | None, ty: MemRefType) -> Attribute:
 
 
 class HostLowering:
-    """Lowers the host side of a module, collecting symbols for its top."""
+    """Lowers the host side of a module, collecting symbols for its top; `launch` makes a
+    kernel's function and its call (here a `gpu.func` and a `gpu.launch_func`;
+    `convert-kernel-to-loops` overrides it and `containers`)."""
+
+    pass_name = "convert-kernel-to-gpu"
 
     def __init__(self, module: ModuleOp):
         self.module = module
@@ -104,14 +108,19 @@ class HostLowering:
         for fn in funcs:
             self.lower_function(fn)
         block = self.module.body.block
-        for op in [*self.symbols, self.kernels]:
+        for op in [*self.symbols, *self.containers()]:
             if block.first_op is None:
                 block.add_op(op)
             else:
                 block.insert_op_before(op, funcs[0] if funcs else block.first_op)
         self.module.attributes.pop("gradfuse.peak_bytes", None)  # (printed after the next)
-        self.module.attributes["gpu.container_module"] = UnitAttr()
+        if self.kernels in self.containers():
+            self.module.attributes["gpu.container_module"] = UnitAttr()
         self.module.attributes["gradfuse.peak_bytes"] = IntegerAttr(self.peak, i64)
+
+    def containers(self) -> list[Operation]:
+        """What holds the kernels, put after the symbols: the `gpu.module`."""
+        return [self.kernels]
 
     def lower_function(self, fn: func.FuncOp) -> None:
         offsets: dict[SSAValue, int] = {}
@@ -120,7 +129,7 @@ class HostLowering:
             if isinstance(a, kd.AllocOp):
                 if a.offset is None:
                     raise GradfuseError(
-                        "convert-kernel-to-gpu: a kernel.alloc has no arena offset:"
+                        f"{self.pass_name}: a kernel.alloc has no arena offset:"
                         " run kernel-plan-buffers first",
                         position_of(a.location) or position_of(fn.location),
                     )
@@ -165,7 +174,7 @@ class HostLowering:
                 continue  # a loop body's end: `loop` replaces it by scf.yield
             elif op.dialect_name() == "kernel":
                 raise GradfuseError(
-                    f"convert-kernel-to-gpu: {op.name} cannot stand on the host",
+                    f"{self.pass_name}: {op.name} cannot stand on the host",
                     position_of(op.location),
                 )
             else:

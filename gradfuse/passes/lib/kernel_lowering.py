@@ -76,6 +76,7 @@ class KernelBuilder:
         self.block = entry
         self._consts: dict[tuple[object, Attribute], SSAValue] = {}
         self._anchor: Operation | None = None
+        self.dim_names = False  # name each loop index after its domain dim (`%d2`)
 
     # --- small helpers ---------------------------------------------------------------
 
@@ -309,6 +310,8 @@ class KernelBuilder:
         """One `scf.for` per reduction dim (of `k`'s domain `sizes`) from `dim` on; the
         prologue runs innermost."""
         with self.counted_loop(sizes[dim], accs, k.location) as (body, loop):
+            if self.dim_names:
+                body.args[0].name_hint = f"d{dim}"
             vm[k.body.block.args[dim]] = body.args[0]
             inner = [*point, body.args[0]]
             carried = list(body.args[1:])

@@ -1,0 +1,180 @@
+"""Kernel functions of the `cpu` pipeline (`convert-kernel-to-loops` and the `loop-*`
+passes) as C: each loop nest printed as it stands in the IR, loop indices named after
+their domain dims, the loop passes' decisions (`gradfuse.omp`, `gradfuse.simd`) as
+OpenMP pragmas. Nothing is recovered from index arithmetic here:
+
+    static void mm(float* __restrict__ v0, float* __restrict__ v1, float* __restrict__ v2) {
+      long v3 = 0;
+      ...
+      #pragma omp parallel for collapse(2)
+      for (long d0 = 0; d0 < 2; d0++)
+      for (long d1 = 0; d1 < 4; d1++) {
+        float v9 = 0.0f;
+        #pragma omp simd reduction(+:v9)
+        for (long d2 = 0; d2 < 3; d2++) { ... }
+        v2[d0 * 4 + d1] = v9;
+      }
+    }
+"""
+
+from __future__ import annotations
+
+import re
+
+from xdsl.dialects import arith, func, scf, vector
+from xdsl.dialects.builtin import IntegerAttr, VectorType
+from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
+
+from gradfuse.backend.cstyle import BINARY, CTarget, Renderer, ctype, literal
+from gradfuse.passes.loops.loop_attrs import OMP, SIMD
+
+DIM = re.compile(r"d\d+")
+REDUCING = {arith.AddfOp: "+", arith.MaximumfOp: "max"}
+"""The combining ops of an OpenMP reduction clause."""
+
+
+VECTORS = "".join(
+    f"typedef {t} gf_{t}x{w} __attribute__((vector_size({w * size})));\n"
+    for t, size in (("float", 4), ("double", 8))
+    for w in (8, 16, 32)
+)
+"""GCC's vector types for `vector<Wxf32>` (`gf_floatx32`) and `vector<Wxf64>`."""
+
+
+class CLoopTarget(CTarget):
+    """C for kernel functions: no grid or block parameters; GCC vector types."""
+
+    extra_params = ""
+    prelude = CTarget.prelude + VECTORS
+
+
+def type_name(ty: Attribute) -> str:
+    """The C type of a scalar or of a `vector<Wxf32>` (`gf_floatx32`)."""
+    if isinstance(ty, VectorType):
+        return f"gf_{ctype(ty.element_type)}x{ty.get_shape()[0]}"
+    return ctype(ty)
+
+
+def reductions(loop: scf.ForOp) -> dict[str, list[int]]:
+    """The values `loop` carries by how its `scf.yield` combines each (`+` or `max`: the
+    only loops that `loops-vectorize` marks): {"+": [0, 1]}."""
+    y = loop.body.block.last_op
+    assert isinstance(y, scf.YieldOp)
+    kinds: dict[str, list[int]] = {}
+    for k, v in enumerate(y.operands):
+        kinds.setdefault(REDUCING[type(v.owner)], []).append(k)  # type: ignore[index]
+    return kinds
+
+
+class LoopRenderer(Renderer):
+    """Renders kernel functions (`func.func` with `gradfuse.kernel`) as loop nests."""
+
+    def __init__(self) -> None:
+        super().__init__(CLoopTarget())
+
+    def name(self, v: SSAValue) -> str:
+        """Loop indices by their dims' names (`d2`), constants as literals."""
+        if v not in self.names:
+            if isinstance(v.owner, arith.ConstantOp):
+                self.names[v] = literal(v.owner)
+            elif isinstance(v, BlockArgument) and v.name_hint and DIM.fullmatch(v.name_hint):
+                self.names[v] = v.name_hint
+        return super().name(v)
+
+    def kernel(self, fn: Operation) -> str:  # type: ignore[override]
+        assert isinstance(fn, func.FuncOp)
+        self.names, self.lines = {}, []
+        head = self.head(fn)  # type: ignore[arg-type]
+        self.block(fn.body.block.ops, 1)
+        return head + "\n".join(self.lines) + "\n}\n"
+
+    def op(self, op: Operation, depth: int) -> None:
+        if isinstance(op, arith.ConstantOp):
+            return  # printed where used (`name`)
+        vectors = op.results and isinstance(op.results[0].type, VectorType)
+        if isinstance(op, vector.StoreOp) or (vectors and not isinstance(op, scf.ForOp)):
+            self.lanes(op, depth)
+        elif isinstance(op, scf.ParallelOp):
+            self.parallel(op, depth)
+        elif isinstance(op, scf.ForOp):
+            self.loop(op, depth)
+        elif isinstance(op, func.ReturnOp | scf.ReduceOp):
+            pass
+        else:
+            super().op(op, depth)
+
+    def lanes(self, op: Operation, depth: int) -> None:
+        """An op on `vector<W x ...>` values: loads and stores as `memcpy` (gcc makes them
+        unaligned vector moves), + - * / as GCC's vector operators, anything else lane
+        by lane (`for l`: gcc vectorises the little loop)."""
+        if isinstance(op, vector.StoreOp):
+            v = self.name(op.vector)
+            self.emit(
+                f"__builtin_memcpy(&{self.index(op.base, op.indices)}, &{v}, sizeof {v});", depth
+            )
+            return
+        r, ty = self.name(op.results[0]), op.results[0].type
+        self.emit(f"{type_name(ty)} {r};", depth)
+        if isinstance(op, vector.LoadOp):
+            self.emit(
+                f"__builtin_memcpy(&{r}, &{self.index(op.base, op.indices)}, sizeof {r});", depth
+            )
+        elif isinstance(op, arith.AddfOp | arith.SubfOp | arith.MulfOp | arith.DivfOp):
+            a, b = (self.name(v) for v in op.operands)
+            self.lines[-1] = self.lines[-1][:-1] + f" = {a} {BINARY[type(op)]} {b};"
+        elif isinstance(op, vector.BroadcastOp):
+            n = ty.get_shape()[0]  # type: ignore[attr-defined]
+            self.emit(f"for (int l = 0; l < {n}; l++) {r}[l] = {self.name(op.source)};", depth)
+        else:
+            n = ty.get_shape()[0]  # type: ignore[attr-defined]
+            saved = {v: self.name(v) for v in (*op.operands, *op.results)}
+            for v in saved:
+                self.names[v] = f"{saved[v]}[l]"
+            self.declare, start = False, len(self.lines)
+            try:
+                super().op(op, 0)
+            finally:
+                self.declare = True
+                self.names.update(saved)
+            body = " ".join(line.strip() for line in self.lines[start:])
+            del self.lines[start:]
+            self.emit(f"for (int l = 0; l < {n}; l++) {{ {body} }}", depth)
+
+    def parallel(self, op: scf.ParallelOp, depth: int) -> None:
+        """One `for` per dim; `gradfuse.omp` shares them among threads (`collapse`),
+        `gradfuse.simd` vectorises the innermost."""
+        body = op.body.block
+        n = len(body.args)
+        omp = op.attributes.get(OMP)
+        simd = SIMD in op.attributes
+        if isinstance(omp, IntegerAttr):
+            collapse = min(omp.value.data, n - (1 if simd and n > 1 else 0))
+            self.emit(f"#pragma omp parallel for collapse({collapse})", depth)
+        for k, (iv, lb, ub, st) in enumerate(zip(body.args, op.lowerBound, op.upperBound, op.step)):
+            if k == n - 1 and simd:
+                self.emit("#pragma omp simd", depth)
+            i, lo, hi, step = (self.name(v) for v in (iv, lb, ub, st))
+            step = f"{i}++" if step == "1" else f"{i} += {step}"
+            self.emit(f"for (long {i} = {lo}; {i} < {hi}; {step})", depth)
+        self.emit("{", depth)
+        self.block(body.ops, depth + 1)
+        self.emit("}", depth)
+
+    def loop(self, op: scf.ForOp, depth: int, declared: bool = False) -> None:
+        """`for` with its carried values declared before it; `gradfuse.simd` as `omp simd`
+        with a reduction clause per combining op."""
+        body = op.body.block
+        for res, init, arg in zip(op.results, op.iter_args, body.args[1:]):
+            self.emit(f"{type_name(res.type)} {self.name(res)} = {self.name(init)};", depth)
+            self.names[arg] = self.name(res)
+        if SIMD in op.attributes:
+            clauses = [
+                f" reduction({kind}:{', '.join(self.name(op.results[k]) for k in ks)})"
+                for kind, ks in reductions(op).items()
+            ]
+            self.emit("#pragma omp simd" + "".join(clauses), depth)
+        i, lo, hi, st = (self.name(v) for v in (body.args[0], op.lb, op.ub, op.step))
+        step = f"{i}++" if st == "1" else f"{i} += {st}"
+        self.emit(f"for (long {i} = {lo}; {i} < {hi}; {step}) {{", depth)
+        self.body(op, body, depth + 1)
+        self.emit("}", depth)

@@ -1,0 +1,87 @@
+"""`loops-parallelize`: the loop nests worth running on several threads, chosen by work.
+
+A parallel region costs microseconds (far more when another process holds a core),
+so only a nest whose points x inner iterations reach `min-work` is shared among OpenMP
+threads: its outermost `scf.parallel` gets `gradfuse.omp = N`, N its dims (the C
+backend collapses them into one loop that the threads share). As TVM's `parallel`
+schedule primitive and MLIR's `async-parallel-for`, it marks the outermost loop only:
+
+```
+// ir-opt k.mlir -p loops-parallelize{min-work=1000}
+"scf.parallel"(...) ({ ^bb0(%d0: index, %d1: index): ... }) : (...) -> ()
+// becomes, where 2 x 4 points x 255 steps >= 1000
+"scf.parallel"(...) ({ ... }) {gradfuse.omp = 2 : i64} : (...) -> ()
+```
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import arith, func, scf
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
+from xdsl.ir import Block, SSAValue
+from xdsl.passes import ModulePass
+
+from gradfuse.passes.loops.loop_attrs import OMP, is_kernel
+
+PARALLEL_WORK = 1 << 20
+"""The default `min-work`: the C backend's threshold (`CStyleLanguage.parallel_work`)."""
+
+
+def constant(v: SSAValue) -> int | None:
+    """The value of an integer `arith.constant`, else None."""
+    op = v.owner
+    if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
+        return op.value.value.data
+    return None
+
+
+def trips(loop: scf.ForOp | scf.ParallelOp) -> int:
+    """The iterations of `loop` (all its dims), 1 where a bound is not a constant."""
+    if isinstance(loop, scf.ForOp):
+        lbs, ubs, steps = [loop.lb], [loop.ub], [loop.step]
+    else:
+        lbs, ubs, steps = list(loop.lowerBound), list(loop.upperBound), list(loop.step)
+    n = 1
+    for lo, hi, st in zip(lbs, ubs, steps):
+        a, b, s = constant(lo), constant(hi), constant(st)
+        if a is None or b is None or not s:
+            return 1
+        n *= max(0, -(-(b - a) // s))
+    return n
+
+
+def work(block: Block) -> int:
+    """Innermost iterations under `block`, one for `block` itself: the cost of its ops
+    counted once, loops by their trip counts (sequences of nests add up)."""
+    total = 1
+    for op in block.ops:
+        if isinstance(op, scf.ForOp | scf.ParallelOp):
+            total += trips(op) * work(op.body.block)
+        elif isinstance(op, scf.IfOp):
+            total += max(work(r.block) for r in op.regions if r.blocks)
+    return total
+
+
+@dataclass(frozen=True)
+class LoopsParallelizePass(ModulePass):
+    """Marks the nests with at least `min_work` iterations for OpenMP (`gradfuse.omp`).
+
+    `ir-opt k.mlir -p 'loops-parallelize{min-work=1048576}'`
+    """
+
+    name = "loops-parallelize"
+
+    min_work: int = PARALLEL_WORK
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for fn in op.ops:
+            if not (isinstance(fn, func.FuncOp) and is_kernel(fn)):
+                continue
+            for nest in fn.body.block.ops:
+                if isinstance(nest, scf.ParallelOp):
+                    nest.attributes.pop(OMP, None)
+                    if trips(nest) * work(nest.body.block) >= self.min_work:
+                        nest.attributes[OMP] = IntegerAttr(len(nest.body.block.args), i64)

@@ -1,0 +1,140 @@
+"""`loops-vectorize`: which loop of each nest runs in SIMD lanes.
+
+Two choices per innermost `scf.parallel`, as in TVM's `vectorize` primitive (and as
+the C backend made them from index arithmetic before):
+- a reduction `scf.for` (no loop inside it, its carried values combined by `addf` or
+  `maximumf`) that reads memory contiguously along its index (a dot product) is
+  vectorised, each lane a partial sum (OpenMP's `reduction` clause), unless every read
+  is contiguous or the same across neighbouring points of the nest's innermost dim,
+  with at least 8 of them (a long innermost dim vectorises without reassociating);
+- else the nest's innermost dim (an elementwise kernel, a column sum).
+A nest that adds to points that may repeat (`memref.atomic_rmw`) stays scalar. A
+reduction with no nest of its own (a phase of a `kernel.rows` with one output per row,
+a kernel with one output) is vectorised when it reads contiguously along its index.
+
+```
+// ir-opt mm.mlir -p loops-vectorize
+%s = scf.for %d2 = %c0 to %c255 step %c1 iter_args(%acc = %zero) -> (f32) {
+  %a = memref.load %x[%d0, %d2] ...
+// becomes
+%s = scf.for %d2 = ... { ... } {gradfuse.simd}
+```
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects.builtin import ModuleOp, UnitAttr
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+
+from gradfuse.passes.loops.lanes import strip_mine
+from gradfuse.passes.loops.loop_attrs import SIMD, is_kernel
+from gradfuse.passes.loops.loops_parallelize import constant
+
+COMBINING = (arith.AddfOp, arith.MaximumfOp)
+MIN_LANES = 8
+"""Points of an innermost dim below which a contiguous reduction is vectorised instead."""
+
+
+def depends(v: SSAValue, target: SSAValue) -> bool:
+    """Whether `v` is computed from `target` (through ops, not block arguments)."""
+    if v is target:
+        return True
+    owner = v.owner
+    return isinstance(owner, Operation) and any(depends(o, target) for o in owner.operands)
+
+
+def innermost_reduction(nest: scf.ParallelOp) -> scf.ForOp | None:
+    """The last `scf.for` under `nest` that carries values and holds no loop."""
+    found = None
+    for op in nest.body.walk():
+        if (
+            isinstance(op, scf.ForOp)
+            and op.iter_args
+            and not any(isinstance(o, scf.ForOp | scf.ParallelOp) for o in op.body.walk())
+        ):
+            found = op
+    return found
+
+
+def contiguous(loop: scf.ForOp) -> bool:
+    """Whether the reduction `loop` combines by adds or maxima, holds no loop and reads
+    some buffer contiguously along its index."""
+    iv = loop.body.block.args[0]
+    y = loop.body.block.last_op
+    if y is None or not all(isinstance(v.owner, COMBINING) for v in y.operands):
+        return False
+    if any(
+        isinstance(o, scf.ForOp | scf.ParallelOp | memref.AtomicRMWOp) for o in loop.body.walk()
+    ):
+        return False
+    loads = [o for o in loop.body.walk() if isinstance(o, memref.LoadOp)]
+    return any(o.indices and o.indices[-1] == iv for o in loads)
+
+
+def along_reduction(loop: scf.ForOp, nest: scf.ParallelOp) -> bool:
+    """Whether to vectorise the reduction `loop` rather than `nest`'s innermost dim."""
+    if not contiguous(loop):
+        return False
+    loads = [o for o in loop.body.walk() if isinstance(o, memref.LoadOp)]
+    last = nest.body.block.args[-1]
+    count = constant(nest.upperBound[-1]) or 0
+    across = count >= MIN_LANES and all(
+        (o.indices and o.indices[-1] == last) or not any(depends(i, last) for i in o.indices)
+        for o in loads
+    )
+    return not across
+
+
+def in_nest(op: Operation) -> bool:
+    """Whether `op` lies in an innermost `scf.parallel` (one that holds no other)."""
+    parent = op.parent_op()
+    while parent is not None and not isinstance(parent, scf.ParallelOp):
+        parent = parent.parent_op()
+    return parent is not None and not any(isinstance(o, scf.ParallelOp) for o in parent.body.walk())
+
+
+def vectorize(nest: scf.ParallelOp) -> None:
+    """Marks the loop of `nest` (an innermost `scf.parallel`) that runs in lanes."""
+    if any(isinstance(o, memref.AtomicRMWOp) for o in nest.walk()):
+        return
+    loop = innermost_reduction(nest)
+    if loop is not None and along_reduction(loop, nest):
+        loop.attributes[SIMD] = UnitAttr()
+    elif not strip_mine(nest):
+        nest.attributes[SIMD] = UnitAttr()
+
+
+@dataclass(frozen=True)
+class LoopsVectorizePass(ModulePass):
+    """Marks one loop per innermost nest of each kernel function `gradfuse.simd`.
+
+    `ir-opt k.mlir -p loops-vectorize`
+    """
+
+    name = "loops-vectorize"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for fn in op.ops:
+            if not (isinstance(fn, func.FuncOp) and is_kernel(fn)):
+                continue
+            nests = [
+                nest
+                for nest in fn.walk()
+                if isinstance(nest, scf.ParallelOp)
+                and not any(isinstance(o, scf.ParallelOp) for o in nest.body.walk())
+            ]
+            for nest in nests:
+                vectorize(nest)
+            for loop in fn.walk():  # a reduction with no nest of its own (one output)
+                if (
+                    isinstance(loop, scf.ForOp)
+                    and not in_nest(loop)
+                    and loop.iter_args
+                    and contiguous(loop)
+                ):
+                    loop.attributes[SIMD] = UnitAttr()
