@@ -42,11 +42,12 @@ class NotLanes(Exception):
     """The nest has an op that lanes cannot express here."""
 
 
-def _depends(v: SSAValue, target: SSAValue) -> bool:
+def depends(v: SSAValue, target: SSAValue) -> bool:
+    """Whether `v` is computed from `target` (through ops, not block arguments)."""
     if v is target:
         return True
     owner = v.owner
-    return isinstance(owner, Operation) and any(_depends(o, target) for o in owner.operands)
+    return isinstance(owner, Operation) and any(depends(o, target) for o in owner.operands)
 
 
 class Widen:
@@ -77,9 +78,9 @@ class Widen:
     def contiguous(self, indices: list[SSAValue]) -> bool | None:
         """True: the last index is `d` and no other depends on it; False: none does;
         None: something else (not lanes)."""
-        if not any(_depends(i, self.d) for i in indices):
+        if not any(depends(i, self.d) for i in indices):
             return False
-        if indices[-1] is self.d and not any(_depends(i, self.d) for i in indices[:-1]):
+        if indices[-1] is self.d and not any(depends(i, self.d) for i in indices[:-1]):
             return True
         return None
 
@@ -128,7 +129,7 @@ class Widen:
             self.vm.update(zip(op.results, new.results))
             self.varying.update(new.results)
             return
-        elif any(_depends(v, self.d) for v in op.operands):
+        elif any(depends(v, self.d) for v in op.operands):
             raise NotLanes(f"{op.name} of the lane index")
         new = op.clone(value_mapper=dict(self.vm))
         into.add_op(new)

@@ -28,24 +28,16 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import ModuleOp, UnitAttr
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
-from gradfuse.passes.loops.lanes import strip_mine
+from gradfuse.passes.loops.lanes import depends, strip_mine
 from gradfuse.passes.loops.loop_attrs import SIMD, is_kernel
 from gradfuse.passes.loops.loops_parallelize import constant
 
 COMBINING = (arith.AddfOp, arith.MaximumfOp)
 MIN_LANES = 8
 """Points of an innermost dim below which a contiguous reduction is vectorised instead."""
-
-
-def depends(v: SSAValue, target: SSAValue) -> bool:
-    """Whether `v` is computed from `target` (through ops, not block arguments)."""
-    if v is target:
-        return True
-    owner = v.owner
-    return isinstance(owner, Operation) and any(depends(o, target) for o in owner.operands)
 
 
 def innermost_reduction(nest: scf.ParallelOp) -> scf.ForOp | None:

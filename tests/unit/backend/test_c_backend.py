@@ -75,10 +75,14 @@ def test_c_backend_matches_the_reference(name):
 @settings(max_examples=15, deadline=None)
 @given(programs())
 def test_random_programs_match_the_reference(src: str):
+    agree(src, "c", feeders=random_feeders(src))
+
+
+def random_feeders(src: str) -> dict[str, np.ndarray]:
+    """Eight steps of inputs for a random program's feeder "x", of its shape."""
     line = next(ln for ln in src.splitlines() if "tg.feeder" in ln)
     shape = tuple(int(d) for d in line.split("tensor<")[1].split("xf32")[0].split("x"))
-    xs = np.random.default_rng(2).standard_normal((8, *shape)).astype(np.float32) * 0.5
-    agree(src, "c", feeders={"x": xs})
+    return {"x": np.random.default_rng(2).standard_normal((8, *shape)).astype(np.float32) * 0.5}
 
 
 def test_a_failing_feeder_stops_the_run_with_its_name():

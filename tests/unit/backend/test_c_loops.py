@@ -20,7 +20,7 @@ from gradfuse.diagnostics import GradfuseError
 from gradfuse.frontend.parser import parse_tg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_c_backend import PROGRAMS, inputs  # noqa: E402
+from test_c_backend import PROGRAMS, inputs, random_feeders  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "passes"))
 from fusion_programs import programs  # noqa: E402
@@ -46,10 +46,7 @@ def test_the_cpu_pipeline_matches_the_reference(name):
 @settings(max_examples=10, deadline=None)
 @given(programs())
 def test_random_programs_on_the_cpu_pipeline_match_the_reference(src: str):
-    line = next(ln for ln in src.splitlines() if "tg.feeder" in ln)
-    shape = tuple(int(d) for d in line.split("tensor<")[1].split("xf32")[0].split("x"))
-    xs = np.random.default_rng(2).standard_normal((8, *shape)).astype(np.float32) * 0.5
-    agree(src, "c", pipeline="cpu", feeders={"x": xs})
+    agree(src, "c", pipeline="cpu", feeders=random_feeders(src))
 
 
 def test_lanes_and_their_scalar_remainder_match_the_reference():
