@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xdsl.dialects import arith, func, gpu, scf
+from xdsl.dialects import func, gpu, scf
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp
 from xdsl.ir import Block, Operation
 
 from gradfuse.dialects import kernel as kd
 from gradfuse.dialects.kernel import ForOp
-from gradfuse.passes.loops.loop_attrs import is_kernel
+from gradfuse.passes.loops.loop_ir import int_constant, is_kernel
 
 
 @dataclass(frozen=True)
@@ -39,13 +39,6 @@ class KernelStats:
     """Bytes of the arena that holds every temporary (see `passes.kernel.plan_buffers`)."""
 
 
-def _constant(value: object) -> int | None:
-    owner = getattr(value, "owner", None)
-    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
-        return owner.value.value.data
-    return None
-
-
 def trip_count(op: Operation) -> int:
     """Iterations of a `kernel.for` or of an `scf.for` with constant bounds (else 1)."""
     if isinstance(op, ForOp):
@@ -57,7 +50,7 @@ def trip_count(op: Operation) -> int:
 
 def constant_trips(op: scf.ForOp) -> int | None:
     """Iterations of an `scf.for` whose bounds and step are constants, else None."""
-    lo, hi, step = (_constant(v) for v in (op.lb, op.ub, op.step))
+    lo, hi, step = (int_constant(v) for v in (op.lb, op.ub, op.step))
     if lo is None or hi is None or step is None or step < 1:
         return None
     return max(0, -(-(hi - lo) // step))

@@ -28,6 +28,7 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects.tg_elementwise import C_FUNCTIONS
+from gradfuse.passes.loops.loop_ir import is_kernel
 
 BINARY = {
     arith.AddfOp: "+", arith.SubfOp: "-", arith.MulfOp: "*", arith.DivfOp: "/",
@@ -229,9 +230,7 @@ class Renderer:
         self.aliases: dict[str, str] = {}
         self.kernel_texts: list[str] = []  # what `out` holds after the prelude
         for op in module.walk():
-            if isinstance(op, gpu.FuncOp) or (
-                isinstance(op, func.FuncOp) and "gradfuse.kernel" in op.attributes
-            ):
+            if isinstance(op, gpu.FuncOp) or (isinstance(op, func.FuncOp) and is_kernel(op)):
                 name = op.sym_name.data  # type: ignore[attr-defined]
                 text = self.kernel(op)  # type: ignore[arg-type]
                 body = text.replace(f" {name}(", " (", 1)

@@ -45,6 +45,7 @@ from xdsl.ir import Attribute, Operation
 from gradfuse.backend.run_control import check_fed_finite, check_params_finite, interrupted
 from gradfuse.diagnostics import GradfuseError, Position, position_of
 from gradfuse.dialects.tg_base import fmt_shape
+from gradfuse.passes.loops.loop_ir import is_kernel
 
 Feeder = Callable[[], np.ndarray] | np.ndarray
 """A feeder: a callable called once per run of the op, or an array."""
@@ -188,7 +189,7 @@ def entry_function(module: ModuleOp, entry: str = "main") -> func.FuncOp:
     funcs = [
         op
         for op in module.body.block.ops
-        if isinstance(op, func.FuncOp) and op.body.blocks and "gradfuse.kernel" not in op.attributes
+        if isinstance(op, func.FuncOp) and op.body.blocks and not is_kernel(op)
     ]
     named = [f for f in funcs if f.sym_name.data == entry]
     if named or len(funcs) == 1:

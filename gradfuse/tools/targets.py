@@ -13,15 +13,14 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from gradfuse.diagnostics import GradfuseError, Position
+from gradfuse.passes.loops.loop_ir import is_kernel
 
 
 def check_entry(module: ModuleOp, source: str, entry: str = "main") -> None:
     """The C program's host code is the function @main (or the only function): one
     located sentence, at the start of the input, when there is none."""
     names = [
-        op.sym_name.data
-        for op in module.ops
-        if isinstance(op, func.FuncOp) and "gradfuse.kernel" not in op.attributes
+        op.sym_name.data for op in module.ops if isinstance(op, func.FuncOp) and not is_kernel(op)
     ]
     if entry in names or len(names) == 1:
         return

@@ -32,7 +32,7 @@ from gradfuse.backend.c.rows import RowsRenderer
 from gradfuse.backend.cstyle import CTarget, Renderer, element_ctype
 from gradfuse.backend.runner import callback_key, entry_function
 from gradfuse.diagnostics import GradfuseError, position_of
-from gradfuse.passes.loops.loop_attrs import is_kernel
+from gradfuse.passes.loops.loop_ir import is_kernel
 from gradfuse.stats import constant_trips
 
 CONTEXT = """

@@ -26,19 +26,16 @@ from xdsl.dialects.builtin import IntegerAttr, VectorType
 from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 
 from gradfuse.backend.cstyle import BINARY, CTarget, Renderer, ctype, literal
-from gradfuse.passes.loops.loop_attrs import OMP, SIMD
+from gradfuse.passes.loops.lanes import WIDTHS
+from gradfuse.passes.loops.loop_ir import OMP, REDUCING, SIMD
 
 DIM = re.compile(r"d\d+")
-REDUCING = {arith.AddfOp: "+", arith.MaximumfOp: "max"}
-"""The combining ops of an OpenMP reduction clause."""
 
 
 VECTORS = "".join(
-    f"typedef {t} gf_{t}x{w} __attribute__((vector_size({w * size})));\n"
-    for t, size in (("float", 4), ("double", 8))
-    for w in (8, 16, 32)
+    f"typedef float gf_floatx{w} __attribute__((vector_size({4 * w})));\n" for w in WIDTHS
 )
-"""GCC's vector types for `vector<Wxf32>` (`gf_floatx32`) and `vector<Wxf64>`."""
+"""GCC's vector types for the `vector<Wxf32>` that `loops-vectorize` makes (`gf_floatx8`)."""
 
 
 class CLoopTarget(CTarget):
@@ -114,14 +111,15 @@ class LoopRenderer(Renderer):
             )
             return
         r, ty = self.name(op.results[0]), op.results[0].type
+        if isinstance(op, arith.AddfOp | arith.SubfOp | arith.MulfOp | arith.DivfOp):
+            a, b = (self.name(v) for v in op.operands)
+            self.emit(f"{type_name(ty)} {r} = {a} {BINARY[type(op)]} {b};", depth)
+            return
         self.emit(f"{type_name(ty)} {r};", depth)
         if isinstance(op, vector.LoadOp):
             self.emit(
                 f"__builtin_memcpy(&{r}, &{self.index(op.base, op.indices)}, sizeof {r});", depth
             )
-        elif isinstance(op, arith.AddfOp | arith.SubfOp | arith.MulfOp | arith.DivfOp):
-            a, b = (self.name(v) for v in op.operands)
-            self.lines[-1] = self.lines[-1][:-1] + f" = {a} {BINARY[type(op)]} {b};"
         elif isinstance(op, vector.BroadcastOp):
             n = ty.get_shape()[0]  # type: ignore[attr-defined]
             self.emit(f"for (int l = 0; l < {n}; l++) {r}[l] = {self.name(op.source)};", depth)

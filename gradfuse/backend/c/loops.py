@@ -37,6 +37,7 @@ from gradfuse.backend.c import pack, pack_render
 from gradfuse.backend.c.lanes import LANES, WIDE, LaneRenderer, lane_values
 from gradfuse.backend.c.nest import constant
 from gradfuse.backend.cstyle import CTarget, Renderer, ctype
+from gradfuse.passes.loops.loop_ir import REDUCING, depends
 
 
 @dataclass
@@ -180,18 +181,6 @@ def _split(loop: scf.ForOp) -> tuple[int, int, Operation, Operation] | None:
     return size, hi // size, div, rem
 
 
-def _depends(v: SSAValue, target: SSAValue) -> bool:
-    """Whether `v` is computed from `target` (through ops, not through block arguments)."""
-    if v is target:
-        return True
-    owner = v.owner
-    return isinstance(owner, Operation) and any(_depends(o, target) for o in owner.operands)
-
-
-REDUCING = {arith.AddfOp: "+", arith.MaximumfOp: "max"}
-"""The ops a vectorised reduction loop may combine with (OpenMP's reduction clause)."""
-
-
 def _along_reduction(loop: scf.ForOp, last: SSAValue | None, count: int) -> bool:
     """Whether to vectorise `loop` (a reduction) rather than the innermost loop over
     points: when it adds up reads that are contiguous along it, unless every read is
@@ -205,7 +194,7 @@ def _along_reduction(loop: scf.ForOp, last: SSAValue | None, count: int) -> bool
         last is not None
         and count >= 8
         and all(
-            (o.indices and o.indices[-1] == last) or not any(_depends(i, last) for i in o.indices)
+            (o.indices and o.indices[-1] == last) or not any(depends(i, last) for i in o.indices)
             for o in loads
         )
     )

@@ -19,18 +19,11 @@ from dataclasses import dataclass, field
 from math import prod
 
 from xdsl.dialects import arith, scf
-from xdsl.dialects.builtin import IntegerAttr, MemRefType
+from xdsl.dialects.builtin import MemRefType
 from xdsl.ir import Operation, SSAValue
 
 from gradfuse.backend.cstyle import Renderer
-
-
-def constant(v: SSAValue) -> int | None:
-    """The value of an integer `arith.constant`, else None."""
-    op = v.owner
-    if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
-        return op.value.value.data
-    return None
+from gradfuse.passes.loops.loop_ir import int_constant as constant
 
 
 @dataclass

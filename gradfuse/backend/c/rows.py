@@ -42,11 +42,11 @@ from xdsl.ir import Block, Operation, SSAValue
 from gradfuse.backend.c.loops import (
     CPURenderer,
     Segment,
-    _depends,
     _innermost_reduction,
     _trips,
 )
 from gradfuse.backend.c.nest import constant
+from gradfuse.passes.loops.loop_ir import depends
 
 
 def is_rows(fn: gpu.FuncOp) -> bool:
@@ -84,7 +84,7 @@ def _shared_read(seg: Segment, row: SSAValue) -> bool:
     reduction loop at indices that do not depend on the row)."""
     loop = _innermost_reduction(seg.block)
     return loop is not None and any(
-        isinstance(op, memref.LoadOp) and not any(_depends(i, row) for i in op.indices)
+        isinstance(op, memref.LoadOp) and not any(depends(i, row) for i in op.indices)
         for op in loop.body.block.ops
     )
 

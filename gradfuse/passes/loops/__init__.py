@@ -6,7 +6,8 @@
 | `loops_vectorize.py`         | `loops-vectorize`         | one loop per nest runs in SIMD lanes   |
 | `loops_parallelize.py`       | `loops-parallelize`       | nests with enough work run on OpenMP threads |
 
-`loop_attrs.py` names the attributes by which they hand their decisions to the C backend.
+`loop_ir.py`: what they share with the C backend (the attributes that carry their
+decisions, `int_constant`, `depends`).
 
     ir-opt model.tg -p cpu
 """

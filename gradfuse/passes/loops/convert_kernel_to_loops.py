@@ -44,7 +44,7 @@ from gradfuse.dialects import kernel as kd
 from gradfuse.passes.gpu.convert_kernel_to_gpu import HostLowering
 from gradfuse.passes.lib.gpu_func import func_frame, kernel_location
 from gradfuse.passes.lib.kernel_lowering import INDEX, KernelBuilder
-from gradfuse.passes.loops.loop_attrs import KERNEL
+from gradfuse.passes.loops.loop_ir import KERNEL
 
 
 class LoopBuilder(KernelBuilder):

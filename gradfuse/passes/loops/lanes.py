@@ -3,18 +3,18 @@
 Where a nest's innermost dim `d` runs through a reduction (a weight gradient, x @ w),
 gcc does not vectorise the outer loop of the two; in lanes it is explicit: `d` steps by
 W, every value that depends on `d` becomes a vector of W lanes (the sums carried by
-the reduction loop too, W independent chains), reads and writes contiguous along `d`
+the reduction loop too), reads and writes contiguous along `d`
 become `vector.load`/`vector.store`, values the same for every lane are broadcast
 where a vector op uses them. The last `N mod W` points run in a scalar copy of the
 nest. MLIR's `vector` dialect, as its affine super-vectorizer makes:
 
 ```
-scf.parallel (%d0, %d1) = (%c0, %c0) to (%c64, %c128) step (%c1, %c32) {
-  %s = scf.for %d2 = %c0 to %c32 step %c1 iter_args(%acc = %zeros) -> (vector<32xf32>) {
-    %a = vector.load %g[%d2, %d1] : memref<32x128xf32>, vector<32xf32>
+scf.parallel (%d0, %d1) = (%c0, %c0) to (%c64, %c128) step (%c1, %c8) {
+  %s = scf.for %d2 = %c0 to %c32 step %c1 iter_args(%acc = %zeros) -> (vector<8xf32>) {
+    %a = vector.load %g[%d2, %d1] : memref<32x128xf32>, vector<8xf32>
     %b = memref.load %x[%d2, %d0] : memref<32x64xf32>
-    %bb = vector.broadcast %b : f32 to vector<32xf32>
-    %p = arith.mulf %a, %bb : vector<32xf32>
+    %bb = vector.broadcast %b : f32 to vector<8xf32>
+    %p = arith.mulf %a, %bb : vector<8xf32>
     ...
 ```
 """
@@ -26,7 +26,7 @@ from xdsl.dialects.builtin import Float32Type, VectorType
 from xdsl.ir import Block, Operation, Region, SSAValue
 
 from gradfuse.passes.lib import fast_ops as fast
-from gradfuse.passes.loops.loops_parallelize import constant
+from gradfuse.passes.loops.loop_ir import depends, int_constant
 
 WIDTHS = (8,)
 """Lanes per vector, widest first: 8 floats, one AVX2 register. Wider GCC vectors (16,
@@ -40,14 +40,6 @@ FLOAT_OPS = (
 
 class NotLanes(Exception):
     """The nest has an op that lanes cannot express here."""
-
-
-def depends(v: SSAValue, target: SSAValue) -> bool:
-    """Whether `v` is computed from `target` (through ops, not block arguments)."""
-    if v is target:
-        return True
-    owner = v.owner
-    return isinstance(owner, Operation) and any(depends(o, target) for o in owner.operands)
 
 
 class Widen:
@@ -172,11 +164,7 @@ class Widen:
 def strip_mine(nest: scf.ParallelOp) -> bool:
     """Rewrites `nest` (innermost dim from 0, step 1, at least 8 points) into lanes and a
     scalar remainder nest; False (nothing changed) where it cannot."""
-    n, lo, step = (
-        constant(nest.upperBound[-1]),
-        constant(nest.lowerBound[-1]),
-        constant(nest.step[-1]),
-    )
+    n, lo, step = (int_constant(v[-1]) for v in (nest.upperBound, nest.lowerBound, nest.step))
     if n is None or lo != 0 or step != 1 or n < WIDTHS[-1]:
         return False
     width = next(w for w in WIDTHS if n >= w)
@@ -194,7 +182,7 @@ def strip_mine(nest: scf.ParallelOp) -> bool:
     except NotLanes:
         return False
     new_body.add_op(scf.ReduceOp())
-    ub, wstep, mainc = fast.constant(main), fast.constant(width), fast.constant(main)
+    ub, wstep = fast.constant(main), fast.constant(width)
     lanes = scf.ParallelOp(
         list(nest.lowerBound), [*nest.upperBound[:-1], ub.result],
         [*nest.step[:-1], wstep.result], Region(new_body),
@@ -207,6 +195,5 @@ def strip_mine(nest: scf.ParallelOp) -> bool:
         nest.detach()
         nest.erase()
     else:
-        parent.insert_op_before(mainc, nest)
-        nest.operands[len(body.args) - 1] = mainc.result  # the remainder from `main`
+        nest.operands[len(body.args) - 1] = ub.result  # the remainder from `main`
     return True

@@ -19,23 +19,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import arith, func, scf
+from xdsl.dialects import func, scf
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
-from xdsl.ir import Block, SSAValue
+from xdsl.ir import Block
 from xdsl.passes import ModulePass
 
-from gradfuse.passes.loops.loop_attrs import OMP, is_kernel
+from gradfuse.passes.loops.loop_ir import OMP, int_constant, is_kernel
 
 PARALLEL_WORK = 1 << 20
 """The default `min-work`: the C backend's threshold (`CStyleLanguage.parallel_work`)."""
-
-
-def constant(v: SSAValue) -> int | None:
-    """The value of an integer `arith.constant`, else None."""
-    op = v.owner
-    if isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr):
-        return op.value.value.data
-    return None
 
 
 def trips(loop: scf.ForOp | scf.ParallelOp) -> int:
@@ -46,7 +38,7 @@ def trips(loop: scf.ForOp | scf.ParallelOp) -> int:
         lbs, ubs, steps = list(loop.lowerBound), list(loop.upperBound), list(loop.step)
     n = 1
     for lo, hi, st in zip(lbs, ubs, steps):
-        a, b, s = constant(lo), constant(hi), constant(st)
+        a, b, s = int_constant(lo), int_constant(hi), int_constant(st)
         if a is None or b is None or not s:
             return 1
         n *= max(0, -(-(b - a) // s))
@@ -60,8 +52,6 @@ def work(block: Block) -> int:
     for op in block.ops:
         if isinstance(op, scf.ForOp | scf.ParallelOp):
             total += trips(op) * work(op.body.block)
-        elif isinstance(op, scf.IfOp):
-            total += max(work(r.block) for r in op.regions if r.blocks)
     return total
 
 

@@ -26,16 +26,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects import func, memref, scf
 from xdsl.dialects.builtin import ModuleOp, UnitAttr
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
-from gradfuse.passes.loops.lanes import depends, strip_mine
-from gradfuse.passes.loops.loop_attrs import SIMD, is_kernel
-from gradfuse.passes.loops.loops_parallelize import constant
+from gradfuse.passes.loops.lanes import strip_mine
+from gradfuse.passes.loops.loop_ir import REDUCING, SIMD, depends, int_constant, is_kernel
 
-COMBINING = (arith.AddfOp, arith.MaximumfOp)
+COMBINING = tuple(REDUCING)
 MIN_LANES = 8
 """Points of an innermost dim below which a contiguous reduction is vectorised instead."""
 
@@ -74,7 +73,7 @@ def along_reduction(loop: scf.ForOp, nest: scf.ParallelOp) -> bool:
         return False
     loads = [o for o in loop.body.walk() if isinstance(o, memref.LoadOp)]
     last = nest.body.block.args[-1]
-    count = constant(nest.upperBound[-1]) or 0
+    count = int_constant(nest.upperBound[-1]) or 0
     across = count >= MIN_LANES and all(
         (o.indices and o.indices[-1] == last) or not any(depends(i, last) for i in o.indices)
         for o in loads
