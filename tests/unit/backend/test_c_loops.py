@@ -15,7 +15,7 @@ from compiled import agree  # tests/unit
 from hypothesis import given, settings
 
 from gradfuse.backend import compile_module
-from gradfuse.backend.c.host import render_c
+from gradfuse.backend.c.host import render_c, render_program, split_units
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.frontend.parser import parse_tg
 
@@ -58,6 +58,17 @@ def test_lanes_and_their_scalar_remainder_match_the_reference():
     assert "gf_floatx16 " in source or "gf_floatx8 " in source  # lanes
     assert re.search(r"for \(long d1 = (32|40); d1 < 45; d1\+\+\)", source)  # the remainder
     assert "/ (unsigned long)" not in source and "grid" not in source  # no thread grid
+
+
+def test_a_program_built_in_several_units_has_the_vector_types_in_each():
+    program = compile_module(parse_tg(PROGRAMS["mlp"]), "c", pipeline="cpu")
+    host = render_program(program.module)
+    assert len(host.kernel_texts) >= 2
+    *kernels, main = split_units(host, len(host.kernel_texts))
+    assert len(kernels) >= 2
+    for unit in [*kernels, main]:
+        assert "typedef float gf_floatx8 " in unit
+    assert any("gf_floatx8 v" in unit for unit in kernels)  # the lanes are used
 
 
 def test_the_environment_chooses_the_c_pipeline(monkeypatch):
