@@ -81,12 +81,19 @@ def along_reduction(loop: scf.ForOp, nest: scf.ParallelOp) -> bool:
     return not across
 
 
+def innermost(op: Operation) -> bool:
+    """Whether `op` is an `scf.parallel` that holds no other."""
+    return isinstance(op, scf.ParallelOp) and not any(
+        isinstance(o, scf.ParallelOp) for o in op.body.walk()
+    )
+
+
 def in_nest(op: Operation) -> bool:
-    """Whether `op` lies in an innermost `scf.parallel` (one that holds no other)."""
+    """Whether `op` lies in an innermost `scf.parallel`."""
     parent = op.parent_op()
     while parent is not None and not isinstance(parent, scf.ParallelOp):
         parent = parent.parent_op()
-    return parent is not None and not any(isinstance(o, scf.ParallelOp) for o in parent.body.walk())
+    return parent is not None and innermost(parent)
 
 
 def vectorize(nest: scf.ParallelOp) -> None:
@@ -102,7 +109,8 @@ def vectorize(nest: scf.ParallelOp) -> None:
 
 @dataclass(frozen=True)
 class LoopsVectorizePass(ModulePass):
-    """Marks one loop per innermost nest of each kernel function `gradfuse.simd`.
+    """Runs one loop per innermost nest of each kernel function in lanes: strip-mined
+    into vectors, or marked `gradfuse.simd`.
 
     `ir-opt k.mlir -p loops-vectorize`
     """
@@ -113,14 +121,8 @@ class LoopsVectorizePass(ModulePass):
         for fn in op.ops:
             if not (isinstance(fn, func.FuncOp) and is_kernel(fn)):
                 continue
-            nests = [
-                nest
-                for nest in fn.walk()
-                if isinstance(nest, scf.ParallelOp)
-                and not any(isinstance(o, scf.ParallelOp) for o in nest.body.walk())
-            ]
-            for nest in nests:
-                vectorize(nest)
+            for nest in [o for o in fn.walk() if innermost(o)]:
+                vectorize(nest)  # type: ignore[arg-type]
             for loop in fn.walk():  # a reduction with no nest of its own (one output)
                 if (
                     isinstance(loop, scf.ForOp)
