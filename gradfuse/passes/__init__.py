@@ -29,12 +29,15 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "convert-tg-to-kernel": _lazy("kernel.convert_tg_to_kernel", "ConvertTgToKernelPass"),
     "kernel-squeeze": _lazy("kernel.squeeze", "KernelSqueezePass"),
     "kernel-fuse-rows": _lazy("kernel.fuse_rows", "KernelFuseRowsPass"),
+    "kernel-split-dims": _lazy("kernel.split_dims", "KernelSplitDimsPass"),
     "kernel-tile": _lazy("kernel.tile", "KernelTilePass"),
     "kernel-block-reduce": _lazy("kernel.block_reduce", "KernelBlockReducePass"),
     "kernel-plan-buffers": _lazy("kernel.plan_buffers", "KernelPlanBuffersPass"),
     "convert-kernel-to-gpu": _lazy("gpu.convert_kernel_to_gpu", "ConvertKernelToGpuPass"),
     "convert-kernel-to-loops": _lazy("loops.convert_kernel_to_loops", "ConvertKernelToLoopsPass"),
+    "loops-distribute": _lazy("loops.loops_distribute", "LoopsDistributePass"),
     "loops-vectorize": _lazy("loops.loops_vectorize", "LoopsVectorizePass"),
+    "loops-unroll-jam": _lazy("loops.loops_unroll_jam", "LoopsUnrollJamPass"),
     "loops-parallelize": _lazy("loops.loops_parallelize", "LoopsParallelizePass"),
     "canonicalize": _lazy("cleanup", "FastCanonicalizePass"),
     "cse": _lazy("cleanup", "FastCSEPass"),
@@ -52,8 +55,8 @@ PIPELINES: dict[str, str] = {
     "default": "kernels,kernel-plan-buffers,convert-kernel-to-gpu",
     "cuda": "kernels,kernel-tile,kernel-block-reduce,kernel-plan-buffers,convert-kernel-to-gpu",
     "cpu": (
-        "kernels,kernel-plan-buffers,convert-kernel-to-loops,canonicalize,cse,"
-        "loops-vectorize,cse,loops-parallelize"
+        "kernels,kernel-split-dims,kernel-plan-buffers,convert-kernel-to-loops,canonicalize,cse,"
+        "loops-distribute,loops-vectorize,cse,loops-unroll-jam,cse,loops-parallelize"
     ),
 }
 """Named pipelines, each extending the one before: `tg` (differentiate and simplify,

@@ -49,6 +49,7 @@ class Widen:
         self.d, self.width = d, width
         self.vm: dict[SSAValue, SSAValue] = {}
         self.varying: set[SSAValue] = set()  # new values that are vectors
+        self.starts: set[SSAValue] = {d}  # old values `d + i`, `i` the same in every lane
 
     def vec(self, ty: object) -> VectorType:
         if not isinstance(ty, Float32Type):
@@ -72,9 +73,16 @@ class Widen:
         None: something else (not lanes)."""
         if not any(depends(i, self.d) for i in indices):
             return False
-        if indices[-1] is self.d and not any(depends(i, self.d) for i in indices[:-1]):
+        if indices[-1] in self.starts and not any(depends(i, self.d) for i in indices[:-1]):
             return True
         return None
+
+    def offset(self, op: arith.AddiOp) -> bool:
+        """Whether `op` adds to a lane start a value the same in every lane."""
+        a, b = op.lhs, op.rhs
+        return (a in self.starts and not depends(b, self.d)) or (
+            b in self.starts and not depends(a, self.d)
+        )
 
     def block(self, ops: list[Operation], into: Block) -> None:
         for op in ops:
@@ -121,6 +129,8 @@ class Widen:
             self.vm.update(zip(op.results, new.results))
             self.varying.update(new.results)
             return
+        elif isinstance(op, arith.AddiOp) and self.offset(op):
+            self.starts.add(op.result)  # (the lanes' first index: a scalar)
         elif any(depends(v, self.d) for v in op.operands):
             raise NotLanes(f"{op.name} of the lane index")
         new = op.clone(value_mapper=dict(self.vm))
@@ -135,6 +145,7 @@ class Widen:
         while True:
             trial = Widen(self.d, self.width)
             trial.vm, trial.varying = dict(self.vm), set(self.varying)
+            trial.starts = set(self.starts)
             new_body = Block(arg_types=[body.args[0].type, *[
                 self.vec(a.type) if k in lanes else a.type for k, a in enumerate(body.args[1:])
             ]])  # fmt: skip

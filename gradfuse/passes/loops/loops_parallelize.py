@@ -30,8 +30,10 @@ PARALLEL_WORK = 1 << 20
 """The default `min-work`: the C backend's threshold (`CStyleLanguage.parallel_work`)."""
 
 
-def trips(loop: scf.ForOp | scf.ParallelOp) -> int:
-    """The iterations of `loop` (all its dims), 1 where a bound is not a constant."""
+def trips(loop: scf.ForOp | scf.ParallelOp, points: bool = False) -> int:
+    """The iterations of `loop` (all its dims), 1 where a bound is not a constant;
+    `points`: the points it covers instead (a loop stepping by 8 lanes, or over 4
+    jammed rows, covers 8 or 4 points an iteration)."""
     if isinstance(loop, scf.ForOp):
         lbs, ubs, steps = [loop.lb], [loop.ub], [loop.step]
     else:
@@ -41,17 +43,18 @@ def trips(loop: scf.ForOp | scf.ParallelOp) -> int:
         a, b, s = int_constant(lo), int_constant(hi), int_constant(st)
         if a is None or b is None or not s:
             return 1
-        n *= max(0, -(-(b - a) // s))
+        n *= max(0, b - a if points else -(-(b - a) // s))
     return n
 
 
 def work(block: Block) -> int:
     """Innermost iterations under `block`, one for `block` itself: the cost of its ops
-    counted once, loops by their trip counts (sequences of nests add up)."""
+    counted once, `scf.for`s by their trip counts, `scf.parallel`s by their points
+    (sequences of nests add up)."""
     total = 1
     for op in block.ops:
         if isinstance(op, scf.ForOp | scf.ParallelOp):
-            total += trips(op) * work(op.body.block)
+            total += trips(op, isinstance(op, scf.ParallelOp)) * work(op.body.block)
     return total
 
 
@@ -73,5 +76,5 @@ class LoopsParallelizePass(ModulePass):
             for nest in fn.body.block.ops:
                 if isinstance(nest, scf.ParallelOp):
                     nest.attributes.pop(OMP, None)
-                    if trips(nest) * work(nest.body.block) >= self.min_work:
+                    if trips(nest, points=True) * work(nest.body.block) >= self.min_work:
                         nest.attributes[OMP] = IntegerAttr(len(nest.body.block.args), i64)

@@ -1,0 +1,114 @@
+"""`loops-unroll-jam`: register blocks for the nests that run a reduction.
+
+A nest whose points each run a reduction loop (a contraction: x @ w, a weight gradient,
+a dot product per row) does one chain of dependent adds per point, and reads both
+operands again for every point. Jamming a dim (`jam.py`) runs several points side by
+side in one reduction loop: independent chains of adds, and one read of an operand that
+does not depend on that dim for all of them. This pass chooses the dims, as TVM's CPU
+schedules (`split` + `unroll` of the output tile) and MLIR's `affine-loop-unroll-jam`:
+- the parallel dim that the most reads of the reduction do not depend on (a vector read
+  counting twice; the innermost of equals): the rows of x @ w, the outputs of a
+  matrix-vector product, by up to `rows`;
+- in a nest whose innermost dim runs in vector lanes (`loops-vectorize`), that dim too,
+  by 2 where a row dim was jammed (a 4 x 16 block: 8 vector sums), else by up to `rows`.
+A dim runs its last `N mod factor` points unjammed. A nest that adds atomically, or
+whose innermost dim `omp simd` vectorises, is left as it is.
+
+```
+// ir-opt mm.mlir -p loops-unroll-jam
+scf.parallel (%d0, %d1) = ... step (%c1, %c8) { %s = scf.for %d2 ... -> (vector<8xf32>)
+// becomes
+scf.parallel (%d0, %d1) = (%c0, %c0) to (%c64, %c128) step (%c4, %c16) {
+  %s:8 = scf.for %d2 ... -> (vector<8xf32>, ...)
+```
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import func, memref, scf, vector
+from xdsl.dialects.builtin import ModuleOp, VectorType
+from xdsl.ir import SSAValue
+from xdsl.passes import ModulePass
+
+from gradfuse.passes.loops.jam import READS, unroll_jam
+from gradfuse.passes.loops.loop_ir import SIMD, depends, int_constant, is_kernel
+from gradfuse.passes.loops.loops_vectorize import innermost, innermost_reduction
+
+ROWS = 4
+"""Points jammed along a row dim: with 2 vectors of lanes, 8 sums (of AVX2's 16
+registers), 2 loads and a broadcast per step of the reduction."""
+
+
+def _trips(nest: scf.ParallelOp, dim: int) -> int:
+    lo, hi, step = (int_constant(v[dim]) for v in (nest.lowerBound, nest.upperBound, nest.step))
+    if lo is None or hi is None or not step:
+        return 0
+    return -(-(hi - lo) // step)
+
+
+def plan(nest: scf.ParallelOp, rows: int = ROWS) -> list[tuple[int, int]]:
+    """The dims of `nest` to jam, each with its factor, in the order to jam them."""
+    if any(isinstance(o, memref.AtomicRMWOp) for o in nest.walk()):
+        return []
+    loop = innermost_reduction(nest)
+    if loop is None:
+        return []
+    args = nest.body.block.args
+    last = len(args) - 1
+    lanes = any(isinstance(r.type, VectorType) for r in loop.results)
+    reads = [o for o in loop.body.walk() if isinstance(o, READS)]
+
+    def shared(d: SSAValue) -> int:
+        """How many reads one copy serves when `d` is jammed (a vector read counts 2)."""
+        return sum(
+            2 if isinstance(r, vector.LoadOp) else 1
+            for r in reads
+            if not any(depends(i, d) for i in r.operands[1:])
+        )
+
+    rows_ok = [
+        k
+        for k in range(len(args))
+        if (k < last or not (lanes or SIMD in nest.attributes)) and _trips(nest, k) >= 2
+    ]
+    row_dims = sorted((shared(args[k]), k) for k in rows_ok if shared(args[k]))
+    chosen: list[tuple[int, int]] = []
+    if row_dims:
+        best = row_dims[-1][1]  # the most shared reads, then the innermost
+        chosen.append((best, min(rows, _trips(nest, best))))
+    if lanes and (not chosen or chosen[0][0] != last):
+        factor = 2 if chosen else rows
+        if _trips(nest, last) >= 2:
+            chosen.append((last, min(factor, _trips(nest, last))))
+    return chosen
+
+
+def jam_nest(nest: scf.ParallelOp, rows: int = ROWS) -> None:
+    """Jams the dims that `plan` chooses, each in the nest the last one left (its
+    remainder nests stay unjammed)."""
+    for dim, factor in plan(nest, rows):
+        main = unroll_jam(nest, dim, factor)
+        if main is not None:
+            nest = main
+
+
+@dataclass(frozen=True)
+class LoopsUnrollJamPass(ModulePass):
+    """Jams the points of reduction nests into register blocks of up to `rows` rows.
+
+    `ir-opt k.mlir -p 'loops-unroll-jam{rows=4}'`
+    """
+
+    name = "loops-unroll-jam"
+
+    rows: int = ROWS
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for fn in op.ops:
+            if not (isinstance(fn, func.FuncOp) and is_kernel(fn)):
+                continue
+            for nest in [o for o in fn.walk() if innermost(o)]:
+                jam_nest(nest, self.rows)  # type: ignore[arg-type]
