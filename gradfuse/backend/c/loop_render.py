@@ -147,7 +147,9 @@ class LoopRenderer(Renderer):
         simd = SIMD in op.attributes
         if isinstance(omp, IntegerAttr):
             collapse = min(omp.value.data, n - (1 if simd and n > 1 else 0))
-            self.emit(f"#pragma omp parallel for collapse({collapse})", depth)
+            both = " simd" if simd and collapse == n else ""  # one dim, threads and lanes
+            simd = simd and not both
+            self.emit(f"#pragma omp parallel for{both} collapse({collapse})", depth)
         for k, (iv, lb, ub, st) in enumerate(zip(body.args, op.lowerBound, op.upperBound, op.step)):
             if k == n - 1 and simd:
                 self.emit("#pragma omp simd", depth)
