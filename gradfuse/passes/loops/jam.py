@@ -32,7 +32,7 @@ from xdsl.dialects import arith, math, memref, scf, vector
 from xdsl.ir import Block, Operation, Region, SSAValue
 
 from gradfuse.passes.lib import fast_ops as fast
-from gradfuse.passes.loops.loop_ir import int_constant
+from gradfuse.passes.loops.loop_ir import dim_trips, int_constant
 
 READS = (memref.LoadOp, vector.LoadOp)
 """Ops that read memory without writing it: computed once where they do not vary (the
@@ -117,12 +117,11 @@ def unroll_jam(nest: scf.ParallelOp, dim: int, factor: int) -> scf.ParallelOp | 
     """Jams dim `dim` of `nest` by `factor` (constant bounds, at least `factor` steps)
     into a new nest before it, the remainder left in `nest` (erased where there is none);
     the new nest, or None (nothing changed) where it cannot."""
+    trips = dim_trips(nest, dim)
+    if trips is None or trips < factor or factor < 2:
+        return None
     lo, hi, step = (int_constant(v[dim]) for v in (nest.lowerBound, nest.upperBound, nest.step))
-    if lo is None or hi is None or not step or factor < 2:
-        return None
-    trips = -(-(hi - lo) // step)
-    if trips < factor:
-        return None
+    assert lo is not None and hi is not None and step is not None
     end = lo + (trips - trips % factor) * step
     body = nest.body.block
     new_body = Block(arg_types=[a.type for a in body.args])

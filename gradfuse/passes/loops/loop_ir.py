@@ -9,8 +9,10 @@ or on an `scf.for` that carries sums: the loop is vectorised (`loops-vectorize`)
     "scf.parallel"(...) ({ ... }) {gradfuse.omp = 1 : i64, gradfuse.simd}
 """
 
-from xdsl.dialects import arith
-from xdsl.dialects.builtin import IntegerAttr
+from collections.abc import Iterator
+
+from xdsl.dialects import arith, func, scf
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp
 from xdsl.ir import Operation, SSAValue
 
 KERNEL = "gradfuse.kernel"
@@ -40,3 +42,18 @@ def depends(v: SSAValue, target: SSAValue) -> bool:
         return True
     owner = v.owner
     return isinstance(owner, Operation) and any(depends(o, target) for o in owner.operands)
+
+
+def kernel_functions(module: ModuleOp) -> Iterator[func.FuncOp]:
+    """The kernel functions of `module` (what the `loops-*` passes transform)."""
+    for fn in module.ops:
+        if isinstance(fn, func.FuncOp) and is_kernel(fn):
+            yield fn
+
+
+def dim_trips(nest: scf.ParallelOp, dim: int) -> int | None:
+    """The iterations of dim `dim` of `nest`, None where a bound is not a constant."""
+    lo, hi, step = (int_constant(v[dim]) for v in (nest.lowerBound, nest.upperBound, nest.step))
+    if lo is None or hi is None or not step:
+        return None
+    return -(-(hi - lo) // step)

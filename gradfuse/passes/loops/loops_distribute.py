@@ -29,12 +29,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects import arith, memref, scf
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
-from gradfuse.passes.loops.loop_ir import depends, is_kernel
+from gradfuse.passes.loops.loop_ir import depends, kernel_functions
 
 
 def _index_math(op: Operation) -> bool:
@@ -162,10 +162,9 @@ class LoopsDistributePass(ModulePass):
     name = "loops-distribute"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for fn in op.ops:
-            if isinstance(fn, func.FuncOp) and is_kernel(fn):
-                for nest in list(fn.body.block.ops):
-                    if isinstance(nest, scf.ParallelOp) and any(
-                        isinstance(o, scf.ParallelOp) for o in nest.body.walk()
-                    ):
-                        distribute(nest)
+        for fn in kernel_functions(op):
+            for nest in list(fn.body.block.ops):
+                if isinstance(nest, scf.ParallelOp) and any(
+                    isinstance(o, scf.ParallelOp) for o in nest.body.walk()
+                ):
+                    distribute(nest)

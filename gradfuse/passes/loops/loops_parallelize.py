@@ -19,12 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import func, scf
+from xdsl.dialects import scf
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 from xdsl.ir import Block
 from xdsl.passes import ModulePass
 
-from gradfuse.passes.loops.loop_ir import OMP, int_constant, is_kernel
+from gradfuse.passes.loops.loop_ir import OMP, int_constant, kernel_functions
 
 PARALLEL_WORK = 1 << 20
 """The default `min-work`: the C backend's threshold (`CStyleLanguage.parallel_work`)."""
@@ -70,9 +70,7 @@ class LoopsParallelizePass(ModulePass):
     min_work: int = PARALLEL_WORK
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for fn in op.ops:
-            if not (isinstance(fn, func.FuncOp) and is_kernel(fn)):
-                continue
+        for fn in kernel_functions(op):
             for nest in fn.body.block.ops:
                 if isinstance(nest, scf.ParallelOp):
                     nest.attributes.pop(OMP, None)

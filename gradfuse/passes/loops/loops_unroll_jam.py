@@ -28,13 +28,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import func, memref, scf, vector
+from xdsl.dialects import memref, scf, vector
 from xdsl.dialects.builtin import ModuleOp, VectorType
 from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 
 from gradfuse.passes.loops.jam import READS, unroll_jam
-from gradfuse.passes.loops.loop_ir import SIMD, depends, int_constant, is_kernel
+from gradfuse.passes.loops.loop_ir import SIMD, depends, dim_trips, kernel_functions
 from gradfuse.passes.loops.loops_vectorize import innermost, innermost_reduction
 
 ROWS = 4
@@ -43,10 +43,7 @@ registers), 2 loads and a broadcast per step of the reduction."""
 
 
 def _trips(nest: scf.ParallelOp, dim: int) -> int:
-    lo, hi, step = (int_constant(v[dim]) for v in (nest.lowerBound, nest.upperBound, nest.step))
-    if lo is None or hi is None or not step:
-        return 0
-    return -(-(hi - lo) // step)
+    return dim_trips(nest, dim) or 0
 
 
 def plan(nest: scf.ParallelOp, rows: int = ROWS) -> list[tuple[int, int]]:
@@ -107,8 +104,6 @@ class LoopsUnrollJamPass(ModulePass):
     rows: int = ROWS
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for fn in op.ops:
-            if not (isinstance(fn, func.FuncOp) and is_kernel(fn)):
-                continue
+        for fn in kernel_functions(op):
             for nest in [o for o in fn.walk() if innermost(o)]:
                 jam_nest(nest, self.rows)  # type: ignore[arg-type]

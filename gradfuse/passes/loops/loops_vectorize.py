@@ -26,13 +26,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import func, memref, scf
+from xdsl.dialects import memref, scf
 from xdsl.dialects.builtin import ModuleOp, UnitAttr
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
 from gradfuse.passes.loops.lanes import strip_mine
-from gradfuse.passes.loops.loop_ir import REDUCING, SIMD, depends, int_constant, is_kernel
+from gradfuse.passes.loops.loop_ir import REDUCING, SIMD, depends, int_constant, kernel_functions
 
 COMBINING = tuple(REDUCING)
 MIN_LANES = 8
@@ -118,9 +118,7 @@ class LoopsVectorizePass(ModulePass):
     name = "loops-vectorize"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for fn in op.ops:
-            if not (isinstance(fn, func.FuncOp) and is_kernel(fn)):
-                continue
+        for fn in kernel_functions(op):
             for nest in [o for o in fn.walk() if innermost(o)]:
                 vectorize(nest)  # type: ignore[arg-type]
             for loop in fn.walk():  # a reduction with no nest of its own (one output)
