@@ -80,16 +80,13 @@ def split(k: K.KernelOp, points: dict[int, int]) -> None:
     new_sizes: list[int] = []
     subst: list[AffineExpr] = []
     for d, size in enumerate(sizes):
+        here = AffineExpr.dimension(len(new_sizes))
         if d in points:
             c = points[d]
-            outer, inner = (
-                AffineExpr.dimension(len(new_sizes)),
-                AffineExpr.dimension(len(new_sizes) + 1),
-            )
-            subst.append(outer * c + inner)
+            subst.append(here * c + AffineExpr.dimension(len(new_sizes) + 1))
             new_sizes += [size // c, c]
         else:
-            subst.append(AffineExpr.dimension(len(new_sizes)))
+            subst.append(here)
             new_sizes.append(size)
     parallel = npar + sum(d < npar for d in points)
     redomain(k, new_sizes, parallel, subst)

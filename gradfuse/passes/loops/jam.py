@@ -32,7 +32,7 @@ from xdsl.dialects import arith, math, memref, scf, vector
 from xdsl.ir import Block, Operation, Region, SSAValue
 
 from gradfuse.passes.lib import fast_ops as fast
-from gradfuse.passes.loops.loop_ir import dim_trips, int_constant
+from gradfuse.passes.loops.loop_ir import block_like, dim_trips, int_constant, peel
 
 READS = (memref.LoadOp, vector.LoadOp)
 """Ops that read memory without writing it: computed once where they do not vary (the
@@ -118,15 +118,12 @@ def unroll_jam(nest: scf.ParallelOp, dim: int, factor: int) -> scf.ParallelOp | 
     into a new nest before it, the remainder left in `nest` (erased where there is none);
     the new nest, or None (nothing changed) where it cannot."""
     trips = dim_trips(nest, dim)
-    if trips is None or trips < factor or factor < 2:
+    if trips < factor or factor < 2:
         return None
-    lo, hi, step = (int_constant(v[dim]) for v in (nest.lowerBound, nest.upperBound, nest.step))
-    assert lo is not None and hi is not None and step is not None
-    end = lo + (trips - trips % factor) * step
+    step = int_constant(nest.step[dim])
+    assert step is not None
     body = nest.body.block
-    new_body = Block(arg_types=[a.type for a in body.args])
-    for old, arg in zip(body.args, new_body.args):
-        arg.name_hint = old.name_hint
+    new_body = block_like(body.args)
     jam = Jam(factor)
     for vm in jam.vms:
         vm.update(zip(body.args, new_body.args))
@@ -139,17 +136,4 @@ def unroll_jam(nest: scf.ParallelOp, dim: int, factor: int) -> scf.ParallelOp | 
         jam.vms[k][d] = moved.results[0]
     jam.block([o for o in body.ops if not isinstance(o, scf.ReduceOp)], new_body)
     new_body.add_op(scf.ReduceOp())
-    ub, wide = fast.constant(end), fast.constant(step * factor)
-    upper, steps = list(nest.upperBound), list(nest.step)
-    upper[dim], steps[dim] = ub.result, wide.result
-    main = scf.ParallelOp(list(nest.lowerBound), upper, steps, Region(new_body))
-    main.attributes.update(nest.attributes)
-    parent = nest.parent_block()
-    assert parent is not None
-    parent.insert_ops_before([ub, wide, main], nest)
-    if end >= hi:
-        nest.detach()
-        nest.erase()
-    else:
-        nest.operands[dim] = ub.result  # the remainder from `end`
-    return main
+    return peel(nest, dim, (trips - trips % factor) * step, step * factor, new_body)

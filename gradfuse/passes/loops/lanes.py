@@ -25,8 +25,7 @@ from xdsl.dialects import arith, math, memref, scf, vector
 from xdsl.dialects.builtin import Float32Type, VectorType
 from xdsl.ir import Block, Operation, Region, SSAValue
 
-from gradfuse.passes.lib import fast_ops as fast
-from gradfuse.passes.loops.loop_ir import depends, int_constant
+from gradfuse.passes.loops.loop_ir import block_like, depends, int_constant, peel
 
 WIDTHS = (8,)
 """Lanes per vector, widest first: 8 floats, one AVX2 register. Wider GCC vectors (16,
@@ -179,32 +178,15 @@ def strip_mine(nest: scf.ParallelOp) -> bool:
     if n is None or lo != 0 or step != 1 or n < WIDTHS[-1]:
         return False
     width = next(w for w in WIDTHS if n >= w)
-    main = n - n % width
     body = nest.body.block
     d = body.args[-1]
-    new_body = Block(arg_types=[a.type for a in body.args])
-    for old, arg in zip(body.args, new_body.args):
-        arg.name_hint = old.name_hint
+    new_body = block_like(body.args)
     widen = Widen(d, width)
-    widen.vm.update(zip(body.args[:-1], new_body.args[:-1]))
-    widen.vm[d] = new_body.args[-1]
+    widen.vm.update(zip(body.args, new_body.args))
     try:
         widen.block([o for o in body.ops if not isinstance(o, scf.ReduceOp)], new_body)
     except NotLanes:
         return False
     new_body.add_op(scf.ReduceOp())
-    ub, wstep = fast.constant(main), fast.constant(width)
-    lanes = scf.ParallelOp(
-        list(nest.lowerBound), [*nest.upperBound[:-1], ub.result],
-        [*nest.step[:-1], wstep.result], Region(new_body),
-    )  # fmt: skip
-    lanes.attributes.update(nest.attributes)
-    parent = nest.parent_block()
-    assert parent is not None
-    parent.insert_ops_before([ub, wstep, lanes], nest)
-    if main == n:
-        nest.detach()
-        nest.erase()
-    else:
-        nest.operands[len(body.args) - 1] = ub.result  # the remainder from `main`
+    peel(nest, len(body.args) - 1, n - n % width, width, new_body)
     return True

@@ -1,6 +1,6 @@
 """What the loop passes and the C backend share about the loop IR: the attributes by
-which the passes hand their decisions to the renderer, and the questions both ask of
-index values.
+which the passes hand their decisions to the renderer, the questions both ask of
+index values, and the rewrite that the passes which split a nest share (`peel`).
 
 `gradfuse.omp = N` on an `scf.parallel`: its N outer dims are shared among OpenMP
 threads (`loops-parallelize`); `gradfuse.simd` on an `scf.parallel` (its innermost dim)
@@ -9,11 +9,13 @@ or on an `scf.for` that carries sums: the loop is vectorised (`loops-vectorize`)
     "scf.parallel"(...) ({ ... }) {gradfuse.omp = 1 : i64, gradfuse.simd}
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from xdsl.dialects import arith, func, scf
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
+
+from gradfuse.passes.lib import fast_ops as fast
 
 KERNEL = "gradfuse.kernel"
 """Marks a kernel function and the host calls of it (`convert-kernel-to-loops`)."""
@@ -51,9 +53,45 @@ def kernel_functions(module: ModuleOp) -> Iterator[func.FuncOp]:
             yield fn
 
 
-def dim_trips(nest: scf.ParallelOp, dim: int) -> int | None:
-    """The iterations of dim `dim` of `nest`, None where a bound is not a constant."""
+def dim_trips(nest: scf.ParallelOp, dim: int) -> int:
+    """The iterations of dim `dim` of `nest`, 0 where a bound is not a constant."""
     lo, hi, step = (int_constant(v[dim]) for v in (nest.lowerBound, nest.upperBound, nest.step))
     if lo is None or hi is None or not step:
-        return None
+        return 0
     return -(-(hi - lo) // step)
+
+
+def block_like(args: Sequence[SSAValue]) -> Block:
+    """A new block whose arguments have the types and names of `args` (loop indices)."""
+    block = Block(arg_types=[a.type for a in args])
+    for old, new in zip(args, block.args):
+        new.name_hint = old.name_hint
+    return block
+
+
+def peel(nest: scf.ParallelOp, dim: int, count: int, step: int, body: Block) -> scf.ParallelOp:
+    """Inserts before `nest` a nest running `body` over the first `count` iterations of
+    dim `dim` stepping by `step` (the other dims as in `nest`); `nest` keeps the points
+    after them, and is erased where there are none. The new nest.
+
+        scf.parallel (%d0) = (%c0) to (%c45) step (%c1)   // peel(nest, 0, 40, 8, lanes)
+        // becomes
+        scf.parallel (%d0) = (%c0) to (%c40) step (%c8) { lanes }
+        scf.parallel (%d0) = (%c40) to (%c45) step (%c1)
+    """
+    lo, hi = int_constant(nest.lowerBound[dim]), int_constant(nest.upperBound[dim])
+    assert lo is not None and hi is not None
+    end, wide = fast.constant(lo + count), fast.constant(step)
+    upper, steps = list(nest.upperBound), list(nest.step)
+    upper[dim], steps[dim] = end.result, wide.result
+    main = scf.ParallelOp(list(nest.lowerBound), upper, steps, Region(body))
+    main.attributes.update(nest.attributes)
+    parent = nest.parent_block()
+    assert parent is not None
+    parent.insert_ops_before([end, wide, main], nest)
+    if lo + count >= hi:
+        nest.detach()
+        nest.erase()
+    else:
+        nest.operands[dim] = end.result  # the rest from `end`
+    return main

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import arith, memref, scf
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.ir import Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
-from gradfuse.passes.loops.loop_ir import depends, kernel_functions
+from gradfuse.passes.loops.loop_ir import block_like, depends, kernel_functions
 
 
 def _index_math(op: Operation) -> bool:
@@ -61,21 +61,23 @@ class Distribution:
     def phases(self) -> list[list[Operation]]:
         """The body's ops cut wherever only recomputable values cross; groups of only
         index arithmetic left out (recomputed where used)."""
+        position = {op: i for i, op in enumerate(self.ops)}
+        # for each op, the first op whose value (not recomputable) it or a later op uses
+        first_used = [len(self.ops)] * (len(self.ops) + 1)
+        for i in reversed(range(len(self.ops))):
+            used = [
+                position[v.owner]
+                for o in self.ops[i].walk()
+                for v in o.operands
+                if v.owner in position and v.owner not in self.remat
+            ]
+            first_used[i] = min([first_used[i + 1], *used])
         groups: list[list[Operation]] = [[]]
         for i, op in enumerate(self.ops):
-            if groups[-1] and self.cut_before(i):
+            if groups[-1] and first_used[i] >= i:  # nothing before i is used from i on
                 groups.append([])
             groups[-1].append(op)
         return [g for g in groups if not all(o in self.remat for o in g)]
-
-    def cut_before(self, i: int) -> bool:
-        before = set(self.ops[:i])
-        for op in self.ops[i:]:
-            for o in op.walk():
-                for v in o.operands:
-                    if v.owner in before and v.owner not in self.remat:
-                        return False
-        return True
 
     def needed(self, group: list[Operation]) -> list[Operation]:
         """The index arithmetic from other groups that `group` uses, in body order."""
@@ -96,14 +98,10 @@ class Distribution:
         merge = (
             len(inner) == 1
             and isinstance(inner[0], scf.ParallelOp)
-            and all(
-                self.outside(v) and not any(depends(v, a) for a in args) for v in inner[0].operands
-            )  # fmt: skip
-        )
+            and all(self.outside(v) and v not in args for v in inner[0].operands)
+        )  # (bounds from outside the rows, not the rows' indices)
         dims = list(args) + (list(inner[0].body.block.args) if merge else [])
-        block = Block(arg_types=[a.type for a in dims])
-        for old, new in zip(dims, block.args):
-            new.name_hint = old.name_hint
+        block = block_like(dims)
         vm: dict[SSAValue, SSAValue] = dict(zip(dims, block.args))
         ops = self.needed(group) + (
             [o for o in group if o in self.remat]
@@ -140,9 +138,11 @@ def shares_a_weight(nest: scf.ParallelOp) -> bool:
 
 def distribute(nest: scf.ParallelOp) -> bool:
     """Distributes the row nest `nest` over its phases; whether it did."""
+    if not shares_a_weight(nest):
+        return False
     d = Distribution(nest)
     groups = d.phases()
-    if len(groups) < 2 or not shares_a_weight(nest):
+    if len(groups) < 2:
         return False
     parent = nest.parent_block()
     assert parent is not None

@@ -42,10 +42,6 @@ ROWS = 4
 registers), 2 loads and a broadcast per step of the reduction."""
 
 
-def _trips(nest: scf.ParallelOp, dim: int) -> int:
-    return dim_trips(nest, dim) or 0
-
-
 def plan(nest: scf.ParallelOp, rows: int = ROWS) -> list[tuple[int, int]]:
     """The dims of `nest` to jam, each with its factor, in the order to jam them."""
     if any(isinstance(o, memref.AtomicRMWOp) for o in nest.walk()):
@@ -66,20 +62,18 @@ def plan(nest: scf.ParallelOp, rows: int = ROWS) -> list[tuple[int, int]]:
             if not any(depends(i, d) for i in r.operands[1:])
         )
 
-    rows_ok = [
-        k
+    trips = [dim_trips(nest, k) for k in range(len(args))]
+    scored = [
+        (shared(args[k]), k)
         for k in range(len(args))
-        if (k < last or not (lanes or SIMD in nest.attributes)) and _trips(nest, k) >= 2
+        if (k < last or not (lanes or SIMD in nest.attributes)) and trips[k] >= 2
     ]
-    row_dims = sorted((shared(args[k]), k) for k in rows_ok if shared(args[k]))
     chosen: list[tuple[int, int]] = []
-    if row_dims:
-        best = row_dims[-1][1]  # the most shared reads, then the innermost
-        chosen.append((best, min(rows, _trips(nest, best))))
-    if lanes and (not chosen or chosen[0][0] != last):
-        factor = 2 if chosen else rows
-        if _trips(nest, last) >= 2:
-            chosen.append((last, min(factor, _trips(nest, last))))
+    score, best = max(scored, default=(0, 0))  # the most shared reads, then the innermost
+    if score:
+        chosen.append((best, min(rows, trips[best])))
+    if lanes and (not chosen or best != last) and trips[last] >= 2:
+        chosen.append((last, min(2 if chosen else rows, trips[last])))
     return chosen
 
 
