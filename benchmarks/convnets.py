@@ -6,10 +6,13 @@ and step time on the C backend against PyTorch CPU eager, measured in one run.
 1. Kernels per training step of examples/dcgan.py at batch 128 (the profile's batch),
    beside PyTorch's 506 CUDA kernels from ../shared/reference/dcgan_kernel_profile.txt,
    and of examples/resnet18.py at batch 32, 224x224 (the profile's shapes).
-2. Seconds per DCGAN step at `--time-batch` on `--backend` (the default backend if not
-   given), and PyTorch eager's seconds for the same model and step on the CPU, or on
-   the GPU with `--backend cuda` (when torch is importable). On the GPU both sides run
-   one untimed step first (module load, graph capture, cuDNN's algorithm choice).
+2. Seconds per training step of DCGAN and of ResNet-18 (64x64 images, 10 classes) at
+   `--time-batch` on `--backend` (the default backend if not given), and PyTorch
+   eager's seconds for the same model and step on the CPU, or on the GPU with
+   `--backend cuda` (when torch is importable; benchmarks/torch_convnets.py). PyTorch
+   runs one untimed step first (allocator, oneDNN's or cuDNN's algorithm choice), and so
+   does gradfuse on the GPU (module load, graph capture); gradfuse's compile is not timed.
+   `--no-resnet` times DCGAN only.
 
     .venv/bin/python benchmarks/convnets.py --backend cuda --time-batch 128 --steps 10
 """
@@ -29,6 +32,7 @@ import gradfuse
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH_DCGAN_KERNELS = 506  # ../shared/reference/dcgan_kernel_profile.txt, one step
+RESNET_IMAGE, RESNET_CLASSES = 64, 10  # the timed ResNet-18's images and classes
 
 
 def example(name: str) -> ModuleType:
@@ -54,10 +58,12 @@ def kernels_per_step(name: str, **sizes: int) -> tuple[int, float]:
     return program.kernels_per_iteration, time.perf_counter() - start
 
 
-def dcgan_step_time(batch: int, steps: int, backend: str | None) -> tuple[float, str]:
-    """Seconds per DCGAN step on `backend` (compile excluded), and the backend's name."""
-    module = example("dcgan")
-    module.BATCH = batch
+def step_time(name: str, steps: int, backend: str | None, **sizes: int) -> tuple[float, str]:
+    """Seconds per training step of an example at `sizes` on `backend` (compile
+    excluded), and the backend's name."""
+    module = example(name)
+    for key, value in sizes.items():
+        setattr(module, key, value)
     gradfuse.reset()
     module.record(steps=steps, log_every=steps)
     program = gradfuse.compile(backend)
@@ -68,53 +74,24 @@ def dcgan_step_time(batch: int, steps: int, backend: str | None) -> tuple[float,
     return (time.perf_counter() - start) / steps, program.backend
 
 
-def torch_dcgan_step_time(batch: int, steps: int, device: str = "cpu") -> float | None:
-    """Seconds per step of the PyTorch DCGAN tutorial's step, eager on `device`."""
+def torch_step_time(model: str, batch: int, steps: int, device: str) -> float | None:
+    """Seconds per PyTorch eager step of `model` ("dcgan" or "resnet18") on `device`."""
     try:
         import torch
-        from torch import nn
+        from torch_convnets import dcgan_step, resnet18_step  # benchmarks/torch_convnets.py
     except ImportError:
         return None
-    nz, ngf, ndf, nc = 100, 64, 64, 1
-    g = nn.Sequential(
-        nn.ConvTranspose2d(nz, ngf * 8, 4, 1, 0, bias=False), nn.BatchNorm2d(ngf * 8), nn.ReLU(True),
-        nn.ConvTranspose2d(ngf * 8, ngf * 4, 4, 2, 1, bias=False), nn.BatchNorm2d(ngf * 4), nn.ReLU(True),
-        nn.ConvTranspose2d(ngf * 4, ngf * 2, 4, 2, 1, bias=False), nn.BatchNorm2d(ngf * 2), nn.ReLU(True),
-        nn.ConvTranspose2d(ngf * 2, ngf, 4, 2, 1, bias=False), nn.BatchNorm2d(ngf), nn.ReLU(True),
-        nn.ConvTranspose2d(ngf, nc, 4, 2, 1, bias=False), nn.Tanh(),
-    )  # fmt: skip
-    d = nn.Sequential(
-        nn.Conv2d(nc, ndf, 4, 2, 1, bias=False), nn.LeakyReLU(0.2, inplace=True),
-        nn.Conv2d(ndf, ndf * 2, 4, 2, 1, bias=False), nn.BatchNorm2d(ndf * 2), nn.LeakyReLU(0.2, inplace=True),
-        nn.Conv2d(ndf * 2, ndf * 4, 4, 2, 1, bias=False), nn.BatchNorm2d(ndf * 4), nn.LeakyReLU(0.2, inplace=True),
-        nn.Conv2d(ndf * 4, ndf * 8, 4, 2, 1, bias=False), nn.BatchNorm2d(ndf * 8), nn.LeakyReLU(0.2, inplace=True),
-        nn.Conv2d(ndf * 8, 1, 4, 1, 0, bias=False), nn.Sigmoid(),
-    )  # fmt: skip
-    opt_d = torch.optim.Adam(d.parameters(), lr=2e-4, betas=(0.5, 0.999))
-    opt_g = torch.optim.Adam(g.parameters(), lr=2e-4, betas=(0.5, 0.999))
-    loss = nn.BCELoss()
-    g, d = g.to(device), d.to(device)
-    real, noise = torch.randn(batch, nc, 64, 64), torch.randn(batch, nz, 1, 1)
-    real, noise = real.to(device), noise.to(device)
-    ones, zeros = torch.ones(batch, device=device), torch.zeros(batch, device=device)
-
-    def step() -> None:
-        d.zero_grad()
-        loss(d(real).view(-1), ones).backward()
-        fake = g(noise)
-        loss(d(fake.detach()).view(-1), zeros).backward()
-        opt_d.step()
-        g.zero_grad()
-        loss(d(fake).view(-1), ones).backward()
-        opt_g.step()
+    if model == "dcgan":
+        step = dcgan_step(batch, device)
+    else:
+        step = resnet18_step(batch, RESNET_IMAGE, RESNET_CLASSES, device)
 
     def sync() -> None:
         if device == "cuda":
             torch.cuda.synchronize()
 
-    if device == "cuda":
-        step()  # the untimed first step
-        sync()
+    step()  # the untimed first step (allocator, oneDNN's or cuDNN's algorithm choice)
+    sync()
     start = time.perf_counter()
     for _ in range(steps):
         step()
@@ -122,11 +99,30 @@ def torch_dcgan_step_time(batch: int, steps: int, device: str = "cpu") -> float 
     return (time.perf_counter() - start) / steps
 
 
+def compare(title: str, model: str, batch: int, steps: int, backend: str | None) -> None:
+    """Prints gradfuse's and PyTorch eager's time per step of `model` and their ratio."""
+    sizes = {"BATCH": batch}
+    if model == "resnet18":
+        sizes |= {"IMAGE": RESNET_IMAGE, "NUM_CLASSES": RESNET_CLASSES}
+    ours, name = step_time(model, steps, backend, **sizes)
+    print(f"{title} step, gradfuse {name}: {ours * 1e3:.2f} ms")
+    device = "cuda" if name == "cuda" else "cpu"
+    theirs = torch_step_time(model, batch, steps, device)
+    if theirs is None:
+        print("PyTorch: not importable here, no ratio")
+        return
+    print(
+        f"{title} step, PyTorch {device.upper()} eager: {theirs * 1e3:.2f} ms;"
+        f" speed ratio gradfuse/PyTorch {theirs / ours:.2f}x"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--time-batch", type=int, default=8)
     parser.add_argument("--backend", default=None, help="gradfuse backend (default: its default)")
+    parser.add_argument("--no-resnet", action="store_true", help="time DCGAN only")
     add_threads_option(parser)
     args = parser.parse_args()
     use_threads(args.threads)
@@ -135,17 +131,11 @@ def main() -> None:
           f" {count / TORCH_DCGAN_KERNELS:.2f} of PyTorch's; trace+compile {seconds:.1f} s")  # fmt: skip
     count, seconds = kernels_per_step("resnet18", BATCH=32, IMAGE=224, NUM_CLASSES=1000)
     print(f"ResNet-18, batch 32, 224x224: {count} kernels per step; trace+compile {seconds:.1f} s")
-    ours, backend = dcgan_step_time(args.time_batch, args.steps, args.backend)
-    print(f"DCGAN step, batch {args.time_batch}, gradfuse {backend}: {ours * 1e3:.2f} ms")
-    device = "cuda" if backend == "cuda" else "cpu"
-    theirs = torch_dcgan_step_time(args.time_batch, args.steps, device)
-    if theirs is None:
-        print("PyTorch: not importable here, no ratio")
-        return
-    print(
-        f"DCGAN step, PyTorch {device.upper()} eager: {theirs * 1e3:.2f} ms;"
-        f" speed ratio gradfuse/PyTorch {theirs / ours:.2f}x"
-    )
+    batch = args.time_batch
+    compare(f"DCGAN, batch {batch},", "dcgan", batch, args.steps, args.backend)
+    if not args.no_resnet:
+        title = f"ResNet-18, batch {batch}, {RESNET_IMAGE}x{RESNET_IMAGE},"
+        compare(title, "resnet18", batch, args.steps, args.backend)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,243 @@
+"""Achieved GFLOP/s of the C backend's contraction and convolution kernels, beside one
+core's single-precision GEMM from NumPy's BLAS measured in the same run (issue 18).
+
+    .venv/bin/python benchmarks/gflops.py [--threads 1] [--steps 3] [--rows 8]
+
+The yardstick: `A @ B` on float32 square matrices (512, 1024 and 2048) with BLAS on
+`--threads` threads; the best of them is the peak printed. Then the transformer layer
+of benchmarks/transformer.py, DCGAN (batch 8) and ResNet-18 (batch 8, 64x64) train on
+the C backend under `gradfuse.profiler` (`with_flops=True`); every launch that holds a
+contraction is timed, and its multiply-adds (`KernelWork.inner_flops`: 2·ΠP·ΠR, what
+torch.profiler counts for a matmul or a convolution) are divided by its time. A
+contraction is a convolution where one of its reads indexes a parallel and a reduction
+dim together (a window: `oh * 2 + kh`, forward, input or weight gradient); a matmul
+otherwise. A launch's time includes what is fused with the contraction (a batch norm's
+sums, an activation), so the rate is a lower bound on the contraction's own.
+
+The table: per model and class, the FLOPs, seconds and GFLOP/s of a step's
+contractions, their share of the peak, and the `--rows` slowest launches by time.
+`GRADFUSE_C_PIPELINE=cpu` measures the loop-IR pipeline instead of the default one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+# BLAS reads its thread count when NumPy loads: set it before anything imports NumPy.
+THREADS = sys.argv[sys.argv.index("--threads") + 1] if "--threads" in sys.argv else "1"
+for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[variable] = THREADS
+
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from math import prod  # noqa: E402
+
+import numpy as np  # noqa: E402
+from convnets import example  # noqa: E402 (benchmarks/convnets.py)
+from xdsl.ir.affine import (  # noqa: E402
+    AffineBinaryOpExpr,
+    AffineBinaryOpKind,
+    AffineConstantExpr,
+    AffineConstraintExpr,
+    AffineDimExpr,
+    AffineExpr,
+    AffineSet,
+)
+
+import gradfuse  # noqa: E402
+from gradfuse.affine import eval_guard  # noqa: E402
+from gradfuse.dialects import kernel as K  # noqa: E402
+from gradfuse.frontend.recorder import program  # noqa: E402
+from gradfuse.passes import run_pipeline  # noqa: E402
+from gradfuse.profiler import profile, schedule  # noqa: E402
+
+SIZES = (512, 1024, 2048)
+
+
+def sgemm_gflops(n: int, seconds: float = 0.5) -> float:
+    """GFLOP/s of NumPy's float32 `a @ b` at n x n, the best of repeats over `seconds`."""
+    rng = np.random.default_rng(0)
+    a, b = rng.random((n, n), np.float32), rng.random((n, n), np.float32)
+    a @ b  # warm: BLAS's buffers, the pages of the result
+    best, end = float("inf"), time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best / 1e9
+
+
+def _terms(expr: AffineExpr) -> dict[int, int] | None:
+    """dim -> coefficient of a sum of scaled dims and constants; None for div and mod."""
+    if isinstance(expr, AffineDimExpr):
+        return {expr.position: 1}
+    if isinstance(expr, AffineConstantExpr):
+        return {}
+    if not isinstance(expr, AffineBinaryOpExpr):
+        return None
+    lhs, rhs = _terms(expr.lhs), _terms(expr.rhs)
+    if lhs is None or rhs is None:
+        return None
+    if expr.kind == AffineBinaryOpKind.Add:
+        return {d: lhs.get(d, 0) + rhs.get(d, 0) for d in lhs.keys() | rhs.keys()}
+    if expr.kind == AffineBinaryOpKind.Mul and isinstance(expr.rhs, AffineConstantExpr):
+        return {d: c * expr.rhs.value for d, c in lhs.items()}
+    return None
+
+
+def windowed(expr: AffineExpr, domain: list[int], parallel: int) -> bool:
+    """Whether an index adds a parallel and a reduction dim as a window does (`oh * 2 +
+    kh`, or through the divisions of a flat window dim), not as a flat index of two dims
+    (`h * 16 + e`, e < 16: attention's heads)."""
+    used = expr.used_dims()
+    if not (any(d < parallel for d in used) and any(d >= parallel for d in used)):
+        return False
+    terms = _terms(expr)
+    if terms is None:
+        return True
+    for p, cp in terms.items():
+        for r, cr in terms.items():
+            if p < parallel <= r and cp and cr:
+                if abs(cp) != abs(cr) * domain[r] and abs(cr) != abs(cp) * domain[p]:
+                    return True
+    return False
+
+
+def useful(guard: AffineSet, domain: list[int]) -> float:
+    """The share of the domain's points where `guard` holds (a padding's or a stride's
+    taps that read a zero are no work), over the dims the guard mentions."""
+    used = sorted(set().union(*(c.lhs.used_dims() | c.rhs.used_dims() for c in guard.constraints)))
+    if prod(domain[d] for d in used) > 1 << 25:
+        return 1.0  # too many points to count: all of them, an upper bound of the work
+    new = [AffineExpr.dimension(used.index(d)) if d in used else AffineExpr.constant(0)
+           for d in range(len(domain))]  # fmt: skip
+    cons = tuple(
+        AffineConstraintExpr(
+            c.kind, c.lhs.replace_dims_and_symbols(new, []), c.rhs.replace_dims_and_symbols(new, [])
+        )
+        for c in guard.constraints
+    )
+    return float(eval_guard(AffineSet(len(used), 0, cons), [domain[d] for d in used]).mean())
+
+
+def contractions(module: object) -> dict[str, tuple[bool, float]]:
+    """Each contraction kernel's symbol -> (whether it is a convolution, the share of its
+    multiply-adds that read no padding)."""
+    found: dict[str, tuple[bool, float]] = {}
+    for op in module.walk():  # type: ignore[attr-defined]
+        if not (isinstance(op, K.KernelOp) and op.kind.data == "contraction"):
+            continue
+        parallel, domain = op.parallel.value.data, list(op.domain.get_values())
+        loads = [o for o in op.body.walk() if isinstance(o, K.LoadOp)]
+        conv = any(windowed(e, domain, parallel) for o in loads for e in o.map.data.results)
+        guards = [o.guard.data for o in loads if o.guard is not None]
+        share = min((useful(g, domain) for g in guards), default=1.0)
+        found[op.sym_name.data] = (conv, share)
+    return found
+
+
+@dataclass
+class Row:
+    model: str
+    launch: str
+    kind: str  # "convolution" or "matmul"
+    params: str
+    flops: int
+    seconds: float
+
+
+def measure(model: str, record: Callable[[], None], steps: int) -> list[Row]:
+    """Each contraction launch of the model's last `steps - 1` steps on the C backend."""
+    gradfuse.reset()
+    record()
+    module = program().module.clone()
+    run_pipeline(module, "kernels")
+    found = contractions(module)
+    with profile(schedule=schedule(wait=1, warmup=0, active=steps - 1), with_flops=True) as prof:
+        gradfuse.execute(backend="c")
+    rows: list[Row] = []
+    for step in prof.steps:
+        for span in step.kernels():
+            works = [w for w in (span.launch.kernels if span.launch else ()) if w.symbol in found]
+            if not works:
+                continue
+            kind = "convolution" if any(found[w.symbol][0] for w in works) else "matmul"
+            flops = round(sum(w.inner_flops * found[w.symbol][1] for w in works))
+            params = " ".join(w.params for w in works)
+            rows.append(Row(model, span.name, kind, params, flops, span.dur_us / 1e6))
+    return rows
+
+
+def transformer(steps: int) -> None:
+    from gradfuse import Feeder, ir_for
+    from gradfuse.nn import SGD, TransformerEncoderLayer
+
+    gradfuse.manual_seed(0)
+    layer = TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
+    opt = SGD(layer.parameters())
+    x = np.random.default_rng(0).normal(size=(2, 16, 64)).astype(np.float32)
+
+    def step() -> None:
+        opt.zero_grad()
+        layer(Feeder(lambda: x, shape=[2, 16, 64], name="x")).sum().backward()
+        opt.step()
+
+    ir_for(range(steps), step)
+
+
+def convnet(name: str, steps: int, **sizes: int) -> None:
+    module = example(name)
+    for key, value in sizes.items():
+        setattr(module, key, value)
+    module.record(steps=steps, log_every=1)  # a receiver each step: a profiled step each
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1, help="BLAS and OpenMP threads")
+    parser.add_argument("--steps", type=int, default=3, help="steps run (the first untimed)")
+    parser.add_argument("--rows", type=int, default=8, help="slowest launches listed")
+    args = parser.parse_args()
+    rates = {n: sgemm_gflops(n) for n in SIZES}
+    peak = max(rates.values())
+    sizes = ", ".join(f"{n}: {r:.1f}" for n, r in rates.items())
+    print(f"NumPy SGEMM on {args.threads} thread(s), GFLOP/s by size ({sizes}); peak {peak:.1f}")
+    pipeline = os.environ.get("GRADFUSE_C_PIPELINE", "default")
+    rows: list[Row] = []
+    for model, record in (
+        ("transformer", lambda: transformer(args.steps)),
+        ("dcgan b8", lambda: convnet("dcgan", args.steps, BATCH=8)),
+        ("resnet18 b8 64x64", lambda: convnet("resnet18", args.steps, BATCH=8, IMAGE=64)),
+    ):
+        rows += measure(model, record, args.steps)
+    timed = max(args.steps - 1, 1)
+    print(f"\nC backend ({pipeline} pipeline), contractions per step:")
+    print(
+        f"{'model':<20}{'class':<13}{'launches':>9}{'GFLOP':>9}{'ms':>10}{'GFLOP/s':>9}{'of peak':>9}"
+    )
+    for model in dict.fromkeys(r.model for r in rows):
+        for kind in ("matmul", "convolution"):
+            sel = [r for r in rows if r.model == model and r.kind == kind]
+            if not sel:
+                continue
+            flops, seconds = sum(r.flops for r in sel), sum(r.seconds for r in sel)
+            rate = flops / seconds / 1e9
+            print(f"{model:<20}{kind:<13}{len(sel) // timed:>9}{flops / timed / 1e9:>9.3f}"
+                  f"{seconds / timed * 1e3:>10.2f}{rate:>9.2f}{rate / peak:>9.1%}")  # fmt: skip
+    launches: dict[tuple[str, str], list[Row]] = {}
+    for r in rows:
+        launches.setdefault((r.model, r.launch), []).append(r)
+    print(f"\nThe {args.rows} slowest contraction launches (a step's average):")
+    print(f"{'model':<20}{'launch':<8}{'class':<13}{'ms':>8}{'GFLOP/s':>9}  domain")
+    slowest = sorted(launches.values(), key=lambda rs: -sum(r.seconds for r in rs))
+    for rs in slowest[: args.rows]:
+        r, seconds = rs[0], sum(r.seconds for r in rs) / len(rs)
+        print(f"{r.model:<20}{r.launch:<8}{r.kind:<13}{seconds * 1e3:>8.2f}"
+              f"{r.flops / seconds / 1e9:>9.2f}  {r.params}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
