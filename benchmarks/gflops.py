@@ -2,6 +2,7 @@
 core's single-precision GEMM from NumPy's BLAS measured in the same run (issue 18).
 
     .venv/bin/python benchmarks/gflops.py [--threads 1] [--steps 3] [--rows 8]
+        [--models transformer,dcgan,resnet18]
 
 The yardstick: `A @ B` on float32 square matrices (512, 1024 and 2048) with BLAS on
 `--threads` threads; the best of them is the peak printed. Then the transformer layer
@@ -200,6 +201,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="BLAS and OpenMP threads")
     parser.add_argument("--steps", type=int, default=3, help="steps run (the first untimed)")
     parser.add_argument("--rows", type=int, default=8, help="slowest launches listed")
+    parser.add_argument("--models", default="transformer,dcgan,resnet18", help="which, by name")
     args = parser.parse_args()
     rates = {n: sgemm_gflops(n) for n in SIZES}
     peak = max(rates.values())
@@ -207,12 +209,18 @@ def main() -> None:
     print(f"NumPy SGEMM on {args.threads} thread(s), GFLOP/s by size ({sizes}); peak {peak:.1f}")
     pipeline = os.environ.get("GRADFUSE_C_PIPELINE", "default")
     rows: list[Row] = []
-    for model, record in (
-        ("transformer", lambda: transformer(args.steps)),
-        ("dcgan b8", lambda: convnet("dcgan", args.steps, BATCH=8)),
-        ("resnet18 b8 64x64", lambda: convnet("resnet18", args.steps, BATCH=8, IMAGE=64)),
-    ):
-        rows += measure(model, record, args.steps)
+    models: dict[str, tuple[str, Callable[[], None]]] = {
+        "transformer": ("transformer", lambda: transformer(args.steps)),
+        "dcgan": ("dcgan b8", lambda: convnet("dcgan", args.steps, BATCH=8)),
+        "resnet18": (
+            "resnet18 b8 64x64",
+            lambda: convnet("resnet18", args.steps, BATCH=8, IMAGE=64),
+        ),
+    }
+    for name in args.models.split(","):
+        if name not in models:
+            parser.error(f"--models: {name!r} is not one of {', '.join(models)}")
+        rows += measure(*models[name], args.steps)
     timed = max(args.steps - 1, 1)
     print(f"\nC backend ({pipeline} pipeline), contractions per step:")
     print(

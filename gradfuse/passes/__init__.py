@@ -75,12 +75,13 @@ def make_context() -> Context:
     from xdsl.dialects import arith, builtin, func, gpu, math, memref, scf, vector
 
     from gradfuse.dialects.kernel import KERNEL
+    from gradfuse.dialects.lanes import LANES
     from gradfuse.dialects.tg import TG
 
     ctx = Context()
     for dialect in (
         builtin.Builtin, func.Func, arith.Arith, math.Math, memref.MemRef, scf.Scf, gpu.GPU,
-        vector.Vector, TG, KERNEL,
+        vector.Vector, TG, KERNEL, LANES,
     ):  # fmt: skip
         ctx.load_dialect(dialect)
     return ctx

@@ -32,10 +32,12 @@ class IrOptMain(xDSLOptMain):
     def register_all_dialects(self) -> None:
         super().register_all_dialects()
         from gradfuse.dialects.kernel import KERNEL
+        from gradfuse.dialects.lanes import LANES
         from gradfuse.dialects.tg import TG
 
         self.ctx.register_dialect("tg", lambda: TG)
         self.ctx.register_dialect("kernel", lambda: KERNEL)
+        self.ctx.register_dialect("lanes", lambda: LANES)
 
     def register_all_passes(self) -> None:
         super().register_all_passes()

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 
 from xdsl.dialects import arith, func, scf, vector
-from xdsl.dialects.builtin import IntegerAttr, VectorType
+from xdsl.dialects.builtin import IntegerAttr, IntegerType, VectorType
 from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 
 from gradfuse.backend.cstyle import BINARY, CTarget, Renderer, ctype, literal
@@ -33,9 +33,12 @@ DIM = re.compile(r"d\d+")
 
 
 VECTORS = "".join(
-    f"typedef float gf_floatx{w} __attribute__((vector_size({4 * w})));\n" for w in WIDTHS
+    f"typedef float gf_floatx{w} __attribute__((vector_size({4 * w})));\n"
+    f"typedef uint8_t gf_boolx{w} __attribute__((vector_size({w})));\n"
+    for w in WIDTHS
 )
-"""GCC's vector types for the `vector<Wxf32>` that `loops-vectorize` makes (`gf_floatx8`)."""
+"""GCC's vector types for the `vector<Wxf32>` that `loops-vectorize` makes (`gf_floatx8`),
+and for its masks `vector<Wxi1>`, a byte a lane as i1 buffers hold them (`gf_boolx8`)."""
 
 
 class CLoopTarget(CTarget):
@@ -48,7 +51,10 @@ class CLoopTarget(CTarget):
 def type_name(ty: Attribute) -> str:
     """The C type of a scalar or of a `vector<Wxf32>` (`gf_floatx32`)."""
     if isinstance(ty, VectorType):
-        return f"gf_{ctype(ty.element_type)}x{ty.get_shape()[0]}"
+        lanes = ty.get_shape()[0]
+        if ty.element_type == IntegerType(1):
+            return f"gf_boolx{lanes}"
+        return f"gf_{ctype(ty.element_type)}x{lanes}"
     return ctype(ty)
 
 

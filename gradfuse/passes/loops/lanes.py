@@ -22,9 +22,10 @@ scf.parallel (%d0, %d1) = (%c0, %c0) to (%c64, %c128) step (%c1, %c8) {
 from __future__ import annotations
 
 from xdsl.dialects import arith, math, memref, scf, vector
-from xdsl.dialects.builtin import Float32Type, VectorType
+from xdsl.dialects.builtin import Float32Type, IntegerType, VectorType
 from xdsl.ir import Block, Operation, Region, SSAValue
 
+from gradfuse.dialects import lanes
 from gradfuse.passes.loops.loop_ir import block_like, depends, int_constant, peel
 
 WIDTHS = (8,)
@@ -35,6 +36,11 @@ us, 16 lanes 519 us, 32 lanes 659 us)."""
 FLOAT_OPS = (
     arith.AddfOp, arith.SubfOp, arith.MulfOp, arith.DivfOp, arith.MaximumfOp, arith.NegfOp,
 )  # fmt: skip
+MASK_OPS: dict[type[Operation], type[Operation]] = {
+    arith.CmpfOp: lanes.CmpfOp,
+    arith.SelectOp: lanes.SelectOp,
+}
+"""Ops whose lanes are ops of the `lanes` dialect (masks: xDSL's take only a scalar i1)."""
 
 
 class NotLanes(Exception):
@@ -51,7 +57,8 @@ class Widen:
         self.starts: set[SSAValue] = {d}  # old values `d + i`, `i` the same in every lane
 
     def vec(self, ty: object) -> VectorType:
-        if not isinstance(ty, Float32Type):
+        """`ty`'s lanes: `vector<Wxf32>`, or a mask `vector<Wxi1>`."""
+        if not isinstance(ty, Float32Type) and ty != IntegerType(1):
             raise NotLanes(f"a lane value of type {ty}")
         return VectorType(ty, [self.width])
 
@@ -115,10 +122,15 @@ class Widen:
         elif op.regions or isinstance(op, memref.AtomicRMWOp):
             raise NotLanes(f"{op.name} in lanes")
         elif varying:
-            if not isinstance(op, FLOAT_OPS) and type(op).__module__ != math.__name__:
+            lane_op = MASK_OPS.get(type(op), type(op))
+            if (
+                lane_op is type(op)
+                and not isinstance(op, FLOAT_OPS)
+                and type(op).__module__ != math.__name__
+            ):
                 raise NotLanes(f"{op.name} on lane values")
             args = [self.as_vector(v, into) for v in op.operands]
-            new = type(op).create(
+            new = lane_op.create(
                 operands=args,
                 result_types=[self.vec(r.type) for r in op.results],
                 properties=dict(op.properties),

@@ -56,6 +56,19 @@ func @main(%x: tensor<4x7x16xf32>, %w: tensor<64x37xf32>, %v: tensor<37x21xf32>)
 (`loops-distribute`), register blocks with remainders in every dim (`loops-unroll-jam`:
 7 rows, 37 and 21 outputs)."""
 
+MASKS = """
+func @main(%x: tensor<5x45xf32>, %w: tensor<45x43xf32>, %g: tensor<5x43xf32>, %keep: tensor<5x43xi1>) -> (tensor<5x43xf32>, tensor<5x43xf32>) {
+  %h = tg.dot %x, %w : tensor<5x43xf32>
+  %m = tg.cmplt %g, %h : tensor<5x43xi1>
+  %s = tg.where %m, %h, %g : tensor<5x43xf32>
+  %t = tg.where %keep, %h, %g : tensor<5x43xf32>
+  return %s, %t
+}
+"""
+"""Masks in lanes: a comparison of lane sums (`lanes.cmpf`), a mask read from an i1
+buffer, and choices by both (`lanes.select`, ReLU's gradient), 43 outputs: 5 vectors of
+8 and a scalar remainder of 3."""
+
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_the_cpu_pipeline_matches_the_reference(name):
@@ -89,6 +102,20 @@ def test_split_distributed_and_jammed_nests_match_the_reference():
     assert "(unsigned long)" not in source  # the heads are dims of their own
     assert re.search(r"for \(long d0 = 0; d0 < 4; d0 \+= 4\)", source)  # 4 rows jammed
     assert re.search(r"for \(long d0 = 4; d0 < 7; d0\+\+\)", source)  # and the other 3
+
+
+def test_masks_in_lanes_match_the_reference():
+    rng = np.random.default_rng(7)
+    args = [rng.standard_normal(s).astype(np.float32) * 0.3 for s in ((5, 45), (45, 43), (5, 43))]
+    args.append(rng.random((5, 43)) < 0.5)
+    agree(MASKS, "c", pipeline="cpu", args=args)
+    program = compile_module(parse_tg(MASKS), "c", pipeline="cpu")
+    ir = str(program.module)
+    assert "lanes.cmpf olt" in ir and "lanes.select" in ir
+    assert re.search(r"vector.load %\d+\[.*\] : memref<5x43xi1>, vector<8xi1>", ir)  # a mask read
+    source = render_c(program.module)
+    assert re.search(r"for \(int l = 0; l < 8; l\+\+\) \{ v\d+\[l\] = v\d+\[l\] \? ", source)
+    assert re.search(r"for \(long d1 = 40; d1 < 43; ", source)  # the scalar remainder
 
 
 def test_a_program_built_in_several_units_has_the_vector_types_in_each():
