@@ -1,6 +1,7 @@
 """The PyTorch side of benchmarks/convnets.py: one eager training step of the DCGAN
-tutorial's model and of torchvision's ResNet-18, written as PyTorch's tutorials write
-them (torchvision is not needed). Import only where torch is importable.
+tutorial's model and of torchvision's ResNet-18 (tests/unit/torch_resnet.py, the one
+the ResNet tests compare with; torchvision is not needed), written as PyTorch's
+tutorials write them. Import only where torch is importable.
 
     step = dcgan_step(batch=8, device="cpu"); step()
     step = resnet18_step(batch=8, image=64, classes=10, device="cpu"); step()
@@ -8,10 +9,15 @@ them (torchvision is not needed). Import only where torch is importable.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit"))
+from torch_resnet import TorchResNet18  # noqa: E402 (torchvision's ResNet-18, as the tests use it)
 
 
 def dcgan_step(batch: int, device: str) -> Callable[[], None]:
@@ -52,55 +58,9 @@ def dcgan_step(batch: int, device: str) -> Callable[[], None]:
     return step
 
 
-class BasicBlock(nn.Module):
-    """torchvision's BasicBlock: two 3x3 convolutions, batch norms and the residual."""
-
-    def __init__(self, inplanes: int, planes: int, stride: int = 1) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(inplanes, planes, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(planes)
-        self.relu = nn.ReLU(inplace=True)
-        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(planes)
-        self.downsample = None
-        if stride != 1 or inplanes != planes:
-            self.downsample = nn.Sequential(
-                nn.Conv2d(inplanes, planes, 1, stride, bias=False), nn.BatchNorm2d(planes)
-            )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        identity = x if self.downsample is None else self.downsample(x)
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        out += identity
-        return self.relu(out)
-
-
-class ResNet18(nn.Module):
-    """torchvision's `resnet18(num_classes=...)`."""
-
-    def __init__(self, num_classes: int) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
-        self.bn1 = nn.BatchNorm2d(64)
-        self.relu = nn.ReLU(inplace=True)
-        self.maxpool = nn.MaxPool2d(3, 2, 1)
-        self.layer1 = nn.Sequential(BasicBlock(64, 64), BasicBlock(64, 64))
-        self.layer2 = nn.Sequential(BasicBlock(64, 128, 2), BasicBlock(128, 128))
-        self.layer3 = nn.Sequential(BasicBlock(128, 256, 2), BasicBlock(256, 256))
-        self.layer4 = nn.Sequential(BasicBlock(256, 512, 2), BasicBlock(512, 512))
-        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
-        self.fc = nn.Linear(512, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.fc(torch.flatten(self.avgpool(x), 1))
-
-
 def resnet18_step(batch: int, image: int, classes: int, device: str) -> Callable[[], None]:
     """One SGD step (momentum 0.9, CrossEntropyLoss) of ResNet-18, as examples/resnet18.py."""
-    model = ResNet18(classes).to(device)
+    model = TorchResNet18(classes).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     criterion = nn.CrossEntropyLoss()
     images = torch.randn(batch, 3, image, image, device=device)
