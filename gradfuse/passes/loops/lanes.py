@@ -122,13 +122,11 @@ class Widen:
         elif op.regions or isinstance(op, memref.AtomicRMWOp):
             raise NotLanes(f"{op.name} in lanes")
         elif varying:
-            lane_op = MASK_OPS.get(type(op), type(op))
-            if (
-                lane_op is type(op)
-                and not isinstance(op, FLOAT_OPS)
-                and type(op).__module__ != math.__name__
-            ):
-                raise NotLanes(f"{op.name} on lane values")
+            lane_op = MASK_OPS.get(type(op))
+            if lane_op is None:
+                if not isinstance(op, FLOAT_OPS) and type(op).__module__ != math.__name__:
+                    raise NotLanes(f"{op.name} on lane values")
+                lane_op = type(op)
             args = [self.as_vector(v, into) for v in op.operands]
             new = lane_op.create(
                 operands=args,
