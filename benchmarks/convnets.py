@@ -35,7 +35,9 @@ TORCH_DCGAN_KERNELS = 506  # ../shared/reference/dcgan_kernel_profile.txt, one s
 RESNET_IMAGE, RESNET_CLASSES = 64, 10  # the timed ResNet-18's images and classes
 
 
-def example(name: str) -> ModuleType:
+def example(name: str, **sizes: int) -> ModuleType:
+    """examples/<name>.py as a new module object (its `main` not run), with its module
+    constants set to `sizes` (`example("dcgan", BATCH=8)`)."""
     spec = importlib.util.spec_from_file_location(
         f"example_{name}", ROOT / "examples" / f"{name}.py"
     )
@@ -43,14 +45,14 @@ def example(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
+    for key, value in sizes.items():
+        setattr(module, key, value)
     return module
 
 
 def kernels_per_step(name: str, **sizes: int) -> tuple[int, float]:
     """Kernels per training step of an example at `sizes`, and the trace+compile seconds."""
-    module = example(name)
-    for key, value in sizes.items():
-        setattr(module, key, value)
+    module = example(name, **sizes)
     gradfuse.reset()
     start = time.perf_counter()
     module.record(steps=1, log_every=1)
@@ -61,9 +63,7 @@ def kernels_per_step(name: str, **sizes: int) -> tuple[int, float]:
 def step_time(name: str, steps: int, backend: str | None, **sizes: int) -> tuple[float, str]:
     """Seconds per training step of an example at `sizes` on `backend` (compile
     excluded), and the backend's name."""
-    module = example(name)
-    for key, value in sizes.items():
-        setattr(module, key, value)
+    module = example(name, **sizes)
     gradfuse.reset()
     module.record(steps=steps, log_every=steps)
     program = gradfuse.compile(backend)

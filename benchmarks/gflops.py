@@ -38,18 +38,10 @@ from math import prod  # noqa: E402
 
 import numpy as np  # noqa: E402
 from convnets import example  # noqa: E402 (benchmarks/convnets.py)
-from xdsl.ir.affine import (  # noqa: E402
-    AffineBinaryOpExpr,
-    AffineBinaryOpKind,
-    AffineConstantExpr,
-    AffineConstraintExpr,
-    AffineDimExpr,
-    AffineExpr,
-    AffineSet,
-)
+from xdsl.ir.affine import AffineDimExpr, AffineExpr, AffineMap, AffineSet  # noqa: E402
 
 import gradfuse  # noqa: E402
-from gradfuse.affine import eval_guard  # noqa: E402
+from gradfuse.affine import compose_guard, eval_guard, linear  # noqa: E402
 from gradfuse.dialects import kernel as K  # noqa: E402
 from gradfuse.frontend.recorder import program  # noqa: E402
 from gradfuse.passes import run_pipeline  # noqa: E402
@@ -71,24 +63,6 @@ def sgemm_gflops(n: int, seconds: float = 0.5) -> float:
     return 2 * n**3 / best / 1e9
 
 
-def _terms(expr: AffineExpr) -> dict[int, int] | None:
-    """dim -> coefficient of a sum of scaled dims and constants; None for div and mod."""
-    if isinstance(expr, AffineDimExpr):
-        return {expr.position: 1}
-    if isinstance(expr, AffineConstantExpr):
-        return {}
-    if not isinstance(expr, AffineBinaryOpExpr):
-        return None
-    lhs, rhs = _terms(expr.lhs), _terms(expr.rhs)
-    if lhs is None or rhs is None:
-        return None
-    if expr.kind == AffineBinaryOpKind.Add:
-        return {d: lhs.get(d, 0) + rhs.get(d, 0) for d in lhs.keys() | rhs.keys()}
-    if expr.kind == AffineBinaryOpKind.Mul and isinstance(expr.rhs, AffineConstantExpr):
-        return {d: c * expr.rhs.value for d, c in lhs.items()}
-    return None
-
-
 def windowed(expr: AffineExpr, domain: list[int], parallel: int) -> bool:
     """Whether an index adds a parallel and a reduction dim as a window does (`oh * 2 +
     kh`, or through the divisions of a flat window dim), not as a flat index of two dims
@@ -96,15 +70,16 @@ def windowed(expr: AffineExpr, domain: list[int], parallel: int) -> bool:
     used = expr.used_dims()
     if not (any(d < parallel for d in used) and any(d >= parallel for d in used)):
         return False
-    terms = _terms(expr)
-    if terms is None:
-        return True
-    for p, cp in terms.items():
-        for r, cr in terms.items():
-            if p < parallel <= r and cp and cr:
-                if abs(cp) != abs(cr) * domain[r] and abs(cr) != abs(cp) * domain[p]:
-                    return True
-    return False
+    terms, _ = linear(expr, domain)
+    if not all(isinstance(atom, AffineDimExpr) for atom in terms):
+        return True  # a division or a remainder of dims
+    coef = {atom.position: c for atom, c in terms.items()}  # type: ignore[attr-defined]
+    return any(
+        abs(cp) != abs(cr) * domain[r] and abs(cr) != abs(cp) * domain[p]
+        for p, cp in coef.items()
+        for r, cr in coef.items()
+        if p < parallel <= r
+    )
 
 
 def useful(guard: AffineSet, domain: list[int]) -> float:
@@ -115,13 +90,8 @@ def useful(guard: AffineSet, domain: list[int]) -> float:
         return 1.0  # too many points to count: all of them, an upper bound of the work
     new = [AffineExpr.dimension(used.index(d)) if d in used else AffineExpr.constant(0)
            for d in range(len(domain))]  # fmt: skip
-    cons = tuple(
-        AffineConstraintExpr(
-            c.kind, c.lhs.replace_dims_and_symbols(new, []), c.rhs.replace_dims_and_symbols(new, [])
-        )
-        for c in guard.constraints
-    )
-    return float(eval_guard(AffineSet(len(used), 0, cons), [domain[d] for d in used]).mean())
+    only = compose_guard(guard, AffineMap(len(used), 0, tuple(new)))  # over `used` alone
+    return float(eval_guard(only, [domain[d] for d in used]).mean())
 
 
 def contractions(module: object) -> dict[str, tuple[bool, float]]:
@@ -190,10 +160,9 @@ def transformer(steps: int) -> None:
 
 
 def convnet(name: str, steps: int, **sizes: int) -> None:
-    module = example(name)
-    for key, value in sizes.items():
-        setattr(module, key, value)
-    module.record(steps=steps, log_every=1)  # a receiver each step: a profiled step each
+    example(name, **sizes).record(
+        steps=steps, log_every=1
+    )  # a receiver each step: a profiled step each
 
 
 def main() -> None:

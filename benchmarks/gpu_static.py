@@ -90,9 +90,7 @@ def record(model: str, steps: int, sizes: dict[str, int]) -> str:
     if model == "mlp":
         record_mlp(steps)
         return f"width {MLP_WIDTH}, batch {MLP_BATCH}, SGD"
-    ex = example(model)
-    for key, value in sizes.items():
-        setattr(ex, key, value)
+    ex = example(model, **sizes)
     gradfuse.reset()
     ex.record(steps=steps, log_every=steps)
     return ", ".join(f"{key} {getattr(ex, key)}" for key in SIZES[model])

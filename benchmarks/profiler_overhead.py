@@ -46,15 +46,13 @@ moved by -16 % to +15 % between the three ways run by run (one step took 220 ms 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
-import sys
 import time
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import numpy as np
+from convnets import example  # benchmarks/convnets.py
 from threads import add_threads_option, use_threads  # benchmarks/threads.py
 
 import gradfuse
@@ -62,27 +60,13 @@ from gradfuse.backend.c import CProgram, compile_c
 from gradfuse.frontend.recorder import program
 from gradfuse.passes import run_pipeline
 
-ROOT = Path(__file__).resolve().parents[1]
 MODES = ("default", "profiling, empty window", "profiling, every step")
-
-
-def example(name: str) -> ModuleType:
-    """examples/<name>.py as a new module object (its `main` not run)."""
-    spec = importlib.util.spec_from_file_location(
-        f"example_{name}", ROOT / "examples" / f"{name}.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def build(batch: int, steps: int) -> tuple[ModuleType, dict[str, np.ndarray], CProgram, CProgram]:
     """Records `steps` DCGAN steps at `batch` (a receiver every step) and compiles them:
     the example module, the initial params and the default and profiling builds."""
-    dcgan = example("dcgan")
-    dcgan.BATCH = batch
+    dcgan = example("dcgan", BATCH=batch)
     gradfuse.reset()
     dcgan.record(steps=steps, log_every=1)
     prog = program()

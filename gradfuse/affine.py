@@ -104,16 +104,19 @@ def _simplify(map: AffineMap, sizes: tuple[int, ...]) -> AffineMap:
 
 
 def simplify_expr(expr: AffineExpr, sizes: Sequence[int]) -> AffineExpr:
-    return _to_expr(_linear(expr, sizes))
+    return _to_expr(linear(expr, sizes))
 
 
-def _linear(expr: AffineExpr, sizes: Sequence[int]) -> Linear:
+def linear(expr: AffineExpr, sizes: Sequence[int]) -> Linear:
+    """`expr` as a sum of atoms times coefficients plus a constant, knowing each dim's
+    size (a dim of size 1 is 0, a division that the sizes decide is gone):
+    `d0 * 16 + d1 + 3` -> ({d0: 16, d1: 1}, 3); `d2 floordiv 4` stays an atom."""
     if isinstance(expr, AffineConstantExpr):
         return {}, expr.value
     if isinstance(expr, AffineDimExpr):
         return ({}, 0) if sizes[expr.position] == 1 else ({expr: 1}, 0)
     assert isinstance(expr, AffineBinaryOpExpr)
-    lhs, rhs = _linear(expr.lhs, sizes), _linear(expr.rhs, sizes)
+    lhs, rhs = linear(expr.lhs, sizes), linear(expr.rhs, sizes)
     if expr.kind == AffineBinaryOpKind.Add:
         terms = dict(lhs[0])
         for atom, coef in rhs[0].items():
@@ -136,7 +139,7 @@ def row_block(expr: AffineExpr, row: int, rows: int, sizes: Sequence[int]) -> in
     if _mentions_dims(expr, 0):
         return None  # (a gather's symbol)
     try:
-        terms, k = _linear(expr, sizes)
+        terms, k = linear(expr, sizes)
     except ValueError:
         return None
     c = terms.get(AffineExpr.dimension(row), 0)
@@ -224,7 +227,7 @@ def _atom_range(atom: AffineExpr, sizes: Sequence[int]) -> tuple[int, int]:
     c = atom.rhs.value
     if atom.kind == AffineBinaryOpKind.Mod:
         return 0, c - 1
-    lo, hi = _range(_linear(atom.lhs, sizes), sizes)
+    lo, hi = _range(linear(atom.lhs, sizes), sizes)
     if atom.kind == AffineBinaryOpKind.FloorDiv:
         return lo // c, hi // c
     return -(-lo // c), -(-hi // c)
@@ -309,7 +312,7 @@ def simplify_guard(guard: AffineSet, sizes: Sequence[int]) -> AffineSet | None:
     """Drops the constraints that hold everywhere over `sizes` (None if all do)."""
     kept = []
     for c in guard.constraints:
-        lin = _linear(c.lhs - c.rhs, sizes)
+        lin = linear(c.lhs - c.rhs, sizes)
         lo, hi = _range(lin, sizes)
         if c.kind == AffineConstraintKind.ge and lo >= 0:
             continue
