@@ -36,6 +36,8 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "convert-kernel-to-gpu": _lazy("gpu.convert_kernel_to_gpu", "ConvertKernelToGpuPass"),
     "convert-kernel-to-loops": _lazy("loops.convert_kernel_to_loops", "ConvertKernelToLoopsPass"),
     "loops-distribute": _lazy("loops.loops_distribute", "LoopsDistributePass"),
+    "loops-interchange": _lazy("loops.loops_interchange", "LoopsInterchangePass"),
+    "loops-pack": _lazy("loops.loops_pack", "LoopsPackPass"),
     "loops-vectorize": _lazy("loops.loops_vectorize", "LoopsVectorizePass"),
     "loops-unroll-jam": _lazy("loops.loops_unroll_jam", "LoopsUnrollJamPass"),
     "loops-parallelize": _lazy("loops.loops_parallelize", "LoopsParallelizePass"),
@@ -56,7 +58,8 @@ PIPELINES: dict[str, str] = {
     "cuda": "kernels,kernel-tile,kernel-block-reduce,kernel-plan-buffers,convert-kernel-to-gpu",
     "cpu": (
         "kernels,kernel-split-dims,kernel-plan-buffers,convert-kernel-to-loops,canonicalize,cse,"
-        "loops-distribute,loops-vectorize,cse,loops-unroll-jam,cse,loops-parallelize"
+        "loops-distribute,loops-interchange,loops-pack,loops-vectorize,cse,loops-unroll-jam,cse,"
+        "loops-parallelize"
     ),
 }
 """Named pipelines, each extending the one before: `tg` (differentiate and simplify,

@@ -20,12 +20,13 @@ OpenMP pragmas. Nothing is recovered from index arithmetic here:
 from __future__ import annotations
 
 import re
+from math import prod
 
-from xdsl.dialects import arith, func, scf, vector
+from xdsl.dialects import arith, func, memref, scf, vector
 from xdsl.dialects.builtin import IntegerAttr, IntegerType, VectorType
 from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 
-from gradfuse.backend.cstyle import BINARY, CTarget, Renderer, ctype, literal
+from gradfuse.backend.cstyle import BINARY, CTarget, Renderer, ctype, element_ctype, literal
 from gradfuse.passes.loops.lanes import WIDTHS
 from gradfuse.passes.loops.loop_ir import OMP, REDUCING, SIMD
 
@@ -101,15 +102,33 @@ class LoopRenderer(Renderer):
             self.parallel(op, depth)
         elif isinstance(op, scf.ForOp):
             self.loop(op, depth)
-        elif isinstance(op, func.ReturnOp | scf.ReduceOp):
+        elif isinstance(op, func.ReturnOp | scf.ReduceOp | memref.DeallocOp):
             pass
+        elif isinstance(op, memref.AllocOp):
+            self.scratch(op, depth)
+        elif isinstance(op, vector.ExtractOp):
+            (lane,) = op.static_position.get_values()
+            r = self.name(op.result)
+            self.emit(f"{type_name(op.result.type)} {r} = {self.name(op.vector)}[{lane}];", depth)
         else:
             super().op(op, depth)
 
+    def scratch(self, op: memref.AllocOp, depth: int) -> None:
+        """A scratch buffer (`loops-pack`) as static storage: the host program calls one
+        kernel function at a time, and a static buffer is paged in once, where `malloc`
+        would map fresh pages on every call."""
+        ty = op.memref.type
+        size = prod(ty.get_shape())
+        elt = element_ctype(ty.element_type)
+        self.emit(
+            f"static {elt} {self.name(op.memref)}[{size}] __attribute__((aligned(64)));", depth
+        )
+
     def lanes(self, op: Operation, depth: int) -> None:
         """An op on `vector<W x ...>` values: loads and stores as `memcpy` (gcc makes them
-        unaligned vector moves), + - * / as GCC's vector operators, anything else lane
-        by lane (`for l`: gcc vectorises the little loop)."""
+        unaligned vector moves), + - * / as GCC's vector operators, a broadcast as a
+        uniform initializer (a loop of lane stores became a chain of inserts), anything
+        else lane by lane (`for l`: gcc vectorises the little loop)."""
         if isinstance(op, vector.StoreOp):
             v = self.name(op.vector)
             self.emit(
@@ -121,14 +140,20 @@ class LoopRenderer(Renderer):
             a, b = (self.name(v) for v in op.operands)
             self.emit(f"{type_name(ty)} {r} = {a} {BINARY[type(op)]} {b};", depth)
             return
+        if isinstance(op, vector.BroadcastOp):  # a uniform initializer: one vbroadcastss
+            n = ty.get_shape()[0]  # type: ignore[attr-defined]
+            lanes = ", ".join([self.name(op.source)] * n)
+            self.emit(f"{type_name(ty)} {r} = ({type_name(ty)}){{{lanes}}};", depth)
+            return
         self.emit(f"{type_name(ty)} {r};", depth)
         if isinstance(op, vector.LoadOp):
             self.emit(
                 f"__builtin_memcpy(&{r}, &{self.index(op.base, op.indices)}, sizeof {r});", depth
             )
-        elif isinstance(op, vector.BroadcastOp):
-            n = ty.get_shape()[0]  # type: ignore[attr-defined]
-            self.emit(f"for (int l = 0; l < {n}; l++) {r}[l] = {self.name(op.source)};", depth)
+        elif isinstance(op, vector.InsertOp):
+            (lane,) = op.static_position.get_values()
+            self.emit(f"{r} = {self.name(op.dest)};", depth)
+            self.emit(f"{r}[{lane}] = {self.name(op.source)};", depth)
         else:
             n = ty.get_shape()[0]  # type: ignore[attr-defined]
             saved = {v: self.name(v) for v in (*op.operands, *op.results)}

@@ -4,6 +4,8 @@
 |------------------------------|---------------------------|-------------------------------------|
 | `convert_kernel_to_loops.py` | `convert-kernel-to-loops` | kernels become `func.func`s of `scf.parallel`/`scf.for` nests |
 | `loops_distribute.py`        | `loops-distribute`        | row nests that share a weight run phase by phase |
+| `loops_interchange.py`       | `loops-interchange`       | the lanes' dim innermost; channel loops inside the taps |
+| `loops_pack.py`              | `loops-pack`              | operands read across the lanes copied into loop order |
 | `loops_vectorize.py`         | `loops-vectorize`         | one loop per nest runs in SIMD lanes   |
 | `loops_unroll_jam.py`        | `loops-unroll-jam`        | reduction nests run in register blocks (`jam.py`) |
 | `loops_parallelize.py`       | `loops-parallelize`       | nests with enough work run on OpenMP threads |

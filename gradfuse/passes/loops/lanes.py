@@ -22,10 +22,11 @@ scf.parallel (%d0, %d1) = (%c0, %c0) to (%c64, %c128) step (%c1, %c8) {
 from __future__ import annotations
 
 from xdsl.dialects import arith, math, memref, scf, vector
-from xdsl.dialects.builtin import Float32Type, IntegerType, VectorType
+from xdsl.dialects.builtin import Float32Type, IndexType, IntegerType, VectorType
 from xdsl.ir import Block, Operation, Region, SSAValue
 
 from gradfuse.dialects import lanes
+from gradfuse.passes.lib import fast_ops as fast
 from gradfuse.passes.loops.loop_ir import block_like, depends, int_constant, peel
 
 WIDTHS = (8,)
@@ -55,6 +56,9 @@ class Widen:
         self.vm: dict[SSAValue, SSAValue] = {}
         self.varying: set[SSAValue] = set()  # new values that are vectors
         self.starts: set[SSAValue] = {d}  # old values `d + i`, `i` the same in every lane
+        self.deferred: set[SSAValue] = set()  # old index values that differ by lane
+        self.outer = True  # at the nest's level, not in a loop: gathers and scatters
+        self.lane_values: dict[tuple[SSAValue, int], SSAValue] = {}
 
     def vec(self, ty: object) -> VectorType:
         """`ty`'s lanes: `vector<Wxf32>`, or a mask `vector<Wxi1>`."""
@@ -94,11 +98,66 @@ class Widen:
         for op in ops:
             self.op(op, into)
 
+    def lane_value(self, v: SSAValue, lane: int, into: Block) -> SSAValue:
+        """The scalar that old index value `v` has in lane `lane` (its ops cloned with
+        `d + lane` for `d`)."""
+        if not depends(v, self.d):
+            return self.get(v)
+        key = (v, lane)
+        if key not in self.lane_values:
+            if v is self.d and lane == 0:
+                self.lane_values[key] = self.get(v)
+            elif v is self.d:
+                offset = fast.constant(lane)
+                moved = fast.index_op(arith.AddiOp, self.get(v), offset.result)
+                into.add_ops([offset, moved])
+                self.lane_values[key] = moved.results[0]
+            else:
+                op = v.owner
+                assert isinstance(op, Operation)
+                vm = {o: self.lane_value(o, lane, into) for o in op.operands}
+                new = op.clone(value_mapper=vm)
+                into.add_op(new)
+                self.lane_values.update(((r, lane), n) for r, n in zip(op.results, new.results))
+        return self.lane_values[key]
+
+    def gather(self, op: memref.LoadOp, into: Block) -> None:
+        """A read at an index that differs by lane: one scalar read a lane, inserted."""
+        vec: SSAValue | None = None
+        for lane in range(self.width):
+            idx = [self.lane_value(i, lane, into) for i in op.indices]
+            read = fast.load(self.get(op.memref), idx)
+            into.add_op(read)
+            if vec is None:
+                first = vector.BroadcastOp(read.results[0], self.vec(op.res.type))
+                into.add_op(first)
+                vec = first.vector
+            else:
+                put = vector.InsertOp(read.results[0], vec, [lane])
+                into.add_op(put)
+                vec = put.result
+        assert vec is not None
+        self.vm[op.res] = vec
+        self.varying.add(vec)
+
+    def scatter(self, op: memref.StoreOp, into: Block) -> None:
+        """A write at an index that differs by lane: one scalar write a lane."""
+        value = self.as_vector(op.value, into)
+        for lane in range(self.width):
+            idx = [self.lane_value(i, lane, into) for i in op.indices]
+            part = vector.ExtractOp(value, [lane], op.value.type)
+            into.add_ops([part, fast.store(part.result, self.get(op.memref), idx)])
+
     def op(self, op: Operation, into: Block) -> None:  # noqa: C901 (one case per op)
         operands = [self.get(v) for v in op.operands]
         varying = any(v in self.varying for v in operands)
+        if self.defer(op, varying):
+            return
         if isinstance(op, memref.LoadOp):
             kind = self.contiguous(list(op.indices))
+            if kind is None and self.outer:
+                self.gather(op, into)
+                return
             if kind is None:
                 raise NotLanes("a read that is neither contiguous nor the same in every lane")
             if kind:
@@ -109,6 +168,9 @@ class Widen:
                 return
         elif isinstance(op, memref.StoreOp):
             kind = self.contiguous(list(op.indices))
+            if kind is None and self.outer:
+                self.scatter(op, into)
+                return
             if not kind:
                 raise NotLanes("a write that is not contiguous along the lanes")
             value = self.as_vector(op.value, into)
@@ -146,6 +208,31 @@ class Widen:
         into.add_op(new)
         self.vm.update(zip(op.results, new.results))
 
+    def defer(self, op: Operation, varying: bool) -> bool:
+        """Whether `op` computes an index (or a condition on indices) that differs by
+        lane, at the nest's level: left to `lane_value`, for a gather or a scatter; a
+        NotLanes where another op uses such a value."""
+        integral = (
+            type(op).__module__ == arith.__name__
+            and not varying
+            and all(isinstance(v.type, IndexType) or v.type == IntegerType(1)
+                    for v in (*op.operands, *op.results))
+        )  # fmt: skip
+        if not any(v in self.deferred for v in op.operands):
+            lane_index = integral and any(depends(v, self.d) for v in op.operands)
+            if lane_index and self.outer and not (isinstance(op, arith.AddiOp) and self.offset(op)):
+                self.deferred.update(op.results)
+                return True
+            return False
+        if isinstance(op, memref.LoadOp | memref.StoreOp) and not any(
+            v in self.deferred for v in op.operands[: 2 if isinstance(op, memref.StoreOp) else 1]
+        ):
+            return False
+        if integral:
+            self.deferred.update(op.results)
+            return True
+        raise NotLanes(f"{op.name} of an index that differs by lane")
+
     def loop(self, op: scf.ForOp, into: Block) -> None:
         """An `scf.for`: its carried values vectors where its body makes them vary (found
         by widening the body once per newly varying value)."""
@@ -155,6 +242,8 @@ class Widen:
             trial = Widen(self.d, self.width)
             trial.vm, trial.varying = dict(self.vm), set(self.varying)
             trial.starts = set(self.starts)
+            trial.deferred, trial.outer = set(self.deferred), False
+            trial.lane_values = self.lane_values
             new_body = Block(arg_types=[body.args[0].type, *[
                 self.vec(a.type) if k in lanes else a.type for k, a in enumerate(body.args[1:])
             ]])  # fmt: skip

@@ -1,0 +1,233 @@
+"""`loops-pack`: operands copied into the order their reduction reads them, for lanes.
+
+After `loops-interchange` a convolution nest runs its output channels `co` innermost,
+the dim its output is stored along, but it reads its weight `w[ci, co, kh, kw]` with
+`co` strided: no vector load can read 8 channels. As the packing of GEMM and
+convolution libraries (BLIS, oneDNN's weight reorders, TVM's `kernel_pack`), this
+pass copies such an operand, once per call of the kernel function, into a scratch
+buffer whose dims are in the order of the loops that index them, the nest's innermost
+dim last: `p[kh, kw, ci, co]`. The reduction then reads `p` contiguously along the
+lanes and along its innermost loop.
+
+An operand is packed where a load in a nest's innermost reduction loop
+- reads a buffer the kernel function receives, each index a loop index of the nest
+  (the nest's innermost dim one of them, not the last), and
+- is read again by at least `min-reuse` points of the nest (the points of the dims it
+  does not depend on), so the copy costs little beside the reads it serves;
+and where lanes could then run along the innermost dim: every other read there is
+either contiguous along it or does not depend on it, and every store is contiguous.
+
+```
+// ir-opt conv.mlir -p loops-pack
+%p = memref.alloc() : memref<4x4x512x256xf32>
+...
+scf.parallel (%i0, %i1, %i2, %i3) = (%c0, ...) to (%c512, %c256, %c4, %c4) ... {
+  %v = memref.load %w[%i0, %i1, %i2, %i3] : memref<512x256x4x4xf32>
+  memref.store %v, %p[%i2, %i3, %i0, %i1] : memref<4x4x512x256xf32>
+}
+scf.parallel (%d0, %d2, %d3, %d1) = ... {
+  ... memref.load %p[%d5, %d6, %d4, %d1] ...
+}
+memref.dealloc %p : memref<4x4x512x256xf32>
+```
+
+The copy iterates in the order of the buffer it reads (contiguous reads). The C
+backend gives the scratch buffer static storage (`loop_render`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects.builtin import MemRefType, ModuleOp
+from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+
+from gradfuse.passes.lib import fast_ops as fast
+from gradfuse.passes.loops.loop_ir import depends, dim_trips, int_constant, kernel_functions
+from gradfuse.passes.loops.loops_vectorize import contiguous, innermost, innermost_reduction
+
+MIN_REUSE = 8
+"""Points of a nest that read each packed element, below which an operand is not
+packed: the copy reads and writes each element once, the nest reads it this often."""
+
+
+TILE = 16
+"""Points of the innermost dim a packed nest runs for all its other points before the
+next (`tile_outermost`): 2 vectors of lanes, so the packed rows that one tile reads (a
+16-channel panel of a convolution's weight, at most a few hundred KiB) stay in cache
+while every output point uses them, where streaming all of it per point would not."""
+
+
+def loop_indices(nest: scf.ParallelOp, loop: scf.ForOp) -> list[SSAValue]:
+    """The indices of the loops around `loop`'s body, outermost first: the nest's dims
+    except its innermost, the `scf.for`s from `nest` to `loop`, then the innermost dim."""
+    dims = list(nest.body.block.args)
+    fors: list[SSAValue] = []
+    op: Operation | None = loop
+    while op is not None and op is not nest:
+        if isinstance(op, scf.ForOp):
+            fors.insert(0, op.body.block.args[0])
+        op = op.parent_op()
+    return [*dims[:-1], *fors, dims[-1]]
+
+
+def lanes_along(loop: scf.ForOp, nest: scf.ParallelOp, packed: memref.LoadOp) -> bool:
+    """Whether every read in `loop` but `packed` is contiguous along the nest's innermost
+    dim or does not depend on it (what the nest reads and writes outside `loop`, once a
+    point, lanes may gather and scatter), and nothing in the nest adds atomically."""
+    d = nest.body.block.args[-1]
+    for op in nest.walk():
+        if isinstance(op, memref.LoadOp) and op is not packed and loop.is_ancestor(op):
+            idx = list(op.indices)
+            if any(depends(i, d) for i in idx) and not (
+                idx[-1] is d and not any(depends(i, d) for i in idx[:-1])
+            ):
+                return False
+        if isinstance(op, memref.AtomicRMWOp):
+            return False
+    return True
+
+
+def pack_order(load: memref.LoadOp, order: list[SSAValue]) -> list[int] | None:
+    """The load's index positions in the order of `order` (the loops' indices), if each
+    index is one of them and the innermost dim (`order[-1]`) is one but not the last."""
+    idx = list(load.indices)
+    if len(set(idx)) != len(idx) or any(i not in order for i in idx):
+        return None
+    d = order[-1]
+    if d not in idx or idx[-1] is d:
+        return None
+    return sorted(range(len(idx)), key=lambda k: order.index(idx[k]))
+
+
+def reuse(nest: scf.ParallelOp, load: memref.LoadOp) -> int:
+    """The points of `nest` that read each element `load` reads."""
+    out = 1
+    for k, arg in enumerate(nest.body.block.args):
+        if arg not in list(load.indices):
+            out *= max(dim_trips(nest, k), 1)
+    return out
+
+
+def copy_nest(
+    source: SSAValue, target: SSAValue, perm: list[int]
+) -> tuple[scf.ParallelOp, list[Operation]]:
+    """`target[i[perm[0]], i[perm[1]], ...] = source[i]` over `source`'s shape, and the
+    constants it needs."""
+    shape = source.type.get_shape()  # type: ignore[attr-defined]
+    body = Block(arg_types=[fast.INDEX] * len(shape))
+    zero, one = fast.constant(0), fast.constant(1)
+    ups = [fast.constant(s) for s in shape]
+    load = fast.load(source, list(body.args))
+    store = fast.store(load.results[0], target, [body.args[k] for k in perm])
+    body.add_ops([load, store, scf.ReduceOp()])
+    nest = scf.ParallelOp(
+        [zero.result] * len(shape), [u.result for u in ups], [one.result] * len(shape),
+        Region(body),
+    )  # fmt: skip
+    return nest, [zero, one, *ups]
+
+
+def tile_outermost(nest: scf.ParallelOp, size: int) -> scf.ParallelOp | None:
+    """Splits the innermost dim `d` of `nest` (from 0, step 1, a multiple of `size`
+    points, more than one tile) into tiles of `size`: the tile starts `d` (stepping by
+    `size`) become the outermost dim, the points of a tile (`t`) stay innermost, and the
+    body reads `d + t`. The new nest, or None where it cannot."""
+    k = len(nest.body.block.args) - 1
+    n = dim_trips(nest, k)
+    if int_constant(nest.lowerBound[k]) != 0 or int_constant(nest.step[k]) != 1:
+        return None
+    if n <= size or n % size:
+        return None
+    old = nest.body.block
+    new_block = Block(arg_types=[fast.INDEX] * (k + 2))
+    tile, point = new_block.args[0], new_block.args[-1]
+    tile.name_hint = old.args[k].name_hint
+    for a, b in zip(old.args[:k], new_block.args[1:-1]):
+        b.name_hint = a.name_hint
+        a.replace_all_uses_with(b)
+    index = fast.index_op(arith.AddiOp, tile, point)
+    new_block.add_op(index)
+    old.args[k].replace_all_uses_with(index.results[0])
+    for o in list(old.ops):
+        o.detach()
+        new_block.add_op(o)
+    width = fast.constant(size)
+    lbs, ubs, steps = (list(v) for v in (nest.lowerBound, nest.upperBound, nest.step))
+    new = scf.ParallelOp(
+        [lbs[k], *lbs[:k], lbs[k]], [ubs[k], *ubs[:k], width.result],
+        [width.result, *steps[:k], steps[k]], Region(new_block),
+    )  # fmt: skip
+    new.attributes.update(nest.attributes)
+    parent = nest.parent_block()
+    assert parent is not None
+    parent.insert_ops_before([width, new], nest)
+    nest.detach()
+    nest.erase()
+    return new
+
+
+def pack(fn: func.FuncOp, nest: scf.ParallelOp, min_reuse: int = MIN_REUSE) -> int:
+    """Packs the operands of `nest` (in function `fn`) that qualify (see the module
+    docstring); how many."""
+    loop = innermost_reduction(nest)
+    if loop is None or contiguous(loop):
+        return 0  # none, or a dot product along the reduction (`loops-vectorize`)
+    order = loop_indices(nest, loop)
+    count = 0
+    for load in [o for o in loop.body.walk() if isinstance(o, memref.LoadOp)]:
+        buf = load.memref
+        perm = pack_order(load, order)
+        if (
+            perm is None
+            or not isinstance(buf, BlockArgument)
+            or buf.owner is not fn.body.block
+            or reuse(nest, load) < min_reuse
+            or not lanes_along(loop, nest, load)
+        ):
+            continue
+        shape = buf.type.get_shape()  # type: ignore[attr-defined]
+        packed_type = MemRefType(buf.type.element_type, [shape[k] for k in perm])  # type: ignore[attr-defined]
+        alloc = memref.AllocOp.get(packed_type.element_type, shape=packed_type.get_shape())
+        alloc.memref.name_hint = "packed"
+        copy, consts = copy_nest(buf, alloc.memref, perm)
+        entry = fn.body.block
+        first = entry.first_op
+        assert first is not None
+        entry.insert_ops_before([alloc], first)
+        end = entry.last_op
+        assert end is not None
+        entry.insert_op_before(memref.DeallocOp.get(alloc.memref), end)
+        parent = nest.parent_block()
+        assert parent is not None
+        parent.insert_ops_before([*consts, copy], nest)
+        idx = list(load.indices)
+        new = fast.load(alloc.memref, [idx[k] for k in perm])
+        load.parent_block().insert_op_before(new, load)  # type: ignore[union-attr]
+        load.res.replace_all_uses_with(new.results[0])
+        load.detach()
+        load.erase()
+        count += 1
+    if count:
+        tile_outermost(nest, TILE)
+    return count
+
+
+@dataclass(frozen=True)
+class LoopsPackPass(ModulePass):
+    """Copies operands that reductions read across their lanes into loop order.
+
+    `ir-opt k.mlir -p 'loops-pack{min-reuse=8}'`
+    """
+
+    name = "loops-pack"
+
+    min_reuse: int = MIN_REUSE
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for fn in kernel_functions(op):
+            for nest in [o for o in fn.walk() if innermost(o)]:
+                pack(fn, nest, self.min_reuse)  # type: ignore[arg-type]
