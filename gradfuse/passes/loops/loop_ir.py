@@ -69,6 +69,23 @@ def block_like(args: Sequence[SSAValue]) -> Block:
     return block
 
 
+def replace_nest(
+    nest: scf.ParallelOp,
+    body: Block,
+    bounds: tuple[Sequence[SSAValue], Sequence[SSAValue], Sequence[SSAValue]],
+) -> scf.ParallelOp:
+    """A new nest in place of `nest`, with `nest`'s attributes, `bounds` (lower, upper,
+    step) and `body`; `nest` is erased. The rewrite of passes that reorder or split dims."""
+    new = scf.ParallelOp(*bounds, Region(body))
+    new.attributes.update(nest.attributes)
+    parent = nest.parent_block()
+    assert parent is not None
+    parent.insert_op_before(new, nest)
+    nest.detach()
+    nest.erase()
+    return new
+
+
 def peel(nest: scf.ParallelOp, dim: int, count: int, step: int, body: Block) -> scf.ParallelOp:
     """Inserts before `nest` a nest running `body` over the first `count` iterations of
     dim `dim` stepping by `step` (the other dims as in `nest`); `nest` keeps the points

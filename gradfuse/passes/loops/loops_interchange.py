@@ -41,11 +41,11 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import memref, scf
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.transforms.loop_invariant_code_motion import move_loop_invariant_code
 
-from gradfuse.passes.loops.loop_ir import depends, kernel_functions
+from gradfuse.passes.loops.loop_ir import depends, kernel_functions, replace_nest
 from gradfuse.passes.loops.loops_vectorize import contiguous, innermost, innermost_reduction
 
 
@@ -152,15 +152,10 @@ def permute(nest: scf.ParallelOp, order: list[int]) -> scf.ParallelOp:
     for o in list(old.ops):
         o.detach()
         new_block.add_op(o)
-    bounds = [[list(b)[k] for k in order] for b in (nest.lowerBound, nest.upperBound, nest.step)]
-    new = scf.ParallelOp(*bounds, Region(new_block))
-    new.attributes.update(nest.attributes)
-    parent = nest.parent_block()
-    assert parent is not None
-    parent.insert_op_before(new, nest)
-    nest.detach()
-    nest.erase()
-    return new
+    lower, upper, steps = (
+        [list(b)[k] for k in order] for b in (nest.lowerBound, nest.upperBound, nest.step)
+    )
+    return replace_nest(nest, new_block, (lower, upper, steps))
 
 
 def reduction_chains(nest: Operation) -> list[list[scf.ForOp]]:

@@ -46,7 +46,13 @@ from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from gradfuse.passes.lib import fast_ops as fast
-from gradfuse.passes.loops.loop_ir import depends, dim_trips, int_constant, kernel_functions
+from gradfuse.passes.loops.loop_ir import (
+    depends,
+    dim_trips,
+    int_constant,
+    kernel_functions,
+    replace_nest,
+)
 from gradfuse.passes.loops.loops_vectorize import contiguous, innermost, innermost_reduction
 
 MIN_REUSE = 8
@@ -157,17 +163,13 @@ def tile_outermost(nest: scf.ParallelOp, size: int) -> scf.ParallelOp | None:
         new_block.add_op(o)
     width = fast.constant(size)
     lbs, ubs, steps = (list(v) for v in (nest.lowerBound, nest.upperBound, nest.step))
-    new = scf.ParallelOp(
-        [lbs[k], *lbs[:k], lbs[k]], [ubs[k], *ubs[:k], width.result],
-        [width.result, *steps[:k], steps[k]], Region(new_block),
-    )  # fmt: skip
-    new.attributes.update(nest.attributes)
     parent = nest.parent_block()
     assert parent is not None
-    parent.insert_ops_before([width, new], nest)
-    nest.detach()
-    nest.erase()
-    return new
+    parent.insert_op_before(width, nest)
+    return replace_nest(nest, new_block, (
+        [lbs[k], *lbs[:k], lbs[k]], [ubs[k], *ubs[:k], width.result],
+        [width.result, *steps[:k], steps[k]],
+    ))  # fmt: skip
 
 
 def pack(fn: func.FuncOp, nest: scf.ParallelOp, min_reuse: int = MIN_REUSE) -> int:
