@@ -261,6 +261,10 @@ class WindowsOp(TgOp):
         for name in ("kernel", "stride", "padding", "dilation"):
             if len(ints(getattr(self, name))) != 2:
                 raise self.fail(f"{name} needs 2 values")
+        if any(
+            v < 1 for name in ("kernel", "stride", "dilation") for v in ints(getattr(self, name))
+        ):
+            raise self.fail("kernel, stride and dilation must be positive")
         geo = self.geometry
         if geo.oh < 1 or geo.ow < 1:
             raise self.fail(f"the window is larger than the padded input {fmt_shape(x)}")

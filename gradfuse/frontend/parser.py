@@ -228,8 +228,8 @@ class _Builder(AttributeReader):
     def verify(self, op: Operation, node: Tree) -> None:
         try:
             op.verify()
-        except VerifyException as err:
-            raise self.error(node, str(err)) from None
+        except VerifyException as err:  # xDSL's constraint messages span lines: one line
+            raise self.error(node, " ".join(str(err).split())) from None
 
     def type(self, node: Tree) -> Attribute:
         tok = node.children[0]
@@ -289,8 +289,8 @@ class _Builder(AttributeReader):
             raise self.error(body, "tg.for: the body must end with tg.yield")
         try:
             op.verify_()
-        except VerifyException as err:
-            raise self.error(node, str(err)) from None
+        except VerifyException as err:  # xDSL's constraint messages span lines: one line
+            raise self.error(node, " ".join(str(err).split())) from None
         self.define_all(self.names(results), op.results, node, "tg.for")
         return op
 
