@@ -224,10 +224,10 @@ class Widen:
                 self.deferred.update(op.results)
                 return True
             return False
-        if isinstance(op, memref.LoadOp | memref.StoreOp) and not any(
-            v in self.deferred for v in op.operands[: 2 if isinstance(op, memref.StoreOp) else 1]
+        if isinstance(op, memref.LoadOp) or (
+            isinstance(op, memref.StoreOp) and op.value not in self.deferred
         ):
-            return False
+            return False  # deferred indices: a gather or a scatter
         if integral:
             self.deferred.update(op.results)
             return True

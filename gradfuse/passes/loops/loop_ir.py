@@ -46,6 +46,14 @@ def depends(v: SSAValue, target: SSAValue) -> bool:
     return isinstance(owner, Operation) and any(depends(o, target) for o in owner.operands)
 
 
+def own_index(indices: Sequence[SSAValue], d: SSAValue) -> int | None:
+    """The position of the index that is `d` itself, where no other index depends on
+    `d` (a read that lanes along `d` read contiguously once that index is last); else
+    None. `own_index([%d4, %d1, %d5], %d1)` -> 1."""
+    found = [k for k, i in enumerate(indices) if depends(i, d)]
+    return found[0] if len(found) == 1 and indices[found[0]] is d else None
+
+
 def kernel_functions(module: ModuleOp) -> Iterator[func.FuncOp]:
     """The kernel functions of `module` (what the `loops-*` passes transform)."""
     for fn in module.ops:

@@ -37,6 +37,7 @@ scf.parallel (%d0, %d2, %d3, %d1) = ... {
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from xdsl.context import Context
 from xdsl.dialects import memref, scf
@@ -45,8 +46,8 @@ from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.transforms.loop_invariant_code_motion import move_loop_invariant_code
 
-from gradfuse.passes.loops.loop_ir import depends, kernel_functions, replace_nest
-from gradfuse.passes.loops.loops_vectorize import contiguous, innermost, innermost_reduction
+from gradfuse.passes.loops.loop_ir import depends, kernel_functions, own_index, replace_nest
+from gradfuse.passes.loops.loops_vectorize import contiguous, innermost_nests, innermost_reduction
 
 
 def chain(loop: scf.ForOp) -> list[scf.ForOp]:
@@ -87,13 +88,12 @@ def reorder(loops: list[scf.ForOp]) -> bool:
     order = sorted(range(len(loops)), key=lambda k: -count[k])
     if order == list(range(len(loops))):
         return False
-    ranges = [(lp.lb, lp.ub, lp.step, lp.body.block.args[0]) for lp in loops]
+    ranges = [(lp.lb, lp.ub, lp.step) for lp in loops]
     ivs = [lp.body.block.args[0] for lp in loops]
     users = [[(u.operation, u.index) for u in iv.uses] for iv in ivs]
     names = [iv.name_hint for iv in ivs]
     for pos, k in enumerate(order):
-        lb, ub, step, _ = ranges[k]
-        loops[pos].operands[0], loops[pos].operands[1], loops[pos].operands[2] = lb, ub, step
+        loops[pos].operands[0], loops[pos].operands[1], loops[pos].operands[2] = ranges[k]
         for user, index in users[k]:
             user.operands[index] = ivs[pos]
         ivs[pos].name_hint = names[k]
@@ -132,9 +132,7 @@ def lane_dim(nest: scf.ParallelOp) -> int | None:
 
     def fits(d: SSAValue) -> bool:
         touched = [r for r in reads if any(depends(i, d) for i in r.indices)]
-        return bool(touched) and all(
-            d in list(r.indices) and sum(depends(i, d) for i in r.indices) == 1 for r in touched
-        )
+        return bool(touched) and all(own_index(list(r.indices), d) is not None for r in touched)
 
     if stored is not None and fits(args[stored]):
         return stored
@@ -158,26 +156,21 @@ def permute(nest: scf.ParallelOp, order: list[int]) -> scf.ParallelOp:
     return replace_nest(nest, new_block, (lower, upper, steps))
 
 
+def carries(op: Operation | None) -> TypeGuard[scf.ForOp]:
+    """Whether `op` is a loop that carries values (sums)."""
+    return isinstance(op, scf.ForOp) and bool(op.iter_args)
+
+
 def reduction_chains(nest: Operation) -> list[list[scf.ForOp]]:
-    """The outermost reduction chains in `nest` (loops carrying sums, not in another)."""
+    """The chains of the outermost reduction loops in `nest` (in no other such loop)."""
     found: list[list[scf.ForOp]] = []
     for op in nest.walk():
-        if isinstance(op, scf.ForOp) and op.iter_args:
-            if not any(op in c for c in found) and not any(
-                isinstance(p, scf.ForOp) and p.iter_args for p in ancestors(op, nest)
-            ):
-                found.append(chain(op))
+        parent = op.parent_op()
+        while parent is not None and parent is not nest and not carries(parent):
+            parent = parent.parent_op()
+        if carries(op) and parent is nest:
+            found.append(chain(op))
     return found
-
-
-def ancestors(op: Operation, stop: Operation) -> list[Operation]:
-    """The ops that hold `op`, up to (not including) `stop`."""
-    out = []
-    parent = op.parent_op()
-    while parent is not None and parent is not stop:
-        out.append(parent)
-        parent = parent.parent_op()
-    return out
 
 
 def interchange(nest: scf.ParallelOp) -> None:
@@ -205,5 +198,5 @@ class LoopsInterchangePass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for fn in kernel_functions(op):
-            for nest in [o for o in fn.walk() if innermost(o)]:
-                interchange(nest)  # type: ignore[arg-type]
+            for nest in innermost_nests(fn):
+                interchange(nest)

@@ -51,9 +51,10 @@ from gradfuse.passes.loops.loop_ir import (
     dim_trips,
     int_constant,
     kernel_functions,
+    own_index,
     replace_nest,
 )
-from gradfuse.passes.loops.loops_vectorize import contiguous, innermost, innermost_reduction
+from gradfuse.passes.loops.loops_vectorize import contiguous, innermost_nests, innermost_reduction
 
 MIN_REUSE = 8
 """Points of a nest that read each packed element, below which an operand is not
@@ -88,9 +89,7 @@ def lanes_along(loop: scf.ForOp, nest: scf.ParallelOp, packed: memref.LoadOp) ->
     for op in nest.walk():
         if isinstance(op, memref.LoadOp) and op is not packed and loop.is_ancestor(op):
             idx = list(op.indices)
-            if any(depends(i, d) for i in idx) and not (
-                idx[-1] is d and not any(depends(i, d) for i in idx[:-1])
-            ):
+            if any(depends(i, d) for i in idx) and own_index(idx, d) != len(idx) - 1:
                 return False
         if isinstance(op, memref.AtomicRMWOp):
             return False
@@ -231,5 +230,5 @@ class LoopsPackPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for fn in kernel_functions(op):
-            for nest in [o for o in fn.walk() if innermost(o)]:
-                pack(fn, nest, self.min_reuse)  # type: ignore[arg-type]
+            for nest in innermost_nests(fn):
+                pack(fn, nest, self.min_reuse)

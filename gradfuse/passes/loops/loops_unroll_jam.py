@@ -35,7 +35,7 @@ from xdsl.passes import ModulePass
 
 from gradfuse.passes.loops.jam import READS, unroll_jam
 from gradfuse.passes.loops.loop_ir import SIMD, depends, dim_trips, kernel_functions
-from gradfuse.passes.loops.loops_vectorize import innermost, innermost_reduction
+from gradfuse.passes.loops.loops_vectorize import innermost_nests, innermost_reduction
 
 ROWS = 4
 """Points jammed along a row dim: with 2 vectors of lanes, 8 sums (of AVX2's 16
@@ -99,5 +99,5 @@ class LoopsUnrollJamPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for fn in kernel_functions(op):
-            for nest in [o for o in fn.walk() if innermost(o)]:
-                jam_nest(nest, self.rows)  # type: ignore[arg-type]
+            for nest in innermost_nests(fn):
+                jam_nest(nest, self.rows)

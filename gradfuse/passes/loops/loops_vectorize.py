@@ -88,6 +88,12 @@ def innermost(op: Operation) -> bool:
     )
 
 
+def innermost_nests(fn: Operation) -> list[scf.ParallelOp]:
+    """The innermost `scf.parallel`s in `fn` (what most `loops-*` passes transform),
+    listed before any is rewritten."""
+    return [o for o in fn.walk() if isinstance(o, scf.ParallelOp) and innermost(o)]
+
+
 def in_nest(op: Operation) -> bool:
     """Whether `op` lies in an innermost `scf.parallel`."""
     parent = op.parent_op()
@@ -119,8 +125,8 @@ class LoopsVectorizePass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for fn in kernel_functions(op):
-            for nest in [o for o in fn.walk() if innermost(o)]:
-                vectorize(nest)  # type: ignore[arg-type]
+            for nest in innermost_nests(fn):
+                vectorize(nest)
             for loop in fn.walk():  # a reduction with no nest of its own (one output)
                 if (
                     isinstance(loop, scf.ForOp)
