@@ -30,6 +30,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "kernel-squeeze": _lazy("kernel.squeeze", "KernelSqueezePass"),
     "kernel-fuse-rows": _lazy("kernel.fuse_rows", "KernelFuseRowsPass"),
     "kernel-split-dims": _lazy("kernel.split_dims", "KernelSplitDimsPass"),
+    "kernel-split-phases": _lazy("kernel.split_phases", "KernelSplitPhasesPass"),
     "kernel-tile": _lazy("kernel.tile", "KernelTilePass"),
     "kernel-block-reduce": _lazy("kernel.block_reduce", "KernelBlockReducePass"),
     "kernel-plan-buffers": _lazy("kernel.plan_buffers", "KernelPlanBuffersPass"),
@@ -57,7 +58,8 @@ PIPELINES: dict[str, str] = {
     "default": "kernels,kernel-plan-buffers,convert-kernel-to-gpu",
     "cuda": "kernels,kernel-tile,kernel-block-reduce,kernel-plan-buffers,convert-kernel-to-gpu",
     "cpu": (
-        "kernels,kernel-split-dims,kernel-plan-buffers,convert-kernel-to-loops,canonicalize,cse,"
+        "kernels,kernel-split-dims,kernel-split-phases,kernel-plan-buffers,convert-kernel-to-loops,"
+        "canonicalize,cse,"
         "loops-distribute,loops-interchange,loops-pack,loops-vectorize,cse,loops-unroll-jam,cse,"
         "loops-parallelize"
     ),

@@ -11,7 +11,10 @@ lanes and along its innermost loop.
 
 An operand is packed where a load in a nest's innermost reduction loop
 - reads a buffer the kernel function receives, each index a loop index of the nest
-  (the nest's innermost dim one of them, not the last), and
+  (the nest's innermost dim one of them, not the last), or index arithmetic on them
+  (a phase-split weight `w[ci, co, 2 * t + 1 - r, ...]`, `kernel-split-phases`; the
+  copy is then a gather over those loops, `p[r, t, ..., ci, co]`, and no larger than
+  the operand), and
 - is read again by at least `min-reuse` points of the nest (the points of the dims it
   does not depend on), so the copy costs little beside the reads it serves;
 and where lanes could then run along the innermost dim: every other read there is
@@ -38,10 +41,11 @@ backend gives the scratch buffer static storage (`loop_render`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import prod
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, memref, scf
-from xdsl.dialects.builtin import MemRefType, ModuleOp
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
@@ -112,9 +116,95 @@ def reuse(nest: scf.ParallelOp, load: memref.LoadOp) -> int:
     """The points of `nest` that read each element `load` reads."""
     out = 1
     for k, arg in enumerate(nest.body.block.args):
-        if arg not in list(load.indices):
+        if not any(depends(i, arg) for i in load.indices):
             out *= max(dim_trips(nest, k), 1)
     return out
+
+
+def iv_trips(iv: SSAValue) -> int | None:
+    """The iterations of a loop index that runs from 0 by 1 (a dim of an `scf.parallel`
+    or an `scf.for`), else None."""
+    owner = iv.owner
+    assert isinstance(owner, Block)
+    loop = owner.parent_op()
+    if isinstance(loop, scf.ForOp):
+        lo, hi, step = loop.lb, loop.ub, loop.step
+    elif isinstance(loop, scf.ParallelOp):
+        k = list(owner.args).index(iv)
+        lo, hi, step = loop.lowerBound[k], loop.upperBound[k], loop.step[k]
+    else:
+        return None
+    if int_constant(lo) != 0 or int_constant(step) != 1:
+        return None
+    return int_constant(hi)
+
+
+def computed_from(v: SSAValue, order: list[SSAValue]) -> bool:
+    """Whether `v` is index arithmetic on loop indices of `order` and constants."""
+    if v in order:
+        return True
+    op = v.owner
+    if not isinstance(op, Operation) or op.regions or op.dialect_name() != "arith":
+        return False
+    return all(computed_from(o, order) for o in op.operands)
+
+
+def index_loops(load: memref.LoadOp, order: list[SSAValue]) -> list[SSAValue] | None:
+    """The loop indices that `load`'s indices are computed from (index arithmetic, not
+    each an index itself), in loop order, the innermost dim (`order[-1]`) among them;
+    None where the load is not such a read or a loop's bounds are not constants."""
+    idx = list(load.indices)
+    if not all(computed_from(i, order) for i in idx):
+        return None
+    used = [iv for iv in order if any(depends(i, iv) for i in idx)]
+    if order[-1] not in used or own_index(idx, order[-1]) == len(idx) - 1:
+        return None
+    trips = [iv_trips(iv) for iv in used]
+    size = prod(load.memref.type.get_shape())  # type: ignore[attr-defined]
+    if not all(trips) or prod(t or 0 for t in trips) > size:
+        return None  # (a copy larger than the operand: a window's im2col)
+    return used
+
+
+def clone_indices(
+    indices: list[SSAValue], at: dict[SSAValue, SSAValue], ops: list[Operation]
+) -> list[SSAValue]:
+    """`indices` computed again from the values `at` maps loop indices to: the ops that
+    compute them cloned into `ops`."""
+
+    def value(v: SSAValue) -> SSAValue:
+        if v not in at:
+            op = v.owner
+            assert isinstance(op, Operation)
+            new = op.clone_without_regions()
+            for k, o in enumerate(op.operands):
+                new.operands[k] = value(o)
+            ops.append(new)
+            for old, res in zip(op.results, new.results):
+                at[old] = res
+        return at[v]
+
+    return [value(i) for i in indices]
+
+
+def gather_nest(
+    load: memref.LoadOp, target: SSAValue, ivs: list[SSAValue]
+) -> tuple[scf.ParallelOp, list[Operation]]:
+    """`target[i...] = load's buffer[load's indices at i...]` over the loop indices
+    `ivs`, and the constants it needs."""
+    body = Block(arg_types=[fast.INDEX] * len(ivs))
+    ops: list[Operation] = []
+    idx = clone_indices(list(load.indices), dict(zip(ivs, body.args)), ops)
+    read = fast.load(load.memref, idx)
+    body.add_ops([*ops, read, fast.store(read.results[0], target, list(body.args))])
+    body.add_op(scf.ReduceOp())
+    zero, one = fast.constant(0), fast.constant(1)
+    ups = [fast.constant(iv_trips(iv) or 0) for iv in ivs]
+    nest = scf.ParallelOp(
+        [zero.result] * len(ivs), [u.result for u in ups], [one.result] * len(ivs),
+        Region(body),
+    )  # fmt: skip
+    return nest, [zero, one, *ups]
 
 
 def copy_nest(
@@ -182,8 +272,9 @@ def pack(fn: func.FuncOp, nest: scf.ParallelOp, min_reuse: int = MIN_REUSE) -> i
     for load in [o for o in loop.body.walk() if isinstance(o, memref.LoadOp)]:
         buf = load.memref
         perm = pack_order(load, order)
+        ivs = index_loops(load, order) if perm is None else None
         if (
-            perm is None
+            (perm is None and ivs is None)
             or not isinstance(buf, BlockArgument)
             or buf.owner is not fn.body.block
             or reuse(nest, load) < min_reuse
@@ -191,10 +282,18 @@ def pack(fn: func.FuncOp, nest: scf.ParallelOp, min_reuse: int = MIN_REUSE) -> i
         ):
             continue
         shape = buf.type.get_shape()  # type: ignore[attr-defined]
-        packed_type = MemRefType(buf.type.element_type, [shape[k] for k in perm])  # type: ignore[attr-defined]
-        alloc = memref.AllocOp.get(packed_type.element_type, shape=packed_type.get_shape())
+        if perm is not None:
+            packed_shape = [shape[k] for k in perm]
+        else:
+            assert ivs is not None
+            packed_shape = [iv_trips(iv) or 0 for iv in ivs]
+        alloc = memref.AllocOp.get(buf.type.element_type, shape=packed_shape)  # type: ignore[attr-defined]
         alloc.memref.name_hint = "packed"
-        copy, consts = copy_nest(buf, alloc.memref, perm)
+        if perm is not None:
+            copy, consts = copy_nest(buf, alloc.memref, perm)
+        else:
+            assert ivs is not None
+            copy, consts = gather_nest(load, alloc.memref, ivs)
         entry = fn.body.block
         first = entry.first_op
         assert first is not None
@@ -206,7 +305,7 @@ def pack(fn: func.FuncOp, nest: scf.ParallelOp, min_reuse: int = MIN_REUSE) -> i
         assert parent is not None
         parent.insert_ops_before([*consts, copy], nest)
         idx = list(load.indices)
-        new = fast.load(alloc.memref, [idx[k] for k in perm])
+        new = fast.load(alloc.memref, [idx[k] for k in perm] if perm is not None else ivs)
         load.parent_block().insert_op_before(new, load)  # type: ignore[union-attr]
         load.res.replace_all_uses_with(new.results[0])
         load.detach()

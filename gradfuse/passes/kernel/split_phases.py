@@ -1,0 +1,220 @@
+"""`kernel-split-phases`: a strided transposed convolution visits only its live taps.
+
+A transposed convolution of stride s (and the input gradient of a strided convolution)
+reads its input at `(oh - kh + p) floordiv s` where `(oh - kh + p) mod s == 0`, and 0
+elsewhere: at stride 2, three taps in four multiply a zero. Split each output index by
+its phase, `oh = s * q + r`, and only the taps `kh = s * t + ((p + r) mod s)` are
+live: the phase picks them. The kernel's domain says so (`redomain`), the guard's
+`mod` constraint holds at every point left and is dropped, and the loops built from
+the domain run over a quarter of the taps (the polyphase form of a transposed
+convolution):
+
+```
+kernel.kernel "k0" contraction domain [2, 8, 8, 8, 16, 4, 4] parallel 4
+  %a = kernel.load %x[affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d4,
+        (d2 - d5 + 1) floordiv 2, (d3 - d6 + 1) floordiv 2)>]
+        {guard = affine_set<(...) : (d2 - d5 + 1 >= 0, ..., (d2 - d5 + 1) mod 2 == 0,
+        (d3 - d6 + 1) mod 2 == 0)>}
+// becomes (d0, d1 the phases of the rows and columns; d4 = oh floordiv 2, d6 = ow floordiv 2)
+kernel.kernel "k0" contraction domain [2, 2, 2, 8, 4, 4, 16, 2, 2] parallel 6
+  %a = kernel.load %x[affine_map<(d0, ..., d8) -> (d2, d6,
+        d4 - d7 + (d0 - (d0 + 1) mod 2 + 1) floordiv 2, ...)>] {guard = (bounds only)}
+  kernel.store %v, %y[affine_map<(d0, ..., d5) -> (d2, d3, d4 * 2 + d0, d5 * 2 + d1)>]
+```
+
+Leaving out a reduction point is exact only where its term is 0: every reduction of
+the kernel adds, and each term is a product with the guarded read as a factor. The
+split needs the guard to read one output dim and one reduction dim, each with a
+coefficient of 1 or -1, and both sizes to be multiples of s. A weight gradient of a
+transposed convolution (taps parallel, positions reduced) splits the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import gcd
+
+from xdsl.context import Context
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import AffineSetAttr, ModuleOp
+from xdsl.ir import SSAValue
+from xdsl.ir.affine import (
+    AffineBinaryOpExpr,
+    AffineBinaryOpKind,
+    AffineConstraintExpr,
+    AffineConstraintKind,
+    AffineDimExpr,
+    AffineExpr,
+    AffineSet,
+)
+from xdsl.passes import ModulePass
+
+from gradfuse import affine
+from gradfuse.dialects import kernel as K
+from gradfuse.dialects.kernel_rows import RowsOp
+from gradfuse.dialects.tg_base import ints
+from gradfuse.passes.lib.kernel_domain import redomain
+
+
+@dataclass(frozen=True)
+class Phase:
+    """`(a * d{free} + b * d{tied} + c) mod m == 0`: the constraint `constraint` of a
+    guard, `tied` a reduction dim, b = ±1."""
+
+    constraint: AffineConstraintExpr
+    free: int
+    tied: int
+    a: int
+    b: int
+    c: int
+    m: int
+
+
+def _phase(c: AffineConstraintExpr, sizes: tuple[int, ...], npar: int, first: int):
+    """The constraint as a `Phase`, or None when it is not one this pass splits."""
+    if c.kind != AffineConstraintKind.eq:
+        return None
+    try:
+        terms, k = affine.linear(c.lhs - c.rhs, sizes)
+    except ValueError:
+        return None
+    if k != 0 or len(terms) != 1:
+        return None
+    [(atom, coef)] = terms.items()
+    if coef != 1 or not isinstance(atom, AffineBinaryOpExpr):
+        return None
+    if atom.kind != AffineBinaryOpKind.Mod:
+        return None
+    m = atom.rhs.value  # type: ignore[union-attr]
+    inner, const = affine.linear(atom.lhs, sizes)
+    if len(inner) != 2 or not all(isinstance(d, AffineDimExpr) for d in inner):
+        return None
+    (x, cx), (y, cy) = sorted(inner.items(), key=lambda t: t[0].position)  # type: ignore[union-attr]
+    if y.position < npar or x.position < first:  # type: ignore[union-attr]
+        return None  # (the later dim must be reduced; the earlier not a row dim)
+    if cy not in (1, -1) or any(sizes[d.position] % m for d in (x, y)):  # type: ignore[union-attr]
+        return None
+    return Phase(c, x.position, y.position, cx, cy, const, m)  # type: ignore[union-attr]
+
+
+def _zero_where_failing(v: SSAValue, c: AffineConstraintExpr) -> bool:
+    """Whether `v` is 0 wherever constraint `c` fails: a read guarded by it, or a product
+    (or negation) of such a value."""
+    op = v.owner
+    if isinstance(op, K.LoadOp):
+        return op.guard is not None and c in op.guard.data.constraints
+    if isinstance(op, arith.MulfOp):
+        return _zero_where_failing(op.lhs, c) or _zero_where_failing(op.rhs, c)
+    if isinstance(op, arith.NegfOp):
+        return _zero_where_failing(op.operand, c)
+    return False
+
+
+def find_phase(k: K.KernelOp, first: int = 0) -> Phase | None:
+    """The first guard constraint of `k` that `split_phase` can split on."""
+    sizes, npar = k.domain_sizes, k.num_parallel
+    reduces = [op for op in k.body.block.ops if isinstance(op, K.ReduceOp)]
+    if not reduces or any(r.kind.data != "add" for r in reduces):
+        return None
+    args = k.body.block.args
+    for op in k.body.block.ops:
+        if not isinstance(op, K.LoadOp) or op.guard is None:
+            continue
+        for c in op.guard.data.constraints:
+            p = _phase(c, sizes, npar, first)
+            if p is None or args[p.free].uses or args[p.tied].uses:
+                continue
+            if all(_zero_where_failing(r.value, c) for r in reduces):
+                return p
+    return None
+
+
+def _residue(r: AffineExpr, s: int, t: int, m: int) -> AffineExpr:
+    """`(s * r + t) mod m` over r in [0, m): a line where it is one (always at m = 2,
+    where the phases' taps are then `2 * t + 1 - r`), else the `mod`."""
+    values = [(s * x + t) % m for x in range(m)]
+    step = values[1] - values[0] if m > 1 else 0
+    if all(v == values[0] + step * x for x, v in enumerate(values)):
+        return r * step + values[0]
+    return (r * s + t) % m
+
+
+def _reduced(c: AffineConstraintExpr, sizes: list[int]) -> AffineConstraintExpr:
+    """An inequality `g * e + k >= 0` as `e + k floordiv g >= 0` (the same points)."""
+    if c.kind != AffineConstraintKind.ge:
+        return c
+    terms, k = affine.linear(c.lhs - c.rhs, sizes)
+    g = gcd(*terms.values()) if terms else 0
+    if g <= 1:
+        return c
+    lhs: AffineExpr = AffineExpr.constant(k // g)
+    for atom, coef in terms.items():
+        lhs = lhs + atom * (coef // g)
+    return AffineConstraintExpr(c.kind, affine.simplify_expr(lhs, sizes), AffineExpr.constant(0))
+
+
+def split_phase(k: K.KernelOp, p: Phase, before: int = 0) -> None:
+    """`d{free} = m * q + r` with the phase r a new dim after the first `before` of the
+    parallel dims (or of the reduction dims, when d{free} is reduced);
+    `d{tied} = m * t + ((-b * (a * r + c)) mod m)`, the one residue where the constraint
+    holds, which is then dropped from every guard."""
+    sizes, npar = k.domain_sizes, k.num_parallel
+    lead = before if p.free < npar else npar + before  # where the phase dim goes
+    order = list(range(len(sizes)))
+    new_sizes = [sizes[d] // p.m if d in (p.free, p.tied) else sizes[d] for d in order]
+    new_sizes.insert(lead, p.m)
+    pos = [d + (d >= lead) for d in order]  # old dim -> its new dim (the free one's q)
+    r = AffineExpr.dimension(lead)
+    subst: list[AffineExpr] = [AffineExpr.dimension(pos[d]) for d in order]
+    subst[p.free] = subst[p.free] * p.m + r
+    residue = _residue(r, -p.b * p.a, -p.b * p.c, p.m)
+    subst[p.tied] = subst[p.tied] * p.m + residue
+    holds = AffineConstraintExpr(
+        p.constraint.kind,
+        p.constraint.lhs.replace_dims_and_symbols(subst, []),
+        p.constraint.rhs.replace_dims_and_symbols(subst, []),
+    )
+    redomain(k, new_sizes, npar + (p.free < npar), subst)
+    for op in k.body.block.ops:
+        guard = getattr(op, "guard", None)
+        if guard is None:
+            continue
+        s = guard.data
+        kept = tuple(_reduced(c, new_sizes) for c in s.constraints if c != holds)
+        simpler = affine.simplify_guard(
+            AffineSet(s.num_dims, s.num_symbols, kept), new_sizes[: s.num_dims]
+        ) if kept else None  # fmt: skip
+        if simpler is None:
+            del op.properties["guard"]
+        else:
+            op.properties["guard"] = AffineSetAttr(simpler)
+
+
+def split_phases(k: K.KernelOp, first: int = 0) -> bool:
+    """Splits `k` on each phase constraint in turn; whether any was split."""
+    parallel = reduced = 0  # phase dims so far: each new one goes after them
+    while (p := find_phase(k, first)) is not None:
+        if p.free < k.num_parallel:
+            split_phase(k, p, parallel)
+            parallel += 1
+        else:
+            split_phase(k, p, reduced)
+            reduced += 1
+    return bool(parallel or reduced)
+
+
+@dataclass(frozen=True)
+class KernelSplitPhasesPass(ModulePass):
+    """Splits strided transposed convolutions by output phase so that dead taps drop out.
+
+    `ir-opt model.tg -p kernels,kernel-split-phases -t kernels`
+    """
+
+    name = "kernel-split-phases"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for k in list(op.walk()):
+            if isinstance(k, K.KernelOp):
+                parent = k.parent_op()
+                first = len(ints(parent.rows)) if isinstance(parent, RowsOp) else 0
+                split_phases(k, first)
