@@ -49,6 +49,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
+from gradfuse.affine import strides_of
 from gradfuse.passes.lib import fast_ops as fast
 from gradfuse.passes.loops.loop_ir import (
     depends,
@@ -187,19 +188,59 @@ def clone_indices(
     return [value(i) for i in indices]
 
 
+def _value(v: SSAValue, at: dict[SSAValue, int]) -> int | None:
+    """`v` computed from loop indices set to `at` (constants, +, -, *), else None."""
+    if v in at:
+        return at[v]
+    op = v.owner
+    if isinstance(op, arith.ConstantOp):
+        return int_constant(v)
+    if isinstance(op, arith.AddiOp | arith.SubiOp | arith.MuliOp):
+        a, b = _value(op.lhs, at), _value(op.rhs, at)
+        if a is None or b is None:
+            return None
+        return (
+            a + b
+            if isinstance(op, arith.AddiOp)
+            else a - b
+            if isinstance(op, arith.SubiOp)
+            else a * b
+        )
+    return None
+
+
+def source_order(load: memref.LoadOp, ivs: list[SSAValue]) -> list[int]:
+    """The positions of `ivs` ordered by how far a step of each moves `load` through its
+    buffer, the farthest first, but for the last (the lanes' dim, contiguous in the
+    copy): a copy in this order reads the buffer nearly in its own order (a weight's
+    taps of one input channel, a few KiB, stay in cache while they are copied) and
+    writes whole vectors. A step that cannot be computed counts as none."""
+    strides = strides_of(load.memref.type.get_shape())  # type: ignore[attr-defined]
+    origin = {iv: 0 for iv in ivs}
+
+    def offset(at: dict[SSAValue, int]) -> int:
+        values = [_value(i, at) for i in load.indices]
+        return sum(s * (v or 0) for s, v in zip(strides, values))
+
+    steps = [abs(offset({**origin, iv: 1}) - offset(origin)) for iv in ivs]
+    return [*sorted(range(len(ivs) - 1), key=lambda k: -steps[k]), len(ivs) - 1]
+
+
 def gather_nest(
     load: memref.LoadOp, target: SSAValue, ivs: list[SSAValue]
 ) -> tuple[scf.ParallelOp, list[Operation]]:
     """`target[i...] = load's buffer[load's indices at i...]` over the loop indices
-    `ivs`, and the constants it needs."""
+    `ivs` (iterated in the buffer's order, `source_order`), and the constants it needs."""
+    order = source_order(load, ivs)
     body = Block(arg_types=[fast.INDEX] * len(ivs))
+    at = {ivs[k]: arg for k, arg in zip(order, body.args)}
     ops: list[Operation] = []
-    idx = clone_indices(list(load.indices), dict(zip(ivs, body.args)), ops)
+    idx = clone_indices(list(load.indices), dict(at), ops)
     read = fast.load(load.memref, idx)
-    body.add_ops([*ops, read, fast.store(read.results[0], target, list(body.args))])
+    body.add_ops([*ops, read, fast.store(read.results[0], target, [at[iv] for iv in ivs])])
     body.add_op(scf.ReduceOp())
     zero, one = fast.constant(0), fast.constant(1)
-    ups = [fast.constant(iv_trips(iv) or 0) for iv in ivs]
+    ups = [fast.constant(iv_trips(ivs[k]) or 0) for k in order]
     nest = scf.ParallelOp(
         [zero.result] * len(ivs), [u.result for u in ups], [one.result] * len(ivs),
         Region(body),
