@@ -36,9 +36,7 @@ from xdsl.passes import ModulePass
 
 from gradfuse import affine
 from gradfuse.dialects import kernel as K
-from gradfuse.dialects.kernel_rows import RowsOp
-from gradfuse.dialects.tg_base import ints
-from gradfuse.passes.lib.kernel_domain import ACCESS, redomain
+from gradfuse.passes.lib.kernel_domain import ACCESS, kernels_and_rows, redomain
 
 DIVIDING = (AffineBinaryOpKind.FloorDiv, AffineBinaryOpKind.Mod)
 
@@ -120,8 +118,5 @@ class KernelSplitDimsPass(ModulePass):
     name = "kernel-split-dims"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for k in list(op.walk()):
-            if isinstance(k, K.KernelOp):
-                parent = k.parent_op()
-                first = len(ints(parent.rows)) if isinstance(parent, RowsOp) else 0
-                split_dims(k, first)
+        for k, rows in kernels_and_rows(op):
+            split_dims(k, rows)

@@ -51,9 +51,7 @@ from xdsl.passes import ModulePass
 
 from gradfuse import affine
 from gradfuse.dialects import kernel as K
-from gradfuse.dialects.kernel_rows import RowsOp
-from gradfuse.dialects.tg_base import ints
-from gradfuse.passes.lib.kernel_domain import redomain
+from gradfuse.passes.lib.kernel_domain import kernels_and_rows, redomain
 
 
 @dataclass(frozen=True)
@@ -213,8 +211,5 @@ class KernelSplitPhasesPass(ModulePass):
     name = "kernel-split-phases"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for k in list(op.walk()):
-            if isinstance(k, K.KernelOp):
-                parent = k.parent_op()
-                first = len(ints(parent.rows)) if isinstance(parent, RowsOp) else 0
-                split_phases(k, first)
+        for k, rows in kernels_and_rows(op):
+            split_phases(k, rows)

@@ -22,13 +22,13 @@ The substitution is exact for any access (a bijection between [896] and [64, 14]
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from math import prod
 from typing import cast
 
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import AffineMapAttr, AffineSetAttr, IndexType, IntegerAttr
-from xdsl.ir import Block, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.ir.affine import (
     AffineConstantExpr,
     AffineConstraintExpr,
@@ -39,7 +39,8 @@ from xdsl.ir.affine import (
 
 from gradfuse import affine
 from gradfuse.dialects import kernel as K
-from gradfuse.dialects.tg_base import i64_array
+from gradfuse.dialects.kernel_rows import RowsOp
+from gradfuse.dialects.tg_base import i64_array, ints
 
 ACCESS = (K.LoadOp, K.StoreOp, K.GatherOp, K.ScatterAddOp, K.RandomOp)
 
@@ -107,6 +108,15 @@ def _guard(s: AffineSet, subst: Sequence[AffineExpr], rank: int) -> AffineSet:
             for c in s.constraints
         ),
     )
+
+
+def kernels_and_rows(module: Operation) -> Iterator[tuple[K.KernelOp, int]]:
+    """Each kernel in `module` with the number of its leading dims that are the rows of
+    its `kernel.rows` (0 outside one): the dims a domain rewrite must leave alone."""
+    for k in list(module.walk()):
+        if isinstance(k, K.KernelOp):
+            parent = k.parent_op()
+            yield k, len(ints(parent.rows)) if isinstance(parent, RowsOp) else 0
 
 
 def split_first(k: K.KernelOp, lead: tuple[int, ...]) -> K.KernelOp | None:
