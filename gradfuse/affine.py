@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import cache, lru_cache
-from math import prod
+from math import gcd, prod
 
 import numpy as np
 from xdsl.ir.affine import (
@@ -309,7 +309,9 @@ def join_guards(a: AffineSet | None, b: AffineSet | None) -> AffineSet | None:
 
 
 def simplify_guard(guard: AffineSet, sizes: Sequence[int]) -> AffineSet | None:
-    """Drops the constraints that hold everywhere over `sizes` (None if all do)."""
+    """Drops the constraints that hold everywhere over `sizes` (None if all do); an
+    inequality whose coefficients share a factor g is divided by it, the same points:
+    `2 * d0 - 2 * d1 + 6 >= 0` -> `d0 - d1 + 3 >= 0`."""
     kept = []
     for c in guard.constraints:
         lin = linear(c.lhs - c.rhs, sizes)
@@ -320,6 +322,10 @@ def simplify_guard(guard: AffineSet, sizes: Sequence[int]) -> AffineSet | None:
             continue
         if c.kind == AffineConstraintKind.eq and lo == hi == 0:
             continue
+        g = gcd(*lin[0].values()) if c.kind != AffineConstraintKind.eq else 1
+        if g > 1:  # g*e + k >= 0 is e + floor(k/g) >= 0; g*e + k <= 0 is e + ceil(k/g) <= 0
+            k = lin[1] // g if c.kind == AffineConstraintKind.ge else -(-lin[1] // g)
+            lin = ({a: coef // g for a, coef in lin[0].items()}, k)
         kept.append(AffineConstraintExpr(c.kind, _to_expr(lin), AffineExpr.constant(0)))
     return AffineSet(guard.num_dims, guard.num_symbols, tuple(kept)) if kept else None
 

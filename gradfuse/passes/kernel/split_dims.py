@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import AffineSetAttr, ModuleOp
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir.affine import (
     AffineBinaryOpExpr,
     AffineBinaryOpKind,
@@ -34,9 +34,8 @@ from xdsl.ir.affine import (
 )
 from xdsl.passes import ModulePass
 
-from gradfuse import affine
 from gradfuse.dialects import kernel as K
-from gradfuse.passes.lib.kernel_domain import ACCESS, kernels_and_rows, redomain
+from gradfuse.passes.lib.kernel_domain import ACCESS, kernels_and_rows, redomain, simplify_guards
 
 DIVIDING = (AffineBinaryOpKind.FloorDiv, AffineBinaryOpKind.Mod)
 
@@ -88,15 +87,7 @@ def split(k: K.KernelOp, points: dict[int, int]) -> None:
             new_sizes.append(size)
     parallel = npar + sum(d < npar for d in points)
     redomain(k, new_sizes, parallel, subst)
-    for op in k.body.block.ops:  # (a padded window's guard: its divisions gone too)
-        guard = getattr(op, "guard", None)
-        if guard is not None:
-            rank = guard.data.num_dims
-            simpler = affine.simplify_guard(guard.data, new_sizes[:rank])
-            if simpler is None:
-                del op.properties["guard"]
-            else:
-                op.properties["guard"] = AffineSetAttr(simpler)
+    simplify_guards(k)  # (a padded window's guard: its divisions gone too)
 
 
 def split_dims(k: K.KernelOp, first: int = 0) -> bool:

@@ -32,11 +32,10 @@ transposed convolution (taps parallel, positions reduced) splits the same way.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import gcd
 
 from xdsl.context import Context
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import AffineSetAttr, ModuleOp
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 from xdsl.ir.affine import (
     AffineBinaryOpExpr,
@@ -45,13 +44,12 @@ from xdsl.ir.affine import (
     AffineConstraintKind,
     AffineDimExpr,
     AffineExpr,
-    AffineSet,
 )
 from xdsl.passes import ModulePass
 
 from gradfuse import affine
 from gradfuse.dialects import kernel as K
-from gradfuse.passes.lib.kernel_domain import kernels_and_rows, redomain
+from gradfuse.passes.lib.kernel_domain import kernels_and_rows, redomain, simplify_guards
 
 
 @dataclass(frozen=True)
@@ -137,20 +135,6 @@ def _residue(r: AffineExpr, s: int, t: int, m: int) -> AffineExpr:
     return (r * s + t) % m
 
 
-def _reduced(c: AffineConstraintExpr, sizes: list[int]) -> AffineConstraintExpr:
-    """An inequality `g * e + k >= 0` as `e + k floordiv g >= 0` (the same points)."""
-    if c.kind != AffineConstraintKind.ge:
-        return c
-    terms, k = affine.linear(c.lhs - c.rhs, sizes)
-    g = gcd(*terms.values()) if terms else 0
-    if g <= 1:
-        return c
-    lhs: AffineExpr = AffineExpr.constant(k // g)
-    for atom, coef in terms.items():
-        lhs = lhs + atom * (coef // g)
-    return AffineConstraintExpr(c.kind, affine.simplify_expr(lhs, sizes), AffineExpr.constant(0))
-
-
 def split_phase(k: K.KernelOp, p: Phase, before: int = 0) -> None:
     """`d{free} = m * q + r` with the phase r a new dim after the first `before` of the
     parallel dims (or of the reduction dims, when d{free} is reduced);
@@ -158,34 +142,19 @@ def split_phase(k: K.KernelOp, p: Phase, before: int = 0) -> None:
     holds, which is then dropped from every guard."""
     sizes, npar = k.domain_sizes, k.num_parallel
     lead = before if p.free < npar else npar + before  # where the phase dim goes
-    order = list(range(len(sizes)))
-    new_sizes = [sizes[d] // p.m if d in (p.free, p.tied) else sizes[d] for d in order]
+    new_sizes = [size // p.m if d in (p.free, p.tied) else size for d, size in enumerate(sizes)]
     new_sizes.insert(lead, p.m)
-    pos = [d + (d >= lead) for d in order]  # old dim -> its new dim (the free one's q)
     r = AffineExpr.dimension(lead)
-    subst: list[AffineExpr] = [AffineExpr.dimension(pos[d]) for d in order]
+    subst = [AffineExpr.dimension(d + (d >= lead)) for d in range(len(sizes))]
     subst[p.free] = subst[p.free] * p.m + r
-    residue = _residue(r, -p.b * p.a, -p.b * p.c, p.m)
-    subst[p.tied] = subst[p.tied] * p.m + residue
-    holds = AffineConstraintExpr(
-        p.constraint.kind,
-        p.constraint.lhs.replace_dims_and_symbols(subst, []),
-        p.constraint.rhs.replace_dims_and_symbols(subst, []),
-    )
+    subst[p.tied] = subst[p.tied] * p.m + _residue(r, -p.b * p.a, -p.b * p.c, p.m)
+    holds = {  # the constraint's places in every guard, which redomain keeps
+        op: {n for n, c in enumerate(guard.data.constraints) if c == p.constraint}
+        for op in k.body.block.ops
+        if (guard := getattr(op, "guard", None)) is not None
+    }
     redomain(k, new_sizes, npar + (p.free < npar), subst)
-    for op in k.body.block.ops:
-        guard = getattr(op, "guard", None)
-        if guard is None:
-            continue
-        s = guard.data
-        kept = tuple(_reduced(c, new_sizes) for c in s.constraints if c != holds)
-        simpler = affine.simplify_guard(
-            AffineSet(s.num_dims, s.num_symbols, kept), new_sizes[: s.num_dims]
-        ) if kept else None  # fmt: skip
-        if simpler is None:
-            del op.properties["guard"]
-        else:
-            op.properties["guard"] = AffineSetAttr(simpler)
+    simplify_guards(k, holds)
 
 
 def split_phases(k: K.KernelOp, first: int = 0) -> bool:

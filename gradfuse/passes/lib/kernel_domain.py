@@ -110,6 +110,26 @@ def _guard(s: AffineSet, subst: Sequence[AffineExpr], rank: int) -> AffineSet:
     )
 
 
+def simplify_guards(k: K.KernelOp, dropped: dict[Operation, set[int]] | None = None) -> None:
+    """Each guard of `k` without the constraints at the positions `dropped` gives for its
+    op (ones that now hold by construction), then simplified over `k`'s domain
+    (`affine.simplify_guard`); a guard left with none is removed."""
+    sizes = k.domain_sizes
+    for op in k.body.block.ops:
+        guard = getattr(op, "guard", None)
+        if guard is None:
+            continue
+        s, gone = guard.data, (dropped or {}).get(op, set())
+        kept = tuple(c for n, c in enumerate(s.constraints) if n not in gone)
+        simpler = affine.simplify_guard(
+            AffineSet(s.num_dims, s.num_symbols, kept), sizes[: s.num_dims]
+        ) if kept else None  # fmt: skip
+        if simpler is None:
+            del op.properties["guard"]
+        else:
+            op.properties["guard"] = AffineSetAttr(simpler)
+
+
 def kernels_and_rows(module: Operation) -> Iterator[tuple[K.KernelOp, int]]:
     """Each kernel in `module` with the number of its leading dims that are the rows of
     its `kernel.rows` (0 outside one): the dims a domain rewrite must leave alone."""

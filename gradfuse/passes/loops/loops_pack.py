@@ -40,6 +40,7 @@ backend gives the scratch buffer static storage (`loop_render`).
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from math import prod
 
@@ -188,6 +189,9 @@ def clone_indices(
     return [value(i) for i in indices]
 
 
+INDEX_ARITH = {arith.AddiOp: operator.add, arith.SubiOp: operator.sub, arith.MuliOp: operator.mul}
+
+
 def _value(v: SSAValue, at: dict[SSAValue, int]) -> int | None:
     """`v` computed from loop indices set to `at` (constants, +, -, *), else None."""
     if v in at:
@@ -195,18 +199,11 @@ def _value(v: SSAValue, at: dict[SSAValue, int]) -> int | None:
     op = v.owner
     if isinstance(op, arith.ConstantOp):
         return int_constant(v)
-    if isinstance(op, arith.AddiOp | arith.SubiOp | arith.MuliOp):
-        a, b = _value(op.lhs, at), _value(op.rhs, at)
-        if a is None or b is None:
-            return None
-        return (
-            a + b
-            if isinstance(op, arith.AddiOp)
-            else a - b
-            if isinstance(op, arith.SubiOp)
-            else a * b
-        )
-    return None
+    fn = INDEX_ARITH.get(type(op))  # type: ignore[arg-type]
+    if fn is None:
+        return None
+    a, b = _value(op.operands[0], at), _value(op.operands[1], at)  # type: ignore[union-attr]
+    return None if a is None or b is None else fn(a, b)
 
 
 def source_order(load: memref.LoadOp, ivs: list[SSAValue]) -> list[int]:
@@ -226,6 +223,17 @@ def source_order(load: memref.LoadOp, ivs: list[SSAValue]) -> list[int]:
     return [*sorted(range(len(ivs) - 1), key=lambda k: -steps[k]), len(ivs) - 1]
 
 
+def box_nest(sizes: list[int], body: Block) -> tuple[scf.ParallelOp, list[Operation]]:
+    """An `scf.parallel` over [0, sizes) by 1 around `body`, and the constants it needs."""
+    zero, one = fast.constant(0), fast.constant(1)
+    ups = [fast.constant(s) for s in sizes]
+    nest = scf.ParallelOp(
+        [zero.result] * len(sizes), [u.result for u in ups], [one.result] * len(sizes),
+        Region(body),
+    )  # fmt: skip
+    return nest, [zero, one, *ups]
+
+
 def gather_nest(
     load: memref.LoadOp, target: SSAValue, ivs: list[SSAValue]
 ) -> tuple[scf.ParallelOp, list[Operation]]:
@@ -239,13 +247,7 @@ def gather_nest(
     read = fast.load(load.memref, idx)
     body.add_ops([*ops, read, fast.store(read.results[0], target, [at[iv] for iv in ivs])])
     body.add_op(scf.ReduceOp())
-    zero, one = fast.constant(0), fast.constant(1)
-    ups = [fast.constant(iv_trips(ivs[k]) or 0) for k in order]
-    nest = scf.ParallelOp(
-        [zero.result] * len(ivs), [u.result for u in ups], [one.result] * len(ivs),
-        Region(body),
-    )  # fmt: skip
-    return nest, [zero, one, *ups]
+    return box_nest([iv_trips(ivs[k]) or 0 for k in order], body)
 
 
 def copy_nest(
@@ -253,18 +255,12 @@ def copy_nest(
 ) -> tuple[scf.ParallelOp, list[Operation]]:
     """`target[i[perm[0]], i[perm[1]], ...] = source[i]` over `source`'s shape, and the
     constants it needs."""
-    shape = source.type.get_shape()  # type: ignore[attr-defined]
+    shape = list(source.type.get_shape())  # type: ignore[attr-defined]
     body = Block(arg_types=[fast.INDEX] * len(shape))
-    zero, one = fast.constant(0), fast.constant(1)
-    ups = [fast.constant(s) for s in shape]
     load = fast.load(source, list(body.args))
     store = fast.store(load.results[0], target, [body.args[k] for k in perm])
     body.add_ops([load, store, scf.ReduceOp()])
-    nest = scf.ParallelOp(
-        [zero.result] * len(shape), [u.result for u in ups], [one.result] * len(shape),
-        Region(body),
-    )  # fmt: skip
-    return nest, [zero, one, *ups]
+    return box_nest(shape, body)
 
 
 def tile_outermost(nest: scf.ParallelOp, size: int) -> scf.ParallelOp | None:
@@ -322,19 +318,18 @@ def pack(fn: func.FuncOp, nest: scf.ParallelOp, min_reuse: int = MIN_REUSE) -> i
             or not lanes_along(loop, nest, load)
         ):
             continue
-        shape = buf.type.get_shape()  # type: ignore[attr-defined]
         if perm is not None:
-            packed_shape = [shape[k] for k in perm]
+            shape = buf.type.get_shape()  # type: ignore[attr-defined]
+            packed_shape, indices = [shape[k] for k in perm], [load.indices[k] for k in perm]
         else:
             assert ivs is not None
-            packed_shape = [iv_trips(iv) or 0 for iv in ivs]
+            packed_shape, indices = [iv_trips(iv) or 0 for iv in ivs], ivs
         alloc = memref.AllocOp.get(buf.type.element_type, shape=packed_shape)  # type: ignore[attr-defined]
         alloc.memref.name_hint = "packed"
-        if perm is not None:
-            copy, consts = copy_nest(buf, alloc.memref, perm)
-        else:
-            assert ivs is not None
-            copy, consts = gather_nest(load, alloc.memref, ivs)
+        copy, consts = (
+            copy_nest(buf, alloc.memref, perm) if perm is not None
+            else gather_nest(load, alloc.memref, indices)
+        )  # fmt: skip
         entry = fn.body.block
         first = entry.first_op
         assert first is not None
@@ -345,8 +340,7 @@ def pack(fn: func.FuncOp, nest: scf.ParallelOp, min_reuse: int = MIN_REUSE) -> i
         parent = nest.parent_block()
         assert parent is not None
         parent.insert_ops_before([*consts, copy], nest)
-        idx = list(load.indices)
-        new = fast.load(alloc.memref, [idx[k] for k in perm] if perm is not None else ivs)
+        new = fast.load(alloc.memref, indices)
         load.parent_block().insert_op_before(new, load)  # type: ignore[union-attr]
         load.res.replace_all_uses_with(new.results[0])
         load.detach()
