@@ -2,9 +2,10 @@
 
 A `kernel.rows` becomes one `scf.parallel` over its rows with each phase inside
 (`convert-kernel-to-loops`): a row's phases run one after another while its values are
-in cache. Where a phase sums a weight that every row reads (a transformer's linear
-layers on one token, an LSTM step's `h @ W_hh`), each row reads all of the weight again
-and the sums of different rows cannot share a read. Distributed (loop fission, as
+in cache. Where a phase sums a weight that the rows along some row dim all read (every
+row: a transformer's linear layers on one token, an LSTM step's `h @ W_hh`; the rows of
+one output channel: a convolution over rows [b, co, oh]), each row reads the weight
+again and the sums of different rows cannot share a read. Distributed (loop fission, as
 MLIR's affine loop fusion undoes it and TVM's `compute_at` chooses), each phase is a
 nest over all rows, merged with the phase's own `scf.parallel` into one nest
 (MLIR's `scf.parallel` canonicalization merges nested parallel loops the same way), so
@@ -123,14 +124,15 @@ class Distribution:
 
 
 def shares_a_weight(nest: scf.ParallelOp) -> bool:
-    """Whether a reduction under `nest` reads memory at indices that no row index
-    changes (every row reads it)."""
+    """Whether a reduction under `nest` reads memory at indices that some row index does
+    not change (the rows along it read the same: every row, a linear layer's weight;
+    the rows of one output channel, a convolution's)."""
     rows = nest.body.block.args
     for loop in nest.walk():
         if isinstance(loop, scf.ForOp) and loop.iter_args:
             for o in loop.body.walk():
-                if isinstance(o, memref.LoadOp) and not any(
-                    depends(i, r) for i in o.indices for r in rows
+                if isinstance(o, memref.LoadOp) and not all(
+                    any(depends(i, r) for i in o.indices) for r in rows
                 ):
                     return True
     return False

@@ -36,7 +36,8 @@ from gradfuse.passes.loops.loop_ir import REDUCING, SIMD, depends, int_constant,
 
 COMBINING = tuple(REDUCING)
 MIN_LANES = 8
-"""Points of an innermost dim below which a contiguous reduction is vectorised instead."""
+"""Points of an innermost dim below which a contiguous reduction is vectorised instead,
+and steps of a reduction below which it is not vectorised along its index."""
 
 
 def innermost_reduction(nest: scf.ParallelOp) -> scf.ForOp | None:
@@ -53,8 +54,12 @@ def innermost_reduction(nest: scf.ParallelOp) -> scf.ForOp | None:
 
 
 def contiguous(loop: scf.ForOp) -> bool:
-    """Whether the reduction `loop` combines by adds or maxima, holds no loop and reads
-    some buffer contiguously along its index."""
+    """Whether the reduction `loop` combines by adds or maxima, holds no loop, reads
+    some buffer contiguously along its index and runs at least `MIN_LANES` times (a
+    window's 4 taps are no dot product to run in lanes)."""
+    lo, hi, step = (int_constant(v) for v in (loop.lb, loop.ub, loop.step))
+    if lo is not None and hi is not None and step and (hi - lo + step - 1) // step < MIN_LANES:
+        return False
     iv = loop.body.block.args[0]
     y = loop.body.block.last_op
     if y is None or not all(isinstance(v.owner, COMBINING) for v in y.operands):
