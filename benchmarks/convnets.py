@@ -10,8 +10,10 @@ and step time on the C backend against PyTorch CPU eager, measured in one run.
    `--time-batch` on `--backend` (the default backend if not given), and PyTorch
    eager's seconds for the same model and step on the CPU, or on the GPU with
    `--backend cuda` (when torch is importable; benchmarks/torch_convnets.py). PyTorch
-   runs one untimed step first (allocator, oneDNN's or cuDNN's algorithm choice), and so
-   does gradfuse on the GPU (module load, graph capture); gradfuse's compile is not timed.
+   runs one untimed step first (allocator, oneDNN's or cuDNN's algorithm choice), and
+   gradfuse one untimed run of its `--steps` steps (the library's load, the first touch
+   of its buffers' pages; on the GPU module load and graph capture); gradfuse's compile
+   is not timed.
    `--no-resnet` times DCGAN only.
 
     .venv/bin/python benchmarks/convnets.py --backend cuda --time-batch 128 --steps 10
@@ -67,8 +69,7 @@ def step_time(name: str, steps: int, backend: str | None, **sizes: int) -> tuple
     gradfuse.reset()
     module.record(steps=steps, log_every=steps)
     program = gradfuse.compile(backend)
-    if program.backend == "cuda":
-        program.run()  # the untimed first run
+    program.run()  # the untimed first run (library load, first touch of the buffers)
     start = time.perf_counter()
     program.run()
     return (time.perf_counter() - start) / steps, program.backend
