@@ -61,12 +61,17 @@ def kernel_functions(module: ModuleOp) -> Iterator[func.FuncOp]:
             yield fn
 
 
+def trips(lb: SSAValue, ub: SSAValue, step: SSAValue) -> int:
+    """The iterations of a loop from `lb` to `ub` by `step`, 0 where one is not a constant."""
+    lo, hi, by = int_constant(lb), int_constant(ub), int_constant(step)
+    if lo is None or hi is None or not by:
+        return 0
+    return -(-(hi - lo) // by)
+
+
 def dim_trips(nest: scf.ParallelOp, dim: int) -> int:
     """The iterations of dim `dim` of `nest`, 0 where a bound is not a constant."""
-    lo, hi, step = (int_constant(v[dim]) for v in (nest.lowerBound, nest.upperBound, nest.step))
-    if lo is None or hi is None or not step:
-        return 0
-    return -(-(hi - lo) // step)
+    return trips(nest.lowerBound[dim], nest.upperBound[dim], nest.step[dim])
 
 
 def block_like(args: Sequence[SSAValue]) -> Block:

@@ -269,9 +269,10 @@ def copy_nest(
     sizes = [*shape[:j], shape[j] // TILE, *shape[j + 1 :], TILE] if blocked else shape
     body = Block(arg_types=[fast.INDEX] * len(sizes))
     idx = list(body.args)
-    width = fast.constant(TILE)
+    width: list[Operation] = []
     if blocked:
-        start = fast.index_op(arith.MuliOp, idx[j], width.result)
+        width.append(fast.constant(TILE))
+        start = fast.index_op(arith.MuliOp, idx[j], width[0].results[0])
         at = fast.index_op(arith.AddiOp, start.results[0], idx[-1])
         body.add_ops([start, at])
         idx = [*idx[:j], at.results[0], *idx[j + 1 : -1]]
@@ -279,7 +280,7 @@ def copy_nest(
     store = fast.store(load.results[0], target, [idx[k] for k in perm])
     body.add_ops([load, store, scf.ReduceOp()])
     nest, consts = box_nest(sizes, body)
-    return nest, [width, *consts] if blocked else consts
+    return nest, [*width, *consts]
 
 
 def tile_outermost(nest: scf.ParallelOp, size: int) -> scf.ParallelOp | None:

@@ -32,7 +32,14 @@ from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
 from gradfuse.passes.loops.lanes import strip_mine
-from gradfuse.passes.loops.loop_ir import REDUCING, SIMD, depends, int_constant, kernel_functions
+from gradfuse.passes.loops.loop_ir import (
+    REDUCING,
+    SIMD,
+    depends,
+    int_constant,
+    kernel_functions,
+    trips,
+)
 
 COMBINING = tuple(REDUCING)
 MIN_LANES = 8
@@ -57,8 +64,7 @@ def contiguous(loop: scf.ForOp) -> bool:
     """Whether the reduction `loop` combines by adds or maxima, holds no loop, reads
     some buffer contiguously along its index and runs at least `MIN_LANES` times (a
     window's 4 taps are no dot product to run in lanes)."""
-    lo, hi, step = (int_constant(v) for v in (loop.lb, loop.ub, loop.step))
-    if lo is not None and hi is not None and step and (hi - lo + step - 1) // step < MIN_LANES:
+    if 0 < trips(loop.lb, loop.ub, loop.step) < MIN_LANES:
         return False
     iv = loop.body.block.args[0]
     y = loop.body.block.last_op
