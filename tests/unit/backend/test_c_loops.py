@@ -56,6 +56,22 @@ func @main(%x: tensor<4x11x16xf32>, %w: tensor<64x37xf32>, %v: tensor<37x21xf32>
 (`loops-distribute`), register blocks with remainders in every dim (`loops-unroll-jam`:
 11 rows, 37 and 21 outputs)."""
 
+CONV_ROWS = """
+func @main(%x: tensor<2x1x16x16xf32>, %w: tensor<16x1x4x4xf32>, %z: tensor<2x16x8x8xf32>) -> (tensor<2x16x8x8xf32>, tensor<2x16x8x8xf32>) {
+  %m = tg.reduce_max %z dims=[3] : tensor<2x16x8xf32>
+  %mr = tg.reshape %m : tensor<2x16x8x1xf32>
+  %mb = tg.broadcast %mr : tensor<2x16x8x8xf32>
+  %d = tg.sub %z, %mb : tensor<2x16x8x8xf32>
+  %y = tg.conv2d %x, %w stride=[2, 2] padding=[1, 1] dilation=[1, 1] groups=1 : tensor<2x16x8x8xf32>
+  %l = tg.relu %y : tensor<2x16x8x8xf32>
+  return %d, %l
+}
+"""
+"""A one-channel convolution in a row nest over [b, co, oh] beside a row max (as
+DCGAN's first convolution beside a batch norm): `loops-distribute` splits it out, its
+weight shared by the rows of one output channel, and its 4 x 4 taps, too few for a dot
+product in lanes, leave the lanes to the 16 output channels."""
+
 MASKS = """
 func @main(%x: tensor<5x45xf32>, %w: tensor<45x43xf32>, %g: tensor<5x43xf32>, %keep: tensor<5x43xi1>) -> (tensor<5x43xf32>, tensor<5x43xf32>) {
   %h = tg.dot %x, %w : tensor<5x43xf32>
@@ -104,6 +120,17 @@ def test_split_distributed_and_jammed_nests_match_the_reference():
     assert "(unsigned long)" not in source  # the heads are dims of their own
     assert re.search(r"for \(long d0 = 0; d0 < 8; d0 \+= 8\)", source)  # 8 rows jammed
     assert re.search(r"for \(long d0 = 8; d0 < 11; d0\+\+\)", source)  # and the other 3
+
+
+def test_a_convolution_in_a_row_nest_is_distributed_and_matches_the_reference():
+    rng = np.random.default_rng(11)
+    shapes = ((2, 1, 16, 16), (16, 1, 4, 4), (2, 16, 8, 8))
+    args = [rng.standard_normal(s).astype(np.float32) * 0.3 for s in shapes]
+    agree(CONV_ROWS, "c", pipeline="cpu", args=args)
+    source = render_c(compile_module(parse_tg(CONV_ROWS), "c", pipeline="cpu").module)
+    assert "omp simd reduction(+" not in source  # no 4-tap dot product
+    nest = "for (long d2 = 0; d2 < 8; d2++)\n  for (long d3 = 0; d3 < 8; d3 += 8)\n  for (long d1"
+    assert nest in source  # the convolution's own nest over all rows, channels innermost
 
 
 def test_masks_in_lanes_match_the_reference():

@@ -23,7 +23,7 @@ from test_c_conv import CASES, record  # noqa: E402
 
 RTOL, ATOL = 1e-4, 1e-5
 """test_c_conv's tolerance, here against a float64 reference run. The float32 results
-on this pipeline (sums reordered: channels innermost, lanes of 8, blocks of 4 x 16)
+on this pipeline (sums reordered: channels innermost, lanes of 8, blocks of up to 8 x 16)
 come within 0.38 of it at worst (`worst_share`: conv-from-1-channel's weight gradient,
 sums of 512 terms; the other cases 0.28 and below), float32 rounding alone; the margin
 covers other CPUs' FMA contraction and vector widths, which change the rounding, not
