@@ -39,6 +39,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "loops-distribute": _lazy("loops.loops_distribute", "LoopsDistributePass"),
     "loops-interchange": _lazy("loops.loops_interchange", "LoopsInterchangePass"),
     "loops-pack": _lazy("loops.loops_pack", "LoopsPackPass"),
+    "loops-pad": _lazy("loops.loops_pad", "LoopsPadPass"),
     "loops-vectorize": _lazy("loops.loops_vectorize", "LoopsVectorizePass"),
     "loops-unroll-jam": _lazy("loops.loops_unroll_jam", "LoopsUnrollJamPass"),
     "loops-parallelize": _lazy("loops.loops_parallelize", "LoopsParallelizePass"),
@@ -60,7 +61,7 @@ PIPELINES: dict[str, str] = {
     "cpu": (
         "kernels,kernel-split-dims,kernel-split-phases,kernel-plan-buffers,convert-kernel-to-loops,"
         "canonicalize,cse,"
-        "loops-distribute,loops-interchange,loops-pack,loops-vectorize,cse,loops-unroll-jam,cse,"
+        "loops-distribute,loops-interchange,loops-pack,loops-pad,loops-vectorize,cse,loops-unroll-jam,cse,"
         "loops-parallelize"
     ),
 }

@@ -3,7 +3,8 @@ test_c_conv's shapes (forward, input and weight gradients; stride 2, transposed,
 3x3 and 4x4 windows, partial register blocks), their loops ordered by
 `loops-interchange`, their weights or output gradients packed by `loops-pack`, their
 lanes along the output channels (`loops-vectorize`, scattered where the output is
-stored by rows) and their register blocks jammed (`loops-unroll-jam`)."""
+stored by rows), their padded windows read from zero-bordered copies (`loops-pad`)
+and their register blocks jammed (`loops-unroll-jam`)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from xdsl.dialects import arith, memref
+from xdsl.dialects.builtin import ModuleOp
 
 from gradfuse import execute
 from gradfuse.backend.c.host import render_c
 from gradfuse.frontend.recorder import program
-from gradfuse.passes import run_pipeline
+from gradfuse.passes import PIPELINES, run_pipeline
+from gradfuse.passes.loops.loop_ir import kernel_functions
+from gradfuse.passes.loops.loops_vectorize import innermost_nests, innermost_reduction
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_c_conv import CASES, record  # noqa: E402
@@ -36,6 +41,19 @@ def cpu_source(name: str) -> str:
     module = program().module.clone()
     run_pipeline(module, "cpu")
     return render_c(module)
+
+
+def guarded_reads(module: ModuleOp) -> int:
+    """The reads in innermost reductions whose value a guard selects (`select(g, x[..],
+    0)`: a window's read of padding)."""
+    count = 0
+    for fn in kernel_functions(module):
+        for nest in innermost_nests(fn):
+            loop = innermost_reduction(nest)
+            for op in loop.body.walk() if loop is not None else ():
+                if isinstance(op, memref.LoadOp):
+                    count += any(isinstance(u.operation, arith.SelectOp) for u in op.res.uses)
+    return count
 
 
 def worst_share(got: np.ndarray, want: np.ndarray) -> float:
@@ -59,3 +77,19 @@ def test_convolutions_on_the_cpu_pipeline_match_the_reference(name: str, monkeyp
     for g, w in zip(got, want, strict=True):
         assert g.shape == w.shape and np.abs(w).max() > 0
         assert worst_share(g, w) < 1.0
+
+
+@pytest.mark.parametrize("name", sorted(set(CASES) - {"conv-1x1-stride2"}))
+def test_padded_windows_are_read_without_guards(name: str) -> None:
+    """Each padded convolution (forward, input and weight gradient) reads its window in
+    its innermost reduction with a guard until `loops-pad`, and without one after it
+    (test_convolutions_on_the_cpu_pipeline_match_the_reference checks the numbers).
+    The unpadded 1x1 convolution is left out: its input gradient's guard is a parity."""
+    make, shape = CASES[name]
+    record(make, shape, np.float32)
+    before = PIPELINES["cpu"].split(",loops-pad,")[0]
+    module = program().module.clone()
+    run_pipeline(module, before)
+    assert guarded_reads(module) >= 3
+    run_pipeline(module, "loops-pad")
+    assert guarded_reads(module) == 0
