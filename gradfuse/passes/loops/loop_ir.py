@@ -11,9 +11,9 @@ or on an `scf.for` that carries sums: the loop is vectorised (`loops-vectorize`)
 
 from collections.abc import Iterator, Sequence
 
-from xdsl.dialects import arith, func, scf
+from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp
-from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from gradfuse.passes.lib import fast_ops as fast
 
@@ -67,6 +67,33 @@ def trips(lb: SSAValue, ub: SSAValue, step: SSAValue) -> int:
     if lo is None or hi is None or not by:
         return 0
     return -(-(hi - lo) // by)
+
+
+def loop_bounds(iv: SSAValue) -> tuple[SSAValue, SSAValue, SSAValue] | None:
+    """The lower bound, upper bound and step of the loop whose index `iv` is (a dim of an
+    `scf.parallel` or the index of an `scf.for`), else None."""
+    owner = iv.owner
+    loop = owner.parent_op() if isinstance(owner, Block) else None
+    if isinstance(loop, scf.ForOp) and iv is loop.body.block.args[0]:
+        return loop.lb, loop.ub, loop.step
+    if isinstance(loop, scf.ParallelOp):
+        k = list(loop.body.block.args).index(iv)
+        return loop.lowerBound[k], loop.upperBound[k], loop.step[k]
+    return None
+
+
+def scratch(fn: func.FuncOp, element: Attribute, shape: list[int], name: str) -> SSAValue:
+    """A buffer of `shape` that lives through one call of kernel function `fn`: its
+    `memref.alloc` first in the function, its `memref.dealloc` before the return (static
+    storage in C: `loop_render`)."""
+    alloc = memref.AllocOp.get(element, shape=shape)
+    alloc.memref.name_hint = name
+    entry = fn.body.block
+    first, end = entry.first_op, entry.last_op
+    assert first is not None and end is not None
+    entry.insert_op_before(alloc, first)
+    entry.insert_op_before(memref.DeallocOp.get(alloc.memref), end)
+    return alloc.memref
 
 
 def dim_trips(nest: scf.ParallelOp, dim: int) -> int:

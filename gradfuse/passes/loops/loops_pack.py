@@ -61,8 +61,10 @@ from gradfuse.passes.loops.loop_ir import (
     dim_trips,
     int_constant,
     kernel_functions,
+    loop_bounds,
     own_index,
     replace_nest,
+    scratch,
 )
 from gradfuse.passes.loops.loops_vectorize import contiguous, innermost_nests, innermost_reduction
 
@@ -130,19 +132,10 @@ def reuse(nest: scf.ParallelOp, load: memref.LoadOp) -> int:
 def iv_trips(iv: SSAValue) -> int | None:
     """The iterations of a loop index that runs from 0 by 1 (a dim of an `scf.parallel`
     or an `scf.for`), else None."""
-    owner = iv.owner
-    assert isinstance(owner, Block)
-    loop = owner.parent_op()
-    if isinstance(loop, scf.ForOp):
-        lo, hi, step = loop.lb, loop.ub, loop.step
-    elif isinstance(loop, scf.ParallelOp):
-        k = list(owner.args).index(iv)
-        lo, hi, step = loop.lowerBound[k], loop.upperBound[k], loop.step[k]
-    else:
+    bounds = loop_bounds(iv)
+    if bounds is None or int_constant(bounds[0]) != 0 or int_constant(bounds[2]) != 1:
         return None
-    if int_constant(lo) != 0 or int_constant(step) != 1:
-        return None
-    return int_constant(hi)
+    return int_constant(bounds[1])
 
 
 def computed_from(v: SSAValue, order: list[SSAValue]) -> bool:
@@ -344,23 +337,15 @@ def pack(fn: func.FuncOp, nest: scf.ParallelOp, min_reuse: int = MIN_REUSE) -> i
         else:
             assert ivs is not None
             packed_shape, indices = [iv_trips(iv) or 0 for iv in ivs], ivs
-        alloc = memref.AllocOp.get(buf.type.element_type, shape=packed_shape)  # type: ignore[attr-defined]
-        alloc.memref.name_hint = "packed"
+        target = scratch(fn, buf.type.element_type, packed_shape, "packed")  # type: ignore[attr-defined]
         copy, consts = (
-            copy_nest(buf, alloc.memref, perm) if perm is not None
-            else gather_nest(load, alloc.memref, indices)
+            copy_nest(buf, target, perm) if perm is not None
+            else gather_nest(load, target, indices)
         )  # fmt: skip
-        entry = fn.body.block
-        first = entry.first_op
-        assert first is not None
-        entry.insert_ops_before([alloc], first)
-        end = entry.last_op
-        assert end is not None
-        entry.insert_op_before(memref.DeallocOp.get(alloc.memref), end)
         parent = nest.parent_block()
         assert parent is not None
         parent.insert_ops_before([*consts, copy], nest)
-        new = fast.load(alloc.memref, indices)
+        new = fast.load(target, indices)
         load.parent_block().insert_op_before(new, load)  # type: ignore[union-attr]
         load.res.replace_all_uses_with(new.results[0])
         load.detach()

@@ -45,7 +45,13 @@ from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from gradfuse.passes.lib import fast_ops as fast
-from gradfuse.passes.loops.loop_ir import int_constant, kernel_functions, trips
+from gradfuse.passes.loops.loop_ir import (
+    int_constant,
+    kernel_functions,
+    loop_bounds,
+    scratch,
+    trips,
+)
 from gradfuse.passes.loops.loops_pack import box_nest
 from gradfuse.passes.loops.loops_vectorize import innermost_nests, innermost_reduction
 
@@ -85,14 +91,8 @@ def affine_form(v: SSAValue) -> Form | None:
 
 def loop_range(iv: SSAValue) -> tuple[int, int] | None:
     """The first and last value of a loop index with constant bounds, else None."""
-    owner = iv.owner
-    loop = owner.parent_op() if isinstance(owner, Block) else None
-    if isinstance(loop, scf.ForOp) and iv is owner.args[0]:  # type: ignore[union-attr]
-        bounds = loop.lb, loop.ub, loop.step
-    elif isinstance(loop, scf.ParallelOp):
-        k = list(owner.args).index(iv)  # type: ignore[union-attr]
-        bounds = loop.lowerBound[k], loop.upperBound[k], loop.step[k]
-    else:
+    bounds = loop_bounds(iv)
+    if bounds is None:
         return None
     n, lo, step = trips(*bounds), int_constant(bounds[0]), int_constant(bounds[2])
     if n <= 0 or lo is None or step is None:
@@ -144,14 +144,14 @@ def guarded_read(load: memref.LoadOp) -> Read | None:
         i.owner.lhs if isinstance(i.owner, arith.SelectOp) and i.owner.cond is guard else i
         for i in load.indices
     ]
-    forms = [affine_form(e) for e in exprs]
+    maybe = [affine_form(e) for e in exprs]
+    forms = [f for f in maybe if f is not None]
     bounds = conjuncts(guard)
-    if bounds is None or any(f is None for f in forms):
+    if bounds is None or len(forms) != len(exprs):
         return None
     low, high = [False] * len(exprs), [False] * len(exprs)
     for t in bounds:
         for k, f in enumerate(forms):
-            assert f is not None
             if t == f:
                 low[k] = True
                 break
@@ -160,7 +160,7 @@ def guarded_read(load: memref.LoadOp) -> Read | None:
                 break
         else:
             return None  # a test that is no bound of an index
-    reach = [form_range(f) for f in forms if f is not None]
+    reach = [form_range(f) for f in forms]
     below = [max(0, -lo) for lo, _ in reach]
     above = [max(0, hi - (n - 1)) for (_, hi), n in zip(reach, shape)]
     if any((b and not lo) or (a and not hi) for b, a, lo, hi in zip(below, above, low, high)):
@@ -295,14 +295,9 @@ def pad(fn: func.FuncOp, nest: scf.ParallelOp, min_reuse: int = MIN_REUSE) -> in
             fill = padding.fill()
             if fill is None or sum(reads(r.load) for r in padding.reads) < min_reuse * prod(sizes):
                 continue
-            alloc = memref.AllocOp.get(buf.type.element_type, shape=sizes)  # type: ignore[attr-defined]
-            alloc.memref.name_hint = "padded"
-            copy, consts = pad_nest(buf, alloc.memref, below, fill.result)
-            entry = fn.body.block
-            entry.insert_ops_before([alloc], entry.first_op)  # type: ignore[arg-type]
-            entry.insert_op_before(memref.DeallocOp.get(alloc.memref), entry.last_op)  # type: ignore[arg-type]
-            entry.insert_ops_before([fill, *consts, copy], top)
-            target = alloc.memref
+            target = scratch(fn, buf.type.element_type, sizes, "padded")  # type: ignore[attr-defined]
+            copy, consts = pad_nest(buf, target, below, fill.result)
+            fn.body.block.insert_ops_before([fill, *consts, copy], top)
         for r in padding.reads:
             count += 1
             _reroute(r, target, below)
