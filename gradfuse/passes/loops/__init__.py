@@ -10,7 +10,8 @@
 | `loops_unroll_jam.py`        | `loops-unroll-jam`        | reduction nests run in register blocks (`jam.py`) |
 | `loops_parallelize.py`       | `loops-parallelize`       | nests with enough work run on OpenMP threads |
 
-`loop_ir.py`: what they share with the C backend (the attributes that carry their
+`pack_copy.py`: the copy nests of `loops-pack` (tile-major where the nest runs in tiles)
+and `loops-pad`. `loop_ir.py`: what they share with the C backend (the attributes that carry their
 decisions, `int_constant`, `depends`).
 
     ir-opt model.tg -p cpu

@@ -52,8 +52,8 @@ from gradfuse.passes.loops.loop_ir import (
     scratch,
     trips,
 )
-from gradfuse.passes.loops.loops_pack import box_nest
 from gradfuse.passes.loops.loops_vectorize import innermost_nests, innermost_reduction
+from gradfuse.passes.loops.pack_copy import box_nest
 
 MIN_REUSE = 8
 """Reads of a padded buffer by its nest per element of the copy, below which a guarded
