@@ -10,9 +10,9 @@
 | `loops_unroll_jam.py`        | `loops-unroll-jam`        | reduction nests run in register blocks (`jam.py`) |
 | `loops_parallelize.py`       | `loops-parallelize`       | nests with enough work run on OpenMP threads |
 
-`pack_copy.py`: the copy nests of `loops-pack` (tile-major where the nest runs in tiles)
-and `loops-pad`. `loop_ir.py`: what they share with the C backend (the attributes that carry their
-decisions, `int_constant`, `depends`).
+`pack_copy.py`: the copy nests of `loops-pack` (tile-major where the nest runs in
+tiles) and `loops-pad`. `loop_ir.py`: what they share with the C backend (the
+attributes that carry their decisions, `int_constant`, `depends`).
 
     ir-opt model.tg -p cpu
 """

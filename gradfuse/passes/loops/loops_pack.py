@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from math import prod
 
 from xdsl.context import Context
-from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects import func, memref, scf
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
@@ -68,7 +68,15 @@ from gradfuse.passes.loops.loop_ir import (
     scratch,
 )
 from gradfuse.passes.loops.loops_vectorize import contiguous, innermost_nests, innermost_reduction
-from gradfuse.passes.loops.pack_copy import TILE, copy_nest, gather_nest, iv_trips
+from gradfuse.passes.loops.pack_copy import (
+    TILE,
+    copy_nest,
+    gather_nest,
+    iv_trips,
+    major_indices,
+    major_shape,
+    tile_point,
+)
 
 MIN_REUSE = 8
 """Points of a nest that read each packed element, below which an operand is not
@@ -175,10 +183,9 @@ def tile_outermost(nest: scf.ParallelOp, size: int) -> scf.ParallelOp:
         b.name_hint = a.name_hint
         a.replace_all_uses_with(b)
     width, count = fast.constant(size), fast.constant(n // size)
-    start = fast.index_op(arith.MuliOp, tile, width.results[0])
-    index = fast.index_op(arith.AddiOp, start.results[0], point)
-    new_block.add_ops([start, index])
-    old.args[k].replace_all_uses_with(index.results[0])
+    index = tile_point(tile, point, width.results[0])
+    new_block.add_ops(index)
+    old.args[k].replace_all_uses_with(index[-1].results[0])
     for o in list(old.ops):
         o.detach()
         new_block.add_op(o)
@@ -201,7 +208,7 @@ def tile_major(loads: list[memref.LoadOp], nest: scf.ParallelOp) -> None:
     b8's [8, 512, 4, 4] convolution: 8.2 -> 6.2 ms, one thread)."""
     tile, point = nest.body.block.args[0], nest.body.block.args[-1]
     for load in loads:
-        new = fast.load(load.memref, [tile, *load.indices[:-1], point])
+        new = fast.load(load.memref, major_indices(list(load.indices), tile, point))
         load.parent_block().insert_op_before(new, load)  # type: ignore[union-attr]
         load.res.replace_all_uses_with(new.results[0])
         load.detach()
@@ -216,7 +223,7 @@ def pack(fn: func.FuncOp, nest: scf.ParallelOp, min_reuse: int = MIN_REUSE) -> i
         return 0  # none, or a dot product along the reduction (`loops-vectorize`)
     order = loop_indices(nest, loop)
     tiled = tiles(nest, TILE)
-    packed: list[tuple[memref.LoadOp, bool]] = []
+    count, majors = 0, list[memref.LoadOp]()
     for load in [o for o in loop.body.walk() if isinstance(o, memref.LoadOp)]:
         buf = load.memref
         perm = pack_order(load, order)
@@ -237,7 +244,7 @@ def pack(fn: func.FuncOp, nest: scf.ParallelOp, min_reuse: int = MIN_REUSE) -> i
             packed_shape, indices = [iv_trips(iv) or 0 for iv in ivs], ivs
         major = tiled and packed_shape[-1] % TILE == 0
         if major:
-            packed_shape = [packed_shape[-1] // TILE, *packed_shape[:-1], TILE]
+            packed_shape = major_shape(packed_shape)
         target = scratch(fn, buf.type.element_type, packed_shape, "packed")  # type: ignore[attr-defined]
         copy, consts = (
             copy_nest(buf, target, perm, major) if perm is not None
@@ -251,10 +258,12 @@ def pack(fn: func.FuncOp, nest: scf.ParallelOp, min_reuse: int = MIN_REUSE) -> i
         load.res.replace_all_uses_with(new.results[0])
         load.detach()
         load.erase()
-        packed.append((new, major))
-    if packed and tiled:
-        tile_major([new for new, major in packed if major], tile_outermost(nest, TILE))
-    return len(packed)
+        count += 1
+        if major:
+            majors.append(new)
+    if count and tiled:
+        tile_major(majors, tile_outermost(nest, TILE))
+    return count
 
 
 @dataclass(frozen=True)

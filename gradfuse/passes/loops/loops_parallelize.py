@@ -29,7 +29,7 @@ from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 from xdsl.ir import Block
 from xdsl.passes import ModulePass
 
-from gradfuse.passes.loops.loop_ir import OMP, int_constant, kernel_functions
+from gradfuse.passes.loops.loop_ir import OMP, dim_trips, int_constant, kernel_functions
 
 PARALLEL_WORK = 1 << 20
 """The default `min-work`: the C backend's threshold (`CStyleLanguage.parallel_work`)."""
@@ -57,16 +57,12 @@ def trips(loop: scf.ForOp | scf.ParallelOp, points: bool = False) -> int:
 
 def shared_dims(nest: scf.ParallelOp, chunks: int) -> int:
     """The fewest outer dims of `nest` with at least `chunks` iterations, else all."""
-    lbs, ubs, steps = list(nest.lowerBound), list(nest.upperBound), list(nest.step)
-    count = 1
-    for k, (lo, hi, st) in enumerate(zip(lbs, ubs, steps)):
-        a, b, s = int_constant(lo), int_constant(hi), int_constant(st)
-        if a is None or b is None or not s:
-            return len(lbs)
-        count *= max(0, -(-(b - a) // s))
+    n, count = len(nest.body.block.args), 1
+    for k in range(n):
+        count *= max(0, dim_trips(nest, k))  # (0 where a bound is not a constant: all)
         if count >= chunks:
             return k + 1
-    return len(lbs)
+    return n
 
 
 def work(block: Block) -> int:

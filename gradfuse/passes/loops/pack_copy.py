@@ -94,6 +94,23 @@ def source_order(load: memref.LoadOp, ivs: list[SSAValue]) -> list[int]:
     return [*sorted(range(len(ivs) - 1), key=lambda k: -steps[k]), len(ivs) - 1]
 
 
+def tile_point(tile: SSAValue, point: SSAValue, width: SSAValue) -> list[Operation]:
+    """The ops of `tile * width + point` (a point's index from its tile and its place in
+    the tile), the last one's result the index."""
+    start = fast.index_op(arith.MuliOp, tile, width)
+    return [start, fast.index_op(arith.AddiOp, start.results[0], point)]
+
+
+def major_shape(shape: list[int]) -> list[int]:
+    """The shape of a tile-major copy: `[..., n]` as `[n / TILE, ..., TILE]`."""
+    return [shape[-1] // TILE, *shape[:-1], TILE]
+
+
+def major_indices(indices: list[SSAValue], tile: SSAValue, point: SSAValue) -> list[SSAValue]:
+    """Where a tile-major copy keeps `[..., tile * TILE + point]`: `[tile, ..., point]`."""
+    return [tile, *indices[:-1], point]
+
+
 def box_nest(sizes: list[int], body: Block) -> tuple[scf.ParallelOp, list[Operation]]:
     """An `scf.parallel` over [0, sizes) by 1 around `body`, and the constants it needs."""
     zero, one = fast.constant(0), fast.constant(1)
@@ -118,22 +135,21 @@ def gather_nest(
         sizes = [*sizes[:-1], sizes[-1] // TILE, TILE]
     body = Block(arg_types=[fast.INDEX] * len(sizes))
     ops: list[Operation] = []
+    width = [fast.constant(TILE)] if tiled else []
     lane = body.args[len(ivs) - 1]
     if tiled:
-        width = fast.constant(TILE)
-        start = fast.index_op(arith.MuliOp, lane, width.results[0])
-        at_lane = fast.index_op(arith.AddiOp, start.results[0], body.args[-1])
-        ops += [width, start, at_lane]
-        lane = at_lane.results[0]
+        ops += tile_point(lane, body.args[-1], width[0].results[0])
+        lane = ops[-1].results[0]
     at = {ivs[k]: arg for k, arg in zip(order, [*body.args[: len(ivs) - 1], lane])}
     idx = clone_indices(list(load.indices), dict(at), ops)
     read = fast.load(load.memref, idx)
     where = [at[iv] for iv in ivs]
     if tiled:
-        where = [body.args[len(ivs) - 1], *where[:-1], body.args[-1]]
+        where = major_indices(where, body.args[len(ivs) - 1], body.args[-1])
     body.add_ops([*ops, read, fast.store(read.results[0], target, where)])
     body.add_op(scf.ReduceOp())
-    return box_nest(sizes, body)
+    nest, consts = box_nest(sizes, body)
+    return nest, [*width, *consts]
 
 
 def copy_nest(
@@ -153,17 +169,15 @@ def copy_nest(
     sizes = [*shape[:j], shape[j] // TILE, *shape[j + 1 :], TILE] if blocked else shape
     body = Block(arg_types=[fast.INDEX] * len(sizes))
     idx = list(body.args)
-    width: list[Operation] = []
+    width = [fast.constant(TILE)] if blocked else []
     if blocked:
-        width.append(fast.constant(TILE))
-        start = fast.index_op(arith.MuliOp, idx[j], width[0].results[0])
-        at = fast.index_op(arith.AddiOp, start.results[0], idx[-1])
-        body.add_ops([start, at])
-        idx = [*idx[:j], at.results[0], *idx[j + 1 : -1]]
+        at = tile_point(idx[j], idx[-1], width[0].results[0])
+        body.add_ops(at)
+        idx = [*idx[:j], at[-1].results[0], *idx[j + 1 : -1]]
     load = fast.load(source, idx)
     where = [idx[k] for k in perm]
     if tiled:
-        where = [body.args[j], *where[:-1], body.args[-1]]
+        where = major_indices(where, body.args[j], body.args[-1])
     store = fast.store(load.results[0], target, where)
     body.add_ops([load, store, scf.ReduceOp()])
     nest, consts = box_nest(sizes, body)
