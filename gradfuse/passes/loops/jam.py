@@ -34,7 +34,7 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from gradfuse.passes.lib import fast_ops as fast
 from gradfuse.passes.loops.loop_ir import block_like, dim_trips, int_constant, peel
 
-READS = (memref.LoadOp, vector.LoadOp)
+READS = (memref.LoadOp, vector.LoadOp, vector.TransferReadOp)
 """Ops that read memory without writing it: computed once where they do not vary (the
 points of a nest never write what another point reads)."""
 

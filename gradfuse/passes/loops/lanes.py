@@ -6,7 +6,11 @@ W, every value that depends on `d` becomes a vector of W lanes (the sums carried
 the reduction loop too), reads and writes contiguous along `d`
 become `vector.load`/`vector.store`, values the same for every lane are broadcast
 where a vector op uses them. The last `N mod W` points run in a scalar copy of the
-nest. MLIR's `vector` dialect, as its affine super-vectorizer makes:
+nest. A read or a write once a point (outside the nest's loops) whose index moves
+across the lanes is a `vector.transfer_read`/`transfer_write` where the lanes step one
+element along one dim of the buffer (an NCHW output, the lanes along its channels),
+else one scalar access a lane. MLIR's `vector` dialect, as its affine super-vectorizer
+makes:
 
 ```
 scf.parallel (%d0, %d1) = (%c0, %c0) to (%c64, %c128) step (%c1, %c8) {
@@ -16,14 +20,26 @@ scf.parallel (%d0, %d1) = (%c0, %c0) to (%c64, %c128) step (%c1, %c8) {
     %bb = vector.broadcast %b : f32 to vector<8xf32>
     %p = arith.mulf %a, %bb : vector<8xf32>
     ...
+  }
+  vector.transfer_write %s, %y[%d1, %d0] {in_bounds = [true],
+      permutation_map = affine_map<(d0, d1) -> (d0)>} : vector<8xf32>, memref<128x64xf32>
 ```
 """
 
 from __future__ import annotations
 
 from xdsl.dialects import arith, math, memref, scf, vector
-from xdsl.dialects.builtin import Float32Type, IndexType, IntegerType, VectorType
+from xdsl.dialects.builtin import (
+    AffineMapAttr,
+    ArrayAttr,
+    BoolAttr,
+    Float32Type,
+    IndexType,
+    IntegerType,
+    VectorType,
+)
 from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.ir.affine import AffineExpr, AffineMap
 
 from gradfuse.dialects import lanes
 from gradfuse.passes.lib import fast_ops as fast
@@ -42,6 +58,8 @@ MASK_OPS: dict[type[Operation], type[Operation]] = {
     arith.SelectOp: lanes.SelectOp,
 }
 """Ops whose lanes are ops of the `lanes` dialect (masks: xDSL's take only a scalar i1)."""
+IN_BOUNDS = ArrayAttr([BoolAttr.from_bool(True)])
+"""A transfer's lanes are all in the buffer: each is a point of the nest."""
 
 
 class NotLanes(Exception):
@@ -121,8 +139,51 @@ class Widen:
                 self.lane_values.update(((r, lane), n) for r, n in zip(op.results, new.results))
         return self.lane_values[key]
 
+    def lane_step(self, v: SSAValue) -> int | None:
+        """How much old index value `v` grows from one lane to the next (`d` by 1, `d *
+        16 + k` by 16), through `addi`, `subi` and `muli` by a constant; None where not
+        by a constant."""
+        if not depends(v, self.d):
+            return 0
+        if v is self.d:
+            return 1
+        op = v.owner
+        if isinstance(op, arith.AddiOp | arith.SubiOp):
+            a, b = self.lane_step(op.lhs), self.lane_step(op.rhs)
+            if a is None or b is None:
+                return None
+            return a + b if isinstance(op, arith.AddiOp) else a - b
+        if isinstance(op, arith.MuliOp):
+            for x, k in ((op.lhs, int_constant(op.rhs)), (op.rhs, int_constant(op.lhs))):
+                step = self.lane_step(x) if k is not None else None
+                if step is not None and k is not None:
+                    return step * k
+        return None
+
+    def transfer_map(self, indices: list[SSAValue]) -> AffineMapAttr | None:
+        """Where the lanes run along one dim of a buffer, one element apart (the
+        channels of an NCHW output), that dim as a transfer's permutation map
+        (`(d0, d1, d2, d3) -> (d1)`); else None."""
+        steps = [self.lane_step(i) for i in indices]
+        if steps.count(1) != 1 or any(s not in (0, 1) for s in steps):
+            return None
+        return AffineMapAttr(AffineMap(len(steps), 0, (AffineExpr.dimension(steps.index(1)),)))
+
     def gather(self, op: memref.LoadOp, into: Block) -> None:
-        """A read at an index that differs by lane: one scalar read a lane, inserted."""
+        """A read at an index that differs by lane: a `vector.transfer_read` along the
+        dim the lanes run along, else one scalar read a lane, inserted."""
+        along = self.transfer_map(list(op.indices))
+        if along is not None:
+            lanes_type = self.vec(op.res.type)  # (f32 or i1: else not lanes)
+            idx = [self.lane_value(i, 0, into) for i in op.indices]
+            pad = fast.constant(0.0 if isinstance(op.res.type, Float32Type) else 0, op.res.type)
+            read = vector.TransferReadOp(
+                self.get(op.memref), idx, pad, lanes_type, IN_BOUNDS, along
+            )
+            into.add_ops([pad, read])
+            self.vm[op.res] = read.result
+            self.varying.add(read.result)
+            return
         vec: SSAValue | None = None
         for lane in range(self.width):
             idx = [self.lane_value(i, lane, into) for i in op.indices]
@@ -141,8 +202,16 @@ class Widen:
         self.varying.add(vec)
 
     def scatter(self, op: memref.StoreOp, into: Block) -> None:
-        """A write at an index that differs by lane: one scalar write a lane."""
+        """A write at an index that differs by lane: a `vector.transfer_write` along
+        the dim the lanes run along, else one scalar write a lane."""
         value = self.as_vector(op.value, into)
+        along = self.transfer_map(list(op.indices))
+        if along is not None:
+            idx = [self.lane_value(i, 0, into) for i in op.indices]
+            into.add_op(
+                vector.TransferWriteOp(value, self.get(op.memref), idx, IN_BOUNDS, None, along)
+            )
+            return
         for lane in range(self.width):
             idx = [self.lane_value(i, lane, into) for i in op.indices]
             part = vector.ExtractOp(value, [lane], op.value.type)

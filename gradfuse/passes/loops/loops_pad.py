@@ -46,9 +46,11 @@ from xdsl.passes import ModulePass
 
 from gradfuse.passes.lib import fast_ops as fast
 from gradfuse.passes.loops.loop_ir import (
+    Form,
+    affine_form,
     int_constant,
     kernel_functions,
-    loop_bounds,
+    loop_range,
     scratch,
     trips,
 )
@@ -58,46 +60,6 @@ from gradfuse.passes.loops.pack_copy import box_nest
 MIN_REUSE = 8
 """Reads of a padded buffer by its nest per element of the copy, below which a guarded
 read keeps its guard: the copy reads and writes each element once."""
-
-Form = tuple[dict[SSAValue, int], int]
-"""An affine index value: coefficients of loop indices, and a constant."""
-
-
-def affine_form(v: SSAValue) -> Form | None:
-    """`v` as an affine form of loop indices (`scf.for`/`scf.parallel` block arguments),
-    through constants, `addi`, `subi` and `muli` by a constant; else None."""
-    c = int_constant(v)
-    if c is not None:
-        return {}, c
-    if isinstance(v.owner, Block):
-        return ({v: 1}, 0) if loop_range(v) is not None else None
-    op = v.owner
-    if not isinstance(op, arith.AddiOp | arith.SubiOp | arith.MuliOp):
-        return None
-    a, b = affine_form(op.lhs), affine_form(op.rhs)
-    if a is None or b is None:
-        return None
-    if isinstance(op, arith.MuliOp):
-        if a[0] and b[0]:
-            return None
-        (k, (terms, const)) = (a[1], b) if not a[0] else (b[1], a)
-        return {iv: k * c for iv, c in terms.items() if k * c}, k * const
-    sign = -1 if isinstance(op, arith.SubiOp) else 1
-    terms = dict(a[0])
-    for iv, c in b[0].items():
-        terms[iv] = terms.get(iv, 0) + sign * c
-    return {iv: c for iv, c in terms.items() if c}, a[1] + sign * b[1]
-
-
-def loop_range(iv: SSAValue) -> tuple[int, int] | None:
-    """The first and last value of a loop index with constant bounds, else None."""
-    bounds = loop_bounds(iv)
-    if bounds is None:
-        return None
-    n, lo, step = trips(*bounds), int_constant(bounds[0]), int_constant(bounds[2])
-    if n <= 0 or lo is None or step is None:
-        return None
-    return lo, lo + (n - 1) * step
 
 
 def form_range(form: Form) -> tuple[int, int]:
