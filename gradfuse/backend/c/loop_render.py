@@ -145,9 +145,7 @@ class LoopRenderer(Renderer):
         if isinstance(op, arith.ConstantOp):
             return  # printed where used (`name`)
         vectors = op.results and isinstance(op.results[0].type, VectorType)
-        if isinstance(op, vector.StoreOp | vector.TransferWriteOp) or (
-            vectors and not isinstance(op, scf.ForOp)
-        ):
+        if isinstance(op, vector.StoreOp) or (vectors and not isinstance(op, scf.ForOp)):
             self.lanes(op, depth)
         elif isinstance(op, scf.ParallelOp):
             self.parallel(op, depth)
@@ -186,9 +184,6 @@ class LoopRenderer(Renderer):
                 f"__builtin_memcpy(&{self.index(op.base, op.indices)}, &{v}, sizeof {v});", depth
             )
             return
-        if isinstance(op, vector.TransferWriteOp):
-            self.scatter([op], depth)
-            return
         r, ty = self.name(op.results[0]), op.results[0].type
         if isinstance(op, arith.AddfOp | arith.SubfOp | arith.MulfOp | arith.DivfOp):
             a, b = (self.name(v) for v in op.operands)
@@ -226,20 +221,22 @@ class LoopRenderer(Renderer):
             del self.lines[start:]
             self.emit(f"for (int l = 0; l < {n}; l++) {{ {body} }}", depth)
 
-    def along(self, op: vector.TransferReadOp | vector.TransferWriteOp, lane: str) -> str:
-        """Lane `lane`'s element of a transfer along one dim of its buffer (`loops-vectorize`
-        makes no other): `v3[d0 * 8192 + v9 * 16 + d2 * 4 + d3 + l * 16]`."""
+    def along(self, op: vector.TransferReadOp | vector.TransferWriteOp, lane: int | str) -> str:
+        """A lane's element of a transfer along one dim of its buffer (`loops-vectorize`
+        makes no other), the lane a number or a C variable: lane 3 (16 apart) is
+        `v3[d0 * 8192 + v9 * 16 + d2 * 4 + d3 + 48]`, lane `l` `v3[... + d3 + l * 16]`."""
         ty = op.source.type
         assert isinstance(ty, MemRefType)
         stride = prod(ty.get_shape()[transfer_dim(op) + 1 :])
-        at = self.index(op.source, op.indices)[:-1]
-        if lane.isdigit():
-            return f"{at} + {int(lane) * stride}]" if lane != "0" else f"{at}]"
-        return f"{at} + {lane}{f' * {stride}' if stride != 1 else ''}]"
+        if isinstance(lane, int):
+            offset = f" + {lane * stride}" if lane else ""
+        else:
+            offset = f" + {lane}" + (f" * {stride}" if stride != 1 else "")
+        return f"{self.index(op.source, op.indices)[:-1]}{offset}]"
 
     def block(self, ops: Iterable[Operation], depth: int) -> None:
         """The ops of a block; a run of `vector.transfer_write`s (the jammed points of a
-        nest, stored across its lanes) as one scatter (`scatter`)."""
+        nest, stored across its lanes; one write is a run of one) as one scatter."""
         ops = list(ops)
         i = 0
         while i < len(ops):
@@ -258,7 +255,7 @@ class LoopRenderer(Renderer):
         n = run[0].vector.type.get_shape()[0]  # type: ignore[attr-defined]
         for lane in range(n):
             for op in run:
-                self.emit(f"{self.along(op, str(lane))} = {self.name(op.vector)}[{lane}];", depth)
+                self.emit(f"{self.along(op, lane)} = {self.name(op.vector)}[{lane}];", depth)
 
     def parallel(self, op: scf.ParallelOp, depth: int) -> None:
         """One `for` per dim; `gradfuse.omp` shares them among threads (`collapse`),

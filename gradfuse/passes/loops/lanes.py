@@ -160,22 +160,25 @@ class Widen:
                     return step * k
         return None
 
-    def transfer_map(self, indices: list[SSAValue]) -> AffineMapAttr | None:
-        """Where the lanes run along one dim of a buffer, one element apart (the
-        channels of an NCHW output), that dim as a transfer's permutation map
-        (`(d0, d1, d2, d3) -> (d1)`); else None."""
-        steps = [self.lane_step(i) for i in indices]
+    def transfer(
+        self, access: memref.LoadOp | memref.StoreOp, into: Block
+    ) -> tuple[AffineMapAttr, list[SSAValue]] | None:
+        """Where `access`'s lanes run along one dim of its buffer, one element apart (the
+        channels of an NCHW output): that dim as a transfer's permutation map
+        (`(d0, d1, d2, d3) -> (d1)`) and lane 0's indices; else None."""
+        steps = [self.lane_step(i) for i in access.indices]
         if steps.count(1) != 1 or any(s not in (0, 1) for s in steps):
             return None
-        return AffineMapAttr(AffineMap(len(steps), 0, (AffineExpr.dimension(steps.index(1)),)))
+        along = AffineMap(len(steps), 0, (AffineExpr.dimension(steps.index(1)),))
+        return AffineMapAttr(along), [self.lane_value(i, 0, into) for i in access.indices]
 
     def gather(self, op: memref.LoadOp, into: Block) -> None:
         """A read at an index that differs by lane: a `vector.transfer_read` along the
         dim the lanes run along, else one scalar read a lane, inserted."""
-        along = self.transfer_map(list(op.indices))
-        if along is not None:
-            lanes_type = self.vec(op.res.type)  # (f32 or i1: else not lanes)
-            idx = [self.lane_value(i, 0, into) for i in op.indices]
+        lanes_type = self.vec(op.res.type)  # (f32 or i1: else not lanes)
+        transfer = self.transfer(op, into)
+        if transfer is not None:
+            along, idx = transfer
             pad = fast.constant(0.0 if isinstance(op.res.type, Float32Type) else 0, op.res.type)
             read = vector.TransferReadOp(
                 self.get(op.memref), idx, pad, lanes_type, IN_BOUNDS, along
@@ -190,7 +193,7 @@ class Widen:
             read = fast.load(self.get(op.memref), idx)
             into.add_op(read)
             if vec is None:
-                first = vector.BroadcastOp(read.results[0], self.vec(op.res.type))
+                first = vector.BroadcastOp(read.results[0], lanes_type)
                 into.add_op(first)
                 vec = first.vector
             else:
@@ -205,9 +208,9 @@ class Widen:
         """A write at an index that differs by lane: a `vector.transfer_write` along
         the dim the lanes run along, else one scalar write a lane."""
         value = self.as_vector(op.value, into)
-        along = self.transfer_map(list(op.indices))
-        if along is not None:
-            idx = [self.lane_value(i, 0, into) for i in op.indices]
+        transfer = self.transfer(op, into)
+        if transfer is not None:
+            along, idx = transfer
             into.add_op(
                 vector.TransferWriteOp(value, self.get(op.memref), idx, IN_BOUNDS, None, along)
             )
