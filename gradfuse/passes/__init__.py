@@ -29,6 +29,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "convert-tg-to-kernel": _lazy("kernel.convert_tg_to_kernel", "ConvertTgToKernelPass"),
     "kernel-squeeze": _lazy("kernel.squeeze", "KernelSqueezePass"),
     "kernel-fuse-rows": _lazy("kernel.fuse_rows", "KernelFuseRowsPass"),
+    "kernel-layout": _lazy("kernel.layout", "KernelLayoutPass"),
     "kernel-split-dims": _lazy("kernel.split_dims", "KernelSplitDimsPass"),
     "kernel-split-phases": _lazy("kernel.split_phases", "KernelSplitPhasesPass"),
     "kernel-tile": _lazy("kernel.tile", "KernelTilePass"),
@@ -59,7 +60,7 @@ PIPELINES: dict[str, str] = {
     "default": "kernels,kernel-plan-buffers,convert-kernel-to-gpu",
     "cuda": "kernels,kernel-tile,kernel-block-reduce,kernel-plan-buffers,convert-kernel-to-gpu",
     "cpu": (
-        "kernels,kernel-split-dims,kernel-split-phases,kernel-plan-buffers,convert-kernel-to-loops,"
+        "kernels,kernel-layout,kernel-split-dims,kernel-split-phases,kernel-plan-buffers,convert-kernel-to-loops,"
         "canonicalize,cse,"
         "loops-distribute,loops-interchange,loops-pack,loops-pad,loops-vectorize,cse,loops-unroll-jam,cse,"
         "loops-parallelize"
