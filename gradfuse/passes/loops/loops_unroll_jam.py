@@ -11,8 +11,11 @@ schedules (`split` + `unroll` of the output tile) and MLIR's `affine-loop-unroll
   matrix-vector product, by up to `rows`; where it has fewer points (a 4 x 4 image's
   4 columns), the next dims that share as many reads too, up to `rows` in all, each
   by a factor that divides its points (4 columns x 2 rows of the image; DCGAN's
-  [8, 512, 4, 4] convolutions 26 -> 21 ms; a 3 x 3 window's 3 rows are not filled to
-  2 x 3, whose remainder nest made ResNet-18's weight gradients 58 -> 85 ms);
+  [8, 512, 4, 4] convolutions 26 -> 21 ms); a dim that no such factor fits is passed
+  over for the next (a 3 x 3 window's 3 rows are not filled to 2 x 3, whose remainder
+  nest made ResNet-18's weight gradients 58 -> 85 ms: its taps take 3 x 2 input
+  channels instead, and its layer 1 to 4 weight gradients each 1.9 -> 1.4 ms to 3.4 ->
+  2.9 ms, against 3 taps alone);
 - in a nest whose innermost dim runs in vector lanes (`loops-vectorize`), that dim too,
   by 2 where a row dim was jammed (an 8 x 16 block: 16 vector sums), else by up to `rows`.
 A dim runs its last `N mod factor` points unjammed. A nest that adds atomically, or
@@ -80,9 +83,13 @@ def plan(nest: scf.ParallelOp, rows: int = ROWS) -> list[tuple[int, int]]:
     if score:
         block = 1  # rows so far: a short row dim (a 4 x 4 image's 4) takes the next too
         for s, k in sorted(scored, reverse=True):
+            if s < score or block * 2 > rows:
+                break
             factor = min(rows // block, trips[k])
-            if s < score or factor < 2 or (chosen and trips[k] % factor):
-                break  # (a filling dim jams whole: no remainder nest for a few rows)
+            if chosen:  # a filling dim jams by a divisor: no remainder nest for a few rows
+                factor = max(f for f in range(1, factor + 1) if trips[k] % f == 0)
+            if factor < 2:
+                continue
             chosen.append((k, factor))
             block *= factor
     if lanes and (not chosen or best != last) and trips[last] >= 2:
