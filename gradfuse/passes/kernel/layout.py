@@ -41,10 +41,11 @@ from xdsl.dialects.builtin import AffineMapAttr, MemRefType, ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.ir.affine import AffineMap
 from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
 
 from gradfuse.dialects import kernel as K
 from gradfuse.dialects import kernel_host as H
-from gradfuse.dialects.kernel_rows import RowsOp
+from gradfuse.dialects.kernel_rows import RowsOp, access_ops
 
 Access = tuple[K.KernelOp, K.LoadOp | K.StoreOp]
 
@@ -52,18 +53,12 @@ Access = tuple[K.KernelOp, K.LoadOp | K.StoreOp]
 def accesses(buffer: SSAValue) -> list[Access] | None:
     """Every load and store of `buffer` with its kernel, or None where it has another
     use (a host op, a gather, a kernel in a `kernel.rows`)."""
-    found: list[Access] = []
-    for use in buffer.uses:
-        k = use.operation
-        if not isinstance(k, K.KernelOp) or isinstance(k.parent_op(), RowsOp):
-            return None
-        arg = k.buffer_args[use.index]
-        for arg_use in arg.uses:
-            op = arg_use.operation
-            if not isinstance(op, K.LoadOp | K.StoreOp):
-                return None
-            found.append((k, op))
-    return found
+    kernels = list(dict.fromkeys(use.operation for use in buffer.uses))
+    if any(not isinstance(k, K.KernelOp) or isinstance(k.parent_op(), RowsOp) for k in kernels):
+        return None
+    ops = [(k, op) for k in kernels for host, op in access_ops(k) if host is buffer]
+    found: list[Access] = [(k, op) for k, op in ops if isinstance(op, K.LoadOp | K.StoreOp)]
+    return found if len(found) == len(ops) else None
 
 
 def streamed_dim(k: K.KernelOp, load: K.LoadOp) -> int | None:
@@ -84,9 +79,7 @@ def plan(found: list[Access], rank: int) -> list[int] | None:
     if any(k.kind.data != "elementwise" for k, _ in loads):
         return None
     streamed = {streamed_dim(k, op) for k, op in loads}
-    if len(streamed) != 1 or None in streamed:
-        return None
-    j = streamed.pop()
+    j = streamed.pop() if len(streamed) == 1 else None
     if j is None or j == rank - 1:
         return None
     return [d for d in range(rank) if d != j] + [j]
@@ -113,21 +106,12 @@ def permute_buffer(alloc: H.AllocOp, order: list[int], found: list[Access]) -> N
         new_arg.name_hint = arg.name_hint
         arg.replace_all_uses_with(new_arg)
         block.erase_arg(arg)
-    new_alloc = H.AllocOp(new_type)
-    if alloc.offset is not None:
-        new_alloc.offset = alloc.offset
-    new_alloc.result.name_hint = alloc.result.name_hint
-    parent = alloc.parent_block()
-    assert parent is not None
-    parent.insert_op_before(new_alloc, alloc)
-    alloc.result.replace_all_uses_with(new_alloc.result)
-    alloc.detach()
-    alloc.erase()
+    new_alloc = H.AllocOp.create(result_types=[new_type], properties=dict(alloc.properties))
+    Rewriter.replace_op(alloc, new_alloc)  # (its name and planned offset kept)
 
 
-def layout(module: Operation) -> int:
-    """Permutes every temporary buffer of `module` that `plan` picks; how many."""
-    count = 0
+def layout(module: Operation) -> None:
+    """Permutes every temporary buffer of `module` that `plan` picks."""
     for alloc in [o for o in module.walk() if isinstance(o, H.AllocOp)]:
         found = accesses(alloc.result)
         if not found:
@@ -135,8 +119,6 @@ def layout(module: Operation) -> int:
         order = plan(found, len(alloc.result.type.get_shape()))
         if order is not None:
             permute_buffer(alloc, order, found)
-            count += 1
-    return count
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,10 @@ from hypothesis import given, settings
 
 from gradfuse.backend import compile_module
 from gradfuse.backend.c.host import render_c, render_program, split_units
+from gradfuse.backend.interpreters.tg import run
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.frontend.parser import parse_tg
+from gradfuse.passes import run_pipeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_c_backend import PROGRAMS, inputs, random_feeders  # noqa: E402
@@ -167,23 +169,11 @@ def test_the_environment_chooses_the_c_pipeline(monkeypatch):
         compile_module(parse_tg(PROGRAMS["conv"]), "c")
 
 
-def _weight_gradient_f64(x: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """d sum(conv2d(x, w) * t) / dw for a 3x3 window, padding 1, in float64."""
-    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
-    h, w = x.shape[2:]
-    grad = np.zeros((t.shape[1], x.shape[1], 3, 3))
-    for kh in range(3):
-        for kw in range(3):
-            patch = xp[:, :, kh : kh + h, kw : kw + w]
-            grad[:, :, kh, kw] = np.einsum("nchw,nohw->oc", patch, t.astype(np.float64))
-    return grad
-
-
 def test_a_weight_gradient_stored_for_its_update_matches_float64():
     """kernel-layout's case (tests/filecheck/passes/kernel-layout.tg): momentum SGD on
-    a convolution's weight, its gradient stored [1, O, C*KH*KW]. Against float64 the
-    momentum of the c backend was at most 1.5e-6 off and the reference's 6.7e-7. Each
-    gradient is a float32 sum of 72 products whose magnitudes add up to about 12: its
+    a convolution's weight, its gradient stored [1, O, C*KH*KW]. Against the reference
+    interpreter's float64 run, the momentum of the c backend was at most 1.5e-6 off
+    and the float32 reference's 6.7e-7. Each gradient is a float32 sum of 72 products whose magnitudes add up to about 12: its
     rounding errors, of random sign, come to about 6e-8 * 12 ~ 1e-6 in any order of
     summation (the worst case, 72 * 6e-8 * 12 = 5e-5, needs every rounding one way);
     atol 1e-5 is 7x the largest seen. The weights, 0.5 - 0.01 * m, differ by their
@@ -193,10 +183,10 @@ def test_a_weight_gradient_stored_for_its_update_matches_float64():
     rng = np.random.default_rng(13)
     x = (rng.standard_normal((2, 2, 4, 6, 6)) * 0.5).astype(np.float32)
     t = (rng.standard_normal((2, 2, 8, 6, 6)) * 0.5).astype(np.float32)
-    w, m = np.full((8, 4, 3, 3), 0.5), np.zeros((8, 4, 3, 3))
-    for step in range(2):
-        m = 0.9 * m + _weight_gradient_f64(x[step], t[step])
-        w = w - 0.01 * m
+    exact = parse_tg(program)
+    run_pipeline(exact, "tg")
+    want = run(exact, feeders={"x": x, "t": t}, dtype=np.float64).params
+    m, w = want["m"], want["w"]
     compiled = compile_module(parse_tg(program), "c", pipeline="cpu")
     assert "memref<1x8x36xf32>" in str(compiled.module)  # the gradient, [1, O, C*KH*KW]
     for backend, pipeline in (("c", "cpu"), ("reference", None)):
