@@ -126,6 +126,7 @@ class CTarget(CStyleLanguage):
     """C for gcc (OpenMP where a kernel is big), kernels plus the host program."""
 
     dedupe = True
+    optimize = "-O3"  # gcc's level: its vectoriser makes the SIMD code of these kernels
     maximum = "gf_fmaxf"  # fmaxf's result (NaN only if both are), but gcc vectorises it
     math = {**CStyleLanguage.math, math.Exp2Op: "gf_exp2f"}
     prelude = CStyleLanguage.prelude + (

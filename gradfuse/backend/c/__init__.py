@@ -88,7 +88,7 @@ def _contiguous(a: Any, dtype: Any = None) -> np.ndarray:
 
 
 def compile_c(module: ModuleOp, profile: bool = False) -> CProgram:
-    """Renders and compiles a lowered module (gcc -O3, OpenMP); `profile`: the profiling
+    """Renders and compiles a lowered module (gcc at its target's level, OpenMP); `profile`: the profiling
     build, `compile_c(m, profile=True).run(profile=(1, 3)).events`."""
     return CProgram(module, profile)
 
@@ -111,7 +111,7 @@ class CProgram:
         def split(cores: int) -> list[str]:  # one unit per core, at least 8 kernels each
             return split_units(host, min(cores, len(host.kernel_texts) // 8))
 
-        self.lib = ctypes.CDLL(str(build_library(self.source, module, split)))
+        self.lib = ctypes.CDLL(str(build_library(self.source, module, split, host.optimize)))
         self.lib.gradfuse_main.argtypes = [ctypes.POINTER(Context)]
         self.lib.gradfuse_main.restype = ctypes.c_int
         self.lib.gradfuse_sigint.argtypes = [ctypes.c_int]

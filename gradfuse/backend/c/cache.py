@@ -26,12 +26,12 @@ from gradfuse.diagnostics import GradfuseError
 TUNING = "-march=native"  # replaced by $GRADFUSE_CFLAGS (say "-march=x86-64 -mno-fma")
 
 
-def flags() -> tuple[str, ...]:
-    """gcc's flags: -O3, OpenMP, a shared library, and the machine tuning, which is
-    `-march=native` unless $GRADFUSE_CFLAGS names other flags (the tests run once more
-    with a portable set, so that no tolerance holds only on this CPU)."""
+def flags(optimize: str = "-O3") -> tuple[str, ...]:
+    """gcc's flags: the `optimize` level, OpenMP, a shared library, and the machine
+    tuning, which is `-march=native` unless $GRADFUSE_CFLAGS names other flags (the tests
+    run once more with a portable set, so that no tolerance holds only on this CPU)."""
     tuning = os.environ.get("GRADFUSE_CFLAGS", TUNING).split()
-    return ("-O3", *tuning, "-fopenmp", "-shared", "-fPIC", "-w")
+    return (optimize, *tuning, "-fopenmp", "-shared", "-fPIC", "-w")
 
 
 def compiler() -> str:
@@ -42,12 +42,13 @@ def build_library(
     source: str,
     module: ModuleOp | None = None,
     split: Callable[[int], list[str]] | None = None,
+    optimize: str = "-O3",
 ) -> Path:
-    """The shared library of `source`, from the cache or built by gcc (big programs in
-    several translation units, compiled at once, one per core); a failure names the
-    kernel (of `module`) that gcc stopped in."""
+    """The shared library of `source`, from the cache or built by gcc at the `optimize`
+    level (big programs in several translation units, compiled at once, one per core); a
+    failure names the kernel (of `module`) that gcc stopped in."""
     cc = compiler()
-    cflags = flags()
+    cflags = flags(optimize)
     key = hashlib.sha256("\0".join([source, *cflags, tool_version(cc)]).encode()).hexdigest()
     target = cache_dir("c") / f"{key[:32]}.so"
     if verified(target):

@@ -97,6 +97,7 @@ class HostRenderer(Renderer):
         self.source = ""
         self.kernel_texts: list[str] = []  # filled by `render_program`
         self.prelude = CTarget.prelude  # that of the target that rendered the kernels
+        self.optimize = CTarget.optimize  # gcc's -O level for that target's kernels
         self.host_text = ""
 
     def main(self, fn: func.FuncOp) -> str:
@@ -280,6 +281,7 @@ def render_program(module: ModuleOp, profile: bool = False) -> HostRenderer:
     host = HostRenderer(module, host_symbols(module), renderer.aliases, profile)
     main = host.main(main_function(module))
     host.kernel_texts, host.prelude = renderer.kernel_texts, renderer.t.prelude
+    host.optimize = renderer.t.optimize
     context = profiled_context(CONTEXT) if profile else CONTEXT
     host.host_text = "#include <string.h>\n" + context + main
     host.source = kernels + host.host_text
