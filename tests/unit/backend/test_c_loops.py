@@ -194,3 +194,17 @@ def test_a_weight_gradient_stored_for_its_update_matches_float64():
         params = got.run(feeders={"x": x, "t": t}).params
         np.testing.assert_allclose(params["m"], m, rtol=0, atol=1e-5)
         np.testing.assert_allclose(params["w"], w, rtol=0, atol=1e-6)
+
+
+def test_a_max_pool_gradient_split_by_phase_matches_the_reference():
+    """A 3 x 3 max pool of stride 2 (ResNet-18's): its input gradient, split by phase
+    with its 3 taps padded to 4 (`kernel-split-phases`), sums 1 to 4 window slots an
+    input; random normal inputs tie in no window."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "passes"))
+    from test_split_phases import MAX_POOL_GRAD
+
+    rng = np.random.default_rng(17)
+    args = [rng.standard_normal(s).astype(np.float32) for s in ((2, 3, 8, 8), (2, 3, 4, 4))]
+    agree(MAX_POOL_GRAD, "c", pipeline="cpu", args=args)
+    source = render_c(compile_module(parse_tg(MAX_POOL_GRAD), "c", pipeline="cpu").module)
+    assert source.count("gf_floordiv(") == 1  # its definition alone: no phase test a tap
