@@ -88,8 +88,8 @@ def _contiguous(a: Any, dtype: Any = None) -> np.ndarray:
 
 
 def compile_c(module: ModuleOp, profile: bool = False) -> CProgram:
-    """Renders and compiles a lowered module (gcc at its target's level, OpenMP); `profile`: the profiling
-    build, `compile_c(m, profile=True).run(profile=(1, 3)).events`."""
+    """Renders and compiles a lowered module (gcc at its C target's -O level, OpenMP);
+    `profile`: the profiling build, `compile_c(m, profile=True).run(profile=(1, 3)).events`."""
     return CProgram(module, profile)
 
 

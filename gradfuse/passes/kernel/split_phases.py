@@ -30,8 +30,9 @@ taps that is not (3 x 3 at stride 2: the input gradient of ResNet-18's max pool)
 runs over ceil(3 / 2) = 2 taps a phase where every access of the tap is a load guarded
 by the phase, its guard then also bounding the tap (past the window's end it reads 0).
 A convolution's weight read by the tap is left alone: guarded, it is no longer packed
-(`loops-pack`), and ResNet-18's strided input gradients took 8.5 -> 40 ms. A weight gradient of a transposed convolution (taps
-parallel, positions reduced) splits the same way.
+(`loops-pack`), and ResNet-18's strided input gradients took 8.5 -> 40 ms. A weight
+gradient of a transposed convolution (taps parallel, positions reduced) splits the
+same way. In a `kernel.rows` the phase dims go after the rows, which stay first.
 """
 
 from __future__ import annotations
