@@ -111,7 +111,9 @@ class CProgram:
         def split(cores: int) -> list[str]:  # one unit per core, at least 8 kernels each
             return split_units(host, min(cores, len(host.kernel_texts) // 8))
 
-        self.lib = ctypes.CDLL(str(build_library(self.source, module, split, host.optimize)))
+        self.lib = ctypes.CDLL(
+            str(build_library(self.source, module, split, host.kernel_target.optimize))
+        )
         self.lib.gradfuse_main.argtypes = [ctypes.POINTER(Context)]
         self.lib.gradfuse_main.restype = ctypes.c_int
         self.lib.gradfuse_sigint.argtypes = [ctypes.c_int]

@@ -26,7 +26,7 @@ from gradfuse.diagnostics import GradfuseError
 TUNING = "-march=native"  # replaced by $GRADFUSE_CFLAGS (say "-march=x86-64 -mno-fma")
 
 
-def flags(optimize: str = "-O3") -> tuple[str, ...]:
+def flags(optimize: str) -> tuple[str, ...]:
     """gcc's flags: the `optimize` level, OpenMP, a shared library, and the machine
     tuning, which is `-march=native` unless $GRADFUSE_CFLAGS names other flags (the tests
     run once more with a portable set, so that no tolerance holds only on this CPU)."""

@@ -96,8 +96,7 @@ class HostRenderer(Renderer):
         self.loops: list[scf.ForOp] = []  # outermost loops, by gf_loop
         self.source = ""
         self.kernel_texts: list[str] = []  # filled by `render_program`
-        self.prelude = CTarget.prelude  # that of the target that rendered the kernels
-        self.optimize = CTarget.optimize  # gcc's -O level for that target's kernels
+        self.kernel_target: CTarget = CTarget()  # what rendered the kernels: its prelude, its -O
         self.host_text = ""
 
     def main(self, fn: func.FuncOp) -> str:
@@ -280,8 +279,7 @@ def render_program(module: ModuleOp, profile: bool = False) -> HostRenderer:
     kernels = renderer.kernels(module)
     host = HostRenderer(module, host_symbols(module), renderer.aliases, profile)
     main = host.main(main_function(module))
-    host.kernel_texts, host.prelude = renderer.kernel_texts, renderer.t.prelude
-    host.optimize = renderer.t.optimize
+    host.kernel_texts, host.kernel_target = renderer.kernel_texts, renderer.t
     context = profiled_context(CONTEXT) if profile else CONTEXT
     host.host_text = "#include <string.h>\n" + context + main
     host.source = kernels + host.host_text
@@ -299,7 +297,7 @@ def split_units(host: HostRenderer, parts: int) -> list[str]:
     kernels = [k.replace(prefix, HIDDEN, 1) for k in host.kernel_texts]
     if parts < 2 or not kernels:
         return [host.source]
-    prelude = host.prelude + "\n"
+    prelude = host.kernel_target.prelude + "\n"
     protos = "".join(k.split("{", 1)[0].rstrip() + ";\n" for k in kernels)
     size = -(-len(kernels) // parts)
     units = [prelude + "\n".join(kernels[i : i + size]) for i in range(0, len(kernels), size)]

@@ -161,9 +161,9 @@ def _guard_taps(k: K.KernelOp, tied: int, tap: AffineExpr, size: int) -> None:
     for op in k.body.block.ops:
         if not isinstance(op, K.LoadOp) or not _uses(op, tied):
             continue
-        n = op.map.data.num_dims
-        old = op.guard.data.constraints if op.guard is not None else ()
-        op.properties["guard"] = AffineSetAttr(AffineSet(n, 0, (*old, bound)))
+        tap = AffineSet(op.map.data.num_dims, 0, (bound,))
+        guard = affine.join_guards(op.guard.data if op.guard is not None else None, tap)
+        op.properties["guard"] = AffineSetAttr(guard)  # type: ignore[arg-type]
 
 
 def _residue(r: AffineExpr, s: int, t: int, m: int) -> AffineExpr:

@@ -56,6 +56,7 @@ from xdsl.dialects import func, memref, scf
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
 
 from gradfuse.passes.lib import fast_ops as fast
 from gradfuse.passes.loops.loop_ir import (
@@ -208,11 +209,9 @@ def tile_major(loads: list[memref.LoadOp], nest: scf.ParallelOp) -> None:
     b8's [8, 512, 4, 4] convolution: 8.2 -> 6.2 ms, one thread)."""
     tile, point = nest.body.block.args[0], nest.body.block.args[-1]
     for load in loads:
-        new = fast.load(load.memref, major_indices(list(load.indices), tile, point))
-        load.parent_block().insert_op_before(new, load)  # type: ignore[union-attr]
-        load.res.replace_all_uses_with(new.results[0])
-        load.detach()
-        load.erase()
+        Rewriter.replace_op(
+            load, fast.load(load.memref, major_indices(list(load.indices), tile, point))
+        )
 
 
 def pack(fn: func.FuncOp, nest: scf.ParallelOp, min_reuse: int = MIN_REUSE) -> int:
@@ -254,10 +253,7 @@ def pack(fn: func.FuncOp, nest: scf.ParallelOp, min_reuse: int = MIN_REUSE) -> i
         assert parent is not None
         parent.insert_ops_before([*consts, copy], nest)
         new = fast.load(target, indices)
-        load.parent_block().insert_op_before(new, load)  # type: ignore[union-attr]
-        load.res.replace_all_uses_with(new.results[0])
-        load.detach()
-        load.erase()
+        Rewriter.replace_op(load, new)
         count += 1
         if major:
             majors.append(new)

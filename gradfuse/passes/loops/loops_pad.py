@@ -43,6 +43,7 @@ from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
 
 from gradfuse.passes.lib import fast_ops as fast
 from gradfuse.passes.loops.loop_ir import (
@@ -282,14 +283,8 @@ def _reroute(r: Read, target: SSAValue, below: list[int]) -> None:
                 base = add.results[0]
             e = base
         idx.append(e)
-    new = fast.load(target, idx)
-    block = r.load.parent_block()
-    assert block is not None
-    block.insert_ops_before([*ops, new], r.value)
-    r.value.result.replace_all_uses_with(new.results[0])
     old = [*r.load.indices, r.value.cond]
-    r.value.detach()
-    r.value.erase()
+    Rewriter.replace_op(r.value, [*ops, fast.load(target, idx)])
     r.load.detach()
     r.load.erase()
     erase_dead(old)
