@@ -179,8 +179,12 @@ class LoopRenderer(Renderer):
     def lanes(self, op: Operation, depth: int) -> None:
         """An op on `vector<W x ...>` values: loads and stores as `memcpy` (gcc makes them
         unaligned vector moves), + - * / as GCC's vector operators, a broadcast as a
-        uniform initializer (a loop of lane stores became a chain of inserts), anything
-        else lane by lane (`for l`: gcc vectorises the little loop)."""
+        uniform initializer (a loop of lane stores became a chain of inserts), a strided
+        read (`vector.transfer_read`) as an initializer of its lanes' elements (gcc
+        builds it in a register, where a loop of lane stores to a vector variable is
+        compiled at -O2 as scalar stores to the stack and a vector load of them, which
+        waits for the stores: a store-forwarding stall a vector), anything else lane by
+        lane (`for l`: gcc vectorises the little loop)."""
         if isinstance(op, vector.StoreOp):
             v = self.name(op.vector)
             self.emit(
@@ -195,6 +199,11 @@ class LoopRenderer(Renderer):
         if isinstance(op, vector.BroadcastOp):  # a uniform initializer: one vbroadcastss
             n = ty.get_shape()[0]  # type: ignore[attr-defined]
             lanes = ", ".join([self.name(op.source)] * n)
+            self.emit(f"{type_name(ty)} {r} = ({type_name(ty)}){{{lanes}}};", depth)
+            return
+        if isinstance(op, vector.TransferReadOp):
+            n = ty.get_shape()[0]  # type: ignore[attr-defined]
+            lanes = ", ".join(self.along(op, lane) for lane in range(n))
             self.emit(f"{type_name(ty)} {r} = ({type_name(ty)}){{{lanes}}};", depth)
             return
         self.emit(f"{type_name(ty)} {r};", depth)
