@@ -196,24 +196,19 @@ class LoopRenderer(Renderer):
             a, b = (self.name(v) for v in op.operands)
             self.emit(f"{type_name(ty)} {r} = {a} {BINARY[type(op)]} {b};", depth)
             return
-        if isinstance(op, vector.BroadcastOp):  # a uniform initializer: one vbroadcastss
+        if isinstance(op, vector.BroadcastOp | vector.TransferReadOp):
             n = ty.get_shape()[0]  # type: ignore[attr-defined]
-            lanes = ", ".join([self.name(op.source)] * n)
-            self.emit(f"{type_name(ty)} {r} = ({type_name(ty)}){{{lanes}}};", depth)
-            return
-        if isinstance(op, vector.TransferReadOp):
-            n = ty.get_shape()[0]  # type: ignore[attr-defined]
-            lanes = ", ".join(self.along(op, lane) for lane in range(n))
-            self.emit(f"{type_name(ty)} {r} = ({type_name(ty)}){{{lanes}}};", depth)
+            if isinstance(op, vector.BroadcastOp):  # a uniform initializer: one vbroadcastss
+                elements = [self.name(op.source)] * n
+            else:
+                elements = [self.along(op, lane) for lane in range(n)]
+            self.emit(f"{type_name(ty)} {r} = ({type_name(ty)}){{{', '.join(elements)}}};", depth)
             return
         self.emit(f"{type_name(ty)} {r};", depth)
         if isinstance(op, vector.LoadOp):
             self.emit(
                 f"__builtin_memcpy(&{r}, &{self.index(op.base, op.indices)}, sizeof {r});", depth
             )
-        elif isinstance(op, vector.TransferReadOp):
-            n = ty.get_shape()[0]  # type: ignore[attr-defined]
-            self.emit(f"for (int l = 0; l < {n}; l++) {r}[l] = {self.along(op, 'l')};", depth)
         elif isinstance(op, vector.InsertOp):
             (lane,) = op.static_position.get_values()
             self.emit(f"{r} = {self.name(op.dest)};", depth)
@@ -233,17 +228,13 @@ class LoopRenderer(Renderer):
             del self.lines[start:]
             self.emit(f"for (int l = 0; l < {n}; l++) {{ {body} }}", depth)
 
-    def along(self, op: vector.TransferReadOp | vector.TransferWriteOp, lane: int | str) -> str:
+    def along(self, op: vector.TransferReadOp | vector.TransferWriteOp, lane: int) -> str:
         """A lane's element of a transfer along one dim of its buffer (`loops-vectorize`
-        makes no other), the lane a number or a C variable: lane 3 (16 apart) is
-        `v3[d0 * 8192 + v9 * 16 + d2 * 4 + d3 + 48]`, lane `l` `v3[... + d3 + l * 16]`."""
+        makes no other): lane 3 (16 apart) is `v3[d0 * 8192 + v9 * 16 + d2 * 4 + d3 + 48]`."""
         ty = op.source.type
         assert isinstance(ty, MemRefType)
         stride = prod(ty.get_shape()[transfer_dim(op) + 1 :])
-        if isinstance(lane, int):
-            offset = f" + {lane * stride}" if lane else ""
-        else:
-            offset = f" + {lane}" + (f" * {stride}" if stride != 1 else "")
+        offset = f" + {lane * stride}" if lane else ""
         return f"{self.index(op.source, op.indices)[:-1]}{offset}]"
 
     def block(self, ops: Iterable[Operation], depth: int) -> None:

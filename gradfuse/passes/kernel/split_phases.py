@@ -161,8 +161,8 @@ def _guard_taps(k: K.KernelOp, tied: int, tap: AffineExpr, size: int) -> None:
     for op in k.body.block.ops:
         if not isinstance(op, K.LoadOp) or not _uses(op, tied):
             continue
-        tap = AffineSet(op.map.data.num_dims, 0, (bound,))
-        guard = affine.join_guards(op.guard.data if op.guard is not None else None, tap)
+        within = AffineSet(op.map.data.num_dims, 0, (bound,))
+        guard = affine.join_guards(op.guard.data if op.guard is not None else None, within)
         op.properties["guard"] = AffineSetAttr(guard)  # type: ignore[arg-type]
 
 
