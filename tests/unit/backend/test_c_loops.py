@@ -145,8 +145,46 @@ def test_masks_in_lanes_match_the_reference():
     assert "lanes.cmpf olt" in ir and "lanes.select" in ir
     assert re.search(r"vector.load %\d+\[.*\] : memref<5x43xi1>, vector<8xi1>", ir)  # a mask read
     source = render_c(program.module)
-    assert re.search(r"for \(int l = 0; l < 8; l\+\+\) \{ v\d+\[l\] = v\d+\[l\] \? ", source)
+    assert re.search(r"gf_floatx8 v\d+ = gf_selectx8\(v\d+, v\d+, v\d+\);", source)
     assert re.search(r"for \(long d1 = 40; d1 < 43; ", source)  # the scalar remainder
+
+
+LANE_TESTS = """
+func @main(%x: tensor<4x40xf32>, %y: tensor<4x40xf32>) -> (tensor<4x40xi1>, tensor<4x40xi1>, tensor<4x40xf32>, tensor<4x40xf32>) {
+  %lt = tg.cmplt %x, %y : tensor<4x40xi1>
+  %gt = tg.cmplt %y, %x : tensor<4x40xi1>
+  %s = tg.where %lt, %x, %y : tensor<4x40xf32>
+  %m = tg.max %x, %y : tensor<4x40xf32>
+  return %lt, %gt, %s, %m
+}
+"""
+
+
+def test_comparisons_selects_and_maxima_in_lanes_are_exact_at_special_values():
+    """Comparisons, selects and maxima of whole vectors (`gf_selectx8`, `gf_fmaxfx8`, a
+    comparison's -1 lanes stored as the byte 1) give what the scalar code gives, bit for
+    bit: NaN compares false, max as fmaxf (a NaN operand gives the other), -0.0 not
+    below 0.0, infinities ordered."""
+    rng = np.random.default_rng(3)
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 3e38], np.float32)
+    x = rng.choice(special, (4, 40)).astype(np.float32)
+    y = rng.choice(special, (4, 40)).astype(np.float32)
+    x[0, :8], y[0, :8] = special, special[::-1]
+    program = compile_module(parse_tg(LANE_TESTS), "c", pipeline="cpu")
+    source = render_c(program.module)
+    assert "gf_selectx8(" in source and "gf_fmaxfx8(" in source
+    assert "for (int l = 0" not in source  # no op left lane by lane
+    lt, gt, s, m = program.run(args=[x, y]).results
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(lt, x < y)
+        np.testing.assert_array_equal(gt, x > y)
+        assert lt.view(np.uint8).max() == 1 and gt.view(np.uint8).max() == 1  # bytes 0, 1
+        np.testing.assert_array_equal(s.view(np.uint32), np.where(x < y, x, y).view(np.uint32))
+        fmaxf = np.where((y > x) | np.isnan(x), y, x)  # gf_fmaxf(x, y): +0.0 for (0.0, -0.0)
+        np.testing.assert_array_equal(m.view(np.uint32), fmaxf.view(np.uint32))
+    scalar = compile_module(parse_tg(LANE_TESTS), "c", pipeline="default").run(args=[x, y])
+    for got, want in zip((lt, gt, s, m), scalar.results):
+        np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
 
 
 def test_a_program_built_in_several_units_has_the_vector_types_in_each():
