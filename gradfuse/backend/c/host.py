@@ -292,15 +292,23 @@ HIDDEN = '__attribute__((visibility("hidden"))) void '
 def split_units(host: HostRenderer, parts: int) -> list[str]:
     """The program as `parts` translation units of kernels and a last one for the host
     program, each with the prelude: the kernels become hidden externals (one library)
-    that the host unit declares."""
+    that the host unit declares. The kernels are dealt out largest first, each to the
+    unit with the least source yet (gcc's time goes with a unit's size; DCGAN b8's cpu
+    C as two halves by count: 728 and 855 KB, 6.2 and 6.9 s), in program order within
+    a unit."""
     prefix = CTarget.kernel_prefix + " "
     kernels = [k.replace(prefix, HIDDEN, 1) for k in host.kernel_texts]
     if parts < 2 or not kernels:
         return [host.source]
     prelude = host.kernel_target.prelude + "\n"
     protos = "".join(k.split("{", 1)[0].rstrip() + ";\n" for k in kernels)
-    size = -(-len(kernels) // parts)
-    units = [prelude + "\n".join(kernels[i : i + size]) for i in range(0, len(kernels), size)]
+    bins: list[list[int]] = [[] for _ in range(min(parts, len(kernels)))]
+    sizes = [0] * len(bins)
+    for k in sorted(range(len(kernels)), key=lambda k: -len(kernels[k])):
+        least = sizes.index(min(sizes))
+        bins[least].append(k)
+        sizes[least] += len(kernels[k])
+    units = [prelude + "\n".join(kernels[k] for k in sorted(b)) for b in bins]
     return [*units, prelude + protos + host.host_text]
 
 

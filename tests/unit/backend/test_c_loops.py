@@ -198,6 +198,23 @@ def test_a_program_built_in_several_units_has_the_vector_types_in_each():
     assert any("gf_floatx8 v" in unit for unit in kernels)  # the lanes are used
 
 
+def test_units_are_balanced_by_source_size_and_hold_each_kernel_once():
+    """Kernels are dealt out largest first to the unit with the least source: no two
+    units differ by more than the largest kernel, whatever the kernels' order."""
+    program = compile_module(parse_tg(PROGRAMS["linreg"]), "c", pipeline="cpu")
+    host = render_program(program.module)
+    host.kernel_texts = texts = sorted(host.kernel_texts, key=len, reverse=True)
+    assert len(texts) >= 3 and len({len(t) for t in texts}) >= 3  # halves would be uneven
+    *units, _ = split_units(host, 2)
+    assert len(units) == 2
+    bodies = [t.split("{", 1)[1] for t in texts]
+    assert all(sum(unit.count(b) for unit in units) == 1 for b in bodies)
+    sizes = [sum(len(t) for t, b in zip(texts, bodies) if b in unit) for unit in units]
+    assert abs(sizes[0] - sizes[1]) <= max(len(t) for t in texts)
+    order = [[k for k, b in enumerate(bodies) if b in unit] for unit in units]
+    assert all(o == sorted(o) for o in order)  # program order within a unit
+
+
 def test_the_environment_chooses_the_c_pipeline(monkeypatch):
     monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu")
     program = compile_module(parse_tg(PROGRAMS["conv"]), "c")
