@@ -20,6 +20,7 @@ from pathlib import Path
 from xdsl.dialects.builtin import ModuleOp
 
 from gradfuse.backend.compile_errors import compile_error
+from gradfuse.backend.cstyle import CTarget
 from gradfuse.backend.disk_cache import cache_dir, find_compiler, seal, tool_version, verified
 from gradfuse.diagnostics import GradfuseError
 
@@ -42,7 +43,7 @@ def build_library(
     source: str,
     module: ModuleOp | None = None,
     split: Callable[[int], list[str]] | None = None,
-    optimize: str = "-O3",
+    optimize: str = CTarget.optimize,
 ) -> Path:
     """The shared library of `source`, from the cache or built by gcc at the `optimize`
     level (big programs in several translation units, compiled at once, one per core); a

@@ -256,19 +256,17 @@ class LoopRenderer(Renderer):
         or None for other ops. Written as loops over lanes, gcc had to unroll and
         re-vectorise each (DCGAN b8's kernels hold 480 selects and 74 comparisons:
         their gcc time, two units on two cores, 9.0 -> 7.3 s)."""
-        if not all(isinstance(t, VectorType) for t in (*op.operand_types, *op.result_types)):
+        if not isinstance(op, arith.CmpfOp | arith.SelectOp | arith.MaximumfOp):
             return None
-        ty = op.results[0].type
-        n, a = ty.get_shape()[0], [self.name(v) for v in op.operands]  # type: ignore[attr-defined]
-        if isinstance(op, arith.CmpfOp) and op.lhs.type.element_type == f32:  # type: ignore[attr-defined]
+        first, values = op.operands[0].type, op.operands[-1].type  # (a select's mask, else)
+        if not isinstance(first, VectorType) or values != VectorType(f32, first.get_shape()):
+            return None
+        n, a = first.get_shape()[0], [self.name(v) for v in op.operands]
+        if isinstance(op, arith.CmpfOp):
             return f"__builtin_convertvector({a[0]} {CMP[comparison(op)]} {a[1]}, gf_boolx{n}) & 1"
-        if ty.element_type != f32:  # type: ignore[attr-defined]
-            return None
         if isinstance(op, arith.SelectOp):
             return f"gf_selectx{n}({a[0]}, {a[1]}, {a[2]})"
-        if isinstance(op, arith.MaximumfOp):
-            return f"gf_fmaxfx{n}({a[0]}, {a[1]})"
-        return None
+        return f"gf_fmaxfx{n}({a[0]}, {a[1]})"
 
     def along(self, op: vector.TransferReadOp | vector.TransferWriteOp, lane: int) -> str:
         """A lane's element of a transfer along one dim of its buffer (`loops-vectorize`
