@@ -322,12 +322,17 @@ class Widen:
             new_body.args[0].name_hint = body.args[0].name_hint
             trial.vm.update(zip(body.args, new_body.args))
             trial.varying.update(a for k, a in enumerate(new_body.args[1:]) if k in lanes)
-            trial.block([o for o in body.ops if o is not body.last_op], new_body)
+            try:
+                trial.block([o for o in body.ops if o is not body.last_op], new_body)
+            except NotLanes:
+                new_body.erase(safe_erase=False)
+                raise
             y = body.last_op
             assert isinstance(y, scf.YieldOp)
             more = {k for k, v in enumerate(y.operands) if trial.get(v) in trial.varying}
             if more <= lanes:
                 break
+            new_body.erase(safe_erase=False)  # (the trial's ops use values outside it)
             lanes |= more
         outs = [trial.as_vector(v, new_body) if k in lanes else trial.get(v)
                 for k, v in enumerate(y.operands)]  # fmt: skip
@@ -357,6 +362,7 @@ def strip_mine(nest: scf.ParallelOp) -> bool:
     try:
         widen.block([o for o in body.ops if not isinstance(o, scf.ReduceOp)], new_body)
     except NotLanes:
+        new_body.erase(safe_erase=False)
         return False
     new_body.add_op(scf.ReduceOp())
     peel(nest, len(body.args) - 1, n - n % width, width, new_body)
