@@ -40,6 +40,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "loops-distribute": _lazy("loops.loops_distribute", "LoopsDistributePass"),
     "loops-interchange": _lazy("loops.loops_interchange", "LoopsInterchangePass"),
     "loops-pack": _lazy("loops.loops_pack", "LoopsPackPass"),
+    "loops-pack-tiles": _lazy("loops.loops_pack_tiles", "LoopsPackTilesPass"),
     "loops-pad": _lazy("loops.loops_pad", "LoopsPadPass"),
     "loops-vectorize": _lazy("loops.loops_vectorize", "LoopsVectorizePass"),
     "loops-unroll-jam": _lazy("loops.loops_unroll_jam", "LoopsUnrollJamPass"),
@@ -63,7 +64,7 @@ PIPELINES: dict[str, str] = {
         "kernels,kernel-layout,kernel-split-dims,kernel-split-phases,kernel-plan-buffers,convert-kernel-to-loops,"
         "canonicalize,cse,"
         "loops-distribute,loops-interchange,loops-pack,loops-pad,loops-vectorize,cse,loops-unroll-jam,cse,"
-        "loops-parallelize"
+        "loops-pack-tiles,loops-parallelize"
     ),
 }
 """Named pipelines, each extending the one before: `tg` (differentiate and simplify,

@@ -174,7 +174,7 @@ class LoopRenderer(Renderer):
             self.loop(op, depth)
         elif isinstance(op, func.ReturnOp | scf.ReduceOp | memref.DeallocOp):
             pass
-        elif isinstance(op, memref.AllocOp):
+        elif isinstance(op, memref.AllocOp | memref.AllocaOp):
             self.scratch(op, depth)
         elif isinstance(op, vector.ExtractOp):
             (lane,) = op.static_position.get_values()
@@ -183,15 +183,17 @@ class LoopRenderer(Renderer):
         else:
             super().op(op, depth)
 
-    def scratch(self, op: memref.AllocOp, depth: int) -> None:
+    def scratch(self, op: memref.AllocOp | memref.AllocaOp, depth: int) -> None:
         """A scratch buffer (`loops-pack`) as static storage: the host program calls one
         kernel function at a time, and a static buffer is paged in once, where `malloc`
-        would map fresh pages on every call."""
+        would map fresh pages on every call. A `memref.alloca`, private to an iteration
+        of a parallel loop (`loops-pack-tiles`), is an array on the thread's stack."""
         ty = op.memref.type
         size = prod(ty.get_shape())
         elt = element_ctype(ty.element_type)
+        static = "static " if isinstance(op, memref.AllocOp) else ""
         self.emit(
-            f"static {elt} {self.name(op.memref)}[{size}] __attribute__((aligned(64)));", depth
+            f"{static}{elt} {self.name(op.memref)}[{size}] __attribute__((aligned(64)));", depth
         )
 
     def lanes(self, op: Operation, depth: int) -> None:

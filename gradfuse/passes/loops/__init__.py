@@ -8,6 +8,7 @@
 | `loops_pack.py`              | `loops-pack`              | operands read across the lanes copied into loop order |
 | `loops_vectorize.py`         | `loops-vectorize`         | one loop per nest runs in SIMD lanes   |
 | `loops_unroll_jam.py`        | `loops-unroll-jam`        | reduction nests run in register blocks (`jam.py`) |
+| `loops_pack_tiles.py`        | `loops-pack-tiles`        | a large copy made block by block in the nest that reads it |
 | `loops_parallelize.py`       | `loops-parallelize`       | nests with enough work run on OpenMP threads |
 
 `pack_copy.py`: the copy nests of `loops-pack` (tile-major where the nest runs in

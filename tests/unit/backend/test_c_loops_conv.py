@@ -8,6 +8,7 @@ and their register blocks jammed (`loops-unroll-jam`)."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from xdsl.dialects.builtin import ModuleOp
 from gradfuse import execute
 from gradfuse.backend.c.host import render_c
 from gradfuse.frontend.recorder import program
+from gradfuse.nn import Conv2d
 from gradfuse.passes import PIPELINES, run_pipeline
 from gradfuse.passes.loops.loop_ir import kernel_functions
 from gradfuse.passes.loops.loops_vectorize import innermost_nests, innermost_reduction
@@ -93,3 +95,56 @@ def test_padded_windows_are_read_without_guards(name: str) -> None:
     assert guarded_reads(module) >= 3
     run_pipeline(module, "loops-pad")
     assert guarded_reads(module) == 0
+
+
+TILE_PACKS = PIPELINES["cpu"].replace(
+    "loops-pack-tiles", "loops-pack-tiles{min-bytes=1024 min-tiles=2}"
+)
+"""The `cpu` pipeline with `loops-pack-tiles`' thresholds lowered to a small case."""
+
+
+def test_a_weight_copied_tile_by_tile_matches_the_reference(monkeypatch) -> None:
+    """64 output channels, 4 tiles: the forward convolution copies each tile of its
+    weight in that tile's iteration, into an array on the thread's stack, and the
+    input gradient pads each image of its output gradient in that image's iteration;
+    the input gradient's weight copy (its tiles inside) stays whole. ResNet-18's
+    512-channel weights take this path at the pipeline's own thresholds (test_c_loops'
+    float64 ResNet-18)."""
+    monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu")
+    monkeypatch.setitem(PIPELINES, "cpu", TILE_PACKS)
+    make, shape = (lambda: Conv2d(16, 64, 3, 1, 1, bias=False)), (2, 16, 6, 6)
+    record(make, shape, np.float32)
+    module = program().module.clone()
+    run_pipeline(module, "cpu")
+    tiles = [op for op in module.walk() if isinstance(op, memref.AllocaOp)]
+    assert sorted(t.memref.type.get_shape() for t in tiles) == [(1, 3, 3, 16, 16), (1, 64, 8, 8)]
+    assert re.search(r"^    float v\d+\[2304\] __attribute", render_c(module), re.M)
+    got = record(make, shape, np.float32)
+    execute(backend="c")
+    want = record(make, shape, np.float64)
+    execute(backend="reference")
+    assert len(got) == len(want) == 3
+    for g, w in zip(got, want, strict=True):
+        assert worst_share(g, w) < 1.0
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_loop_passes_leave_no_detached_op_using_a_value(name: str) -> None:
+    """Every use of every value, after each pass of the `cpu` pipeline from
+    `convert-kernel-to-loops` on, is by an op inside the module: a rewrite that drops a
+    trial (a loop body widened again, `loops-vectorize`) erases it."""
+    make, shape = CASES[name]
+    record(make, shape, np.float32)
+    module = program().module.clone()
+    passes = PIPELINES["cpu"].split(",")
+    start = passes.index("convert-kernel-to-loops")
+    run_pipeline(module, ",".join(passes[:start]))
+    for p in passes[start:]:
+        run_pipeline(module, p)
+        for op in module.walk():
+            for value in [*op.results, *(a for r in op.regions for b in r.blocks for a in b.args)]:
+                for use in value.uses:
+                    user = use.operation
+                    while user.parent_op() is not None:
+                        user = user.parent_op()
+                    assert user is module, f"{p}: {use.operation.name} outside the module"
