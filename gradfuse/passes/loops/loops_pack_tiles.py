@@ -42,7 +42,6 @@ scf.parallel (%t) = (%c0) to (%c32) step (%c1) {
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import prod
 
 from xdsl.context import Context
 from xdsl.dialects import func, memref, scf, vector
@@ -50,6 +49,7 @@ from xdsl.dialects.builtin import IndexType, MemRefType, ModuleOp
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
+from gradfuse.passes.kernel.plan_buffers import nbytes
 from gradfuse.passes.lib import fast_ops as fast
 from gradfuse.passes.loops.loop_ir import OMP, int_constant, kernel_functions
 
@@ -73,15 +73,6 @@ def buffer_of(op: Operation) -> SSAValue:
 def first_index(op: Operation) -> int:
     """The operand position of the first index of a load or store."""
     return list(op.operands).index(buffer_of(op)) + 1
-
-
-def top(op: Operation, block: Block) -> Operation:
-    """The op of `block` that holds `op`."""
-    while op.parent_block() is not block:
-        parent = op.parent_op()
-        assert parent is not None, f"{op.name} is not in the kernel function"
-        op = parent
-    return op
 
 
 def tiled(nest: Operation, accesses: list[Operation], tiles: int) -> bool:
@@ -117,7 +108,7 @@ def fusion(alloc: memref.AllocOp, min_bytes: int, max_bytes: int, min_tiles: int
     block = alloc.parent_block()
     buf = alloc.memref
     shape = buf.type.get_shape()
-    size = prod(shape) * getattr(buf.type.element_type, "bitwidth", 32) // 8
+    size = nbytes(buf.type)
     if block is None or len(shape) < 2 or shape[0] < min_tiles:
         return None
     if size < min_bytes or size // shape[0] > max_bytes:
@@ -127,8 +118,8 @@ def fusion(alloc: memref.AllocOp, min_bytes: int, max_bytes: int, min_tiles: int
     loads = [o for o in users if isinstance(o, LOADS) and buffer_of(o) is buf]
     if len(stores) + len(loads) != len(users) or not stores or not loads:
         return None
-    copies = {top(o, block) for o in stores}
-    nests = {top(o, block) for o in loads}
+    copies = {block.find_ancestor_op_in_block(o) for o in stores}
+    nests = {block.find_ancestor_op_in_block(o) for o in loads}
     if len(copies) != 1 or len(nests) != 1:
         return None
     copy, nest = copies.pop(), nests.pop()
@@ -138,7 +129,8 @@ def fusion(alloc: memref.AllocOp, min_bytes: int, max_bytes: int, min_tiles: int
     while op is not None and op is not nest:
         between.append(op)
         op = op.next_op
-    if op is None or any(writes(o) & reads(copy) for o in between):
+    source = reads(copy)
+    if op is None or any(writes(o) & source for o in between):
         return None
     assert isinstance(copy, scf.ParallelOp) and isinstance(nest, scf.ParallelOp)
     return Fusion(alloc, copy, nest)
@@ -186,8 +178,8 @@ def fuse(f: Fusion) -> None:
         old.erase()
 
 
-def pack_tiles(fn: func.FuncOp, min_bytes: int, max_bytes: int, min_tiles: int) -> int:
-    """Moves every copy of `fn` that `fusion` picks into the nest reading it; how many."""
+def pack_tiles(fn: func.FuncOp, min_bytes: int, max_bytes: int, min_tiles: int) -> None:
+    """Moves every copy of `fn` that `fusion` picks into the nest reading it."""
     found = [
         f
         for op in list(fn.body.block.ops)
@@ -199,7 +191,6 @@ def pack_tiles(fn: func.FuncOp, min_bytes: int, max_bytes: int, min_tiles: int) 
         if f.nest not in done:  # a nest that reads two copies takes the first
             done.add(f.nest)
             fuse(f)
-    return len(done)
 
 
 @dataclass(frozen=True)
