@@ -14,7 +14,10 @@ An operand is packed where a load in a nest's innermost reduction loop
   (the nest's innermost dim one of them, not the last), or index arithmetic on them
   (a phase-split weight `w[ci, co, 2 * t + 1 - r, ...]`, `kernel-split-phases`; the
   copy is then a gather over those loops, `p[r, t, ..., ci, co]`, and no larger than
-  the operand), and
+  the operand). A guarded read, `select(g, w[..], 0)` with g computed from the same
+  loops (a 3 x 3 window split into 2 x 2 taps a phase, the 4th past the window), is
+  copied with its guard: the copy holds 0 where g fails, at most `GUARDED_GROWTH`
+  times the operand, and the reduction reads it without a test; and
 - is read again by at least `min-reuse` points of the nest (the points of the dims it
   does not depend on), so the copy costs little beside the reads it serves;
 and where lanes could then run along the innermost dim: every other read there is
@@ -52,7 +55,7 @@ from dataclasses import dataclass
 from math import prod
 
 from xdsl.context import Context
-from xdsl.dialects import func, memref, scf
+from xdsl.dialects import arith, func, memref, scf
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
@@ -78,6 +81,10 @@ from gradfuse.passes.loops.pack_copy import (
     major_shape,
     tile_point,
 )
+
+GUARDED_GROWTH = 2
+"""How much larger than its operand the copy of a guarded read may be: a 3 x 3 window
+split into phases of 2 x 2 taps (`kernel-split-phases`) is copied as 16 taps for 9."""
 
 MIN_REUSE = 8
 """Points of a nest that read each packed element, below which an operand is not
@@ -143,19 +150,34 @@ def computed_from(v: SSAValue, order: list[SSAValue]) -> bool:
     return all(computed_from(o, order) for o in op.operands)
 
 
-def index_loops(load: memref.LoadOp, order: list[SSAValue]) -> list[SSAValue] | None:
-    """The loop indices that `load`'s indices are computed from (index arithmetic, not
-    each an index itself), in loop order, the innermost dim (`order[-1]`) among them;
-    None where the load is not such a read or a loop's bounds are not constants."""
-    idx = list(load.indices)
-    if not all(computed_from(i, order) for i in idx):
+def guarded_read(load: memref.LoadOp) -> arith.SelectOp | None:
+    """`select(g, load, c)`, the only use of `load`, c a constant: a read that is c where
+    g fails (a window's tap past its end, `kernel-split-phases`), else None."""
+    uses = list(load.res.uses)
+    if len(uses) != 1 or not isinstance(sel := uses[0].operation, arith.SelectOp):
         return None
-    used = [iv for iv in order if any(depends(i, iv) for i in idx)]
+    if sel.lhs is not load.res or not isinstance(sel.rhs.owner, arith.ConstantOp):
+        return None
+    return sel
+
+
+def index_loops(
+    load: memref.LoadOp, order: list[SSAValue], guard: arith.SelectOp | None = None
+) -> list[SSAValue] | None:
+    """The loop indices that `load`'s indices (and the `guard` of a guarded read) are
+    computed from (index arithmetic, not each an index itself), in loop order, the
+    innermost dim (`order[-1]`) among them; None where the load is not such a read or a
+    loop's bounds are not constants."""
+    idx = list(load.indices)
+    read = idx + ([guard.cond] if guard is not None else [])
+    if not all(computed_from(i, order) for i in read):
+        return None
+    used = [iv for iv in order if any(depends(i, iv) for i in read)]
     if order[-1] not in used or own_index(idx, order[-1]) == len(idx) - 1:
         return None
     trips = [iv_trips(iv) for iv in used]
     size = prod(load.memref.type.get_shape())  # type: ignore[attr-defined]
-    if not all(trips) or prod(t or 0 for t in trips) > size:
+    if not all(trips) or prod(t or 0 for t in trips) > size * (GUARDED_GROWTH if guard else 1):
         return None  # (a copy larger than the operand: a window's im2col)
     return used
 
@@ -214,6 +236,21 @@ def tile_major(loads: list[memref.LoadOp], nest: scf.ParallelOp) -> None:
         )
 
 
+def erase_unused(op: Operation) -> None:
+    """Erases `op`, a read or index arithmetic no longer used, and then the index
+    arithmetic that computed its operands where nothing else uses it."""
+    operands = list(op.operands)
+    Rewriter.erase_op(op)
+    for v in operands:
+        owner = v.owner
+        if (
+            isinstance(owner, Operation)
+            and owner.dialect_name() == "arith"
+            and not any(r.uses for r in owner.results)
+        ):
+            erase_unused(owner)
+
+
 def pack(fn: func.FuncOp, nest: scf.ParallelOp, min_reuse: int = MIN_REUSE) -> int:
     """Packs the operands of `nest` (in function `fn`) that qualify (see the module
     docstring); how many."""
@@ -225,8 +262,9 @@ def pack(fn: func.FuncOp, nest: scf.ParallelOp, min_reuse: int = MIN_REUSE) -> i
     count, majors = 0, list[memref.LoadOp]()
     for load in [o for o in loop.body.walk() if isinstance(o, memref.LoadOp)]:
         buf = load.memref
-        perm = pack_order(load, order)
-        ivs = index_loops(load, order) if perm is None else None
+        guard = guarded_read(load)
+        perm = pack_order(load, order) if guard is None else None
+        ivs = index_loops(load, order, guard) if perm is None else None
         if (
             (perm is None and ivs is None)
             or not isinstance(buf, BlockArgument)
@@ -247,13 +285,17 @@ def pack(fn: func.FuncOp, nest: scf.ParallelOp, min_reuse: int = MIN_REUSE) -> i
         target = scratch(fn, buf.type.element_type, packed_shape, "packed")  # type: ignore[attr-defined]
         copy, consts = (
             copy_nest(buf, target, perm, major) if perm is not None
-            else gather_nest(load, target, indices, major)
+            else gather_nest(load, target, indices, major, guard)
         )  # fmt: skip
         parent = nest.parent_block()
         assert parent is not None
         parent.insert_ops_before([*consts, copy], nest)
         new = fast.load(target, indices)
-        Rewriter.replace_op(load, new)
+        if guard is None:
+            Rewriter.replace_op(load, new)
+        else:  # the copy holds the guarded value: the guard and the clamped read go
+            Rewriter.replace_op(guard, new)
+            erase_unused(load)
         count += 1
         if major:
             majors.append(new)

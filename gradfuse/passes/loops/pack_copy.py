@@ -70,6 +70,8 @@ def _value(v: SSAValue, at: dict[SSAValue, int]) -> int | None:
     op = v.owner
     if isinstance(op, arith.ConstantOp):
         return int_constant(v)
+    if isinstance(op, arith.SelectOp):  # a guarded index: where the guard holds
+        return _value(op.lhs, at)
     fn = INDEX_ARITH.get(type(op))  # type: ignore[arg-type]
     if fn is None:
         return None
@@ -123,12 +125,17 @@ def box_nest(sizes: list[int], body: Block) -> tuple[scf.ParallelOp, list[Operat
 
 
 def gather_nest(
-    load: memref.LoadOp, target: SSAValue, ivs: list[SSAValue], tiled: bool
+    load: memref.LoadOp,
+    target: SSAValue,
+    ivs: list[SSAValue],
+    tiled: bool,
+    guard: arith.SelectOp | None = None,
 ) -> tuple[scf.ParallelOp, list[Operation]]:
     """`target[i...] = load's buffer[load's indices at i...]` over the loop indices
     `ivs` (iterated in the buffer's order, `source_order`), and the constants it needs;
     `tiled`: `target` is tile-major (`tile_major`), the last index split into its tile
-    and its point in the tile."""
+    and its point in the tile. `guard`: `select(g, load, c)`, the read's value, which the
+    copy stores instead (c where g fails: a window padded to whole phases)."""
     order = source_order(load, ivs)
     sizes = [iv_trips(ivs[k]) or 0 for k in order]
     if tiled:
@@ -141,12 +148,19 @@ def gather_nest(
         ops += tile_point(lane, body.args[-1], width[0].results[0])
         lane = ops[-1].results[0]
     at = {ivs[k]: arg for k, arg in zip(order, [*body.args[: len(ivs) - 1], lane])}
-    idx = clone_indices(list(load.indices), dict(at), ops)
+    env: dict[SSAValue, SSAValue] = dict(at)
+    idx = clone_indices(list(load.indices), env, ops)
     read = fast.load(load.memref, idx)
+    ops.append(read)
+    value = read.results[0]
+    if guard is not None:
+        cond, other = clone_indices([guard.cond, guard.rhs], env, ops)
+        ops.append(fast.select(cond, value, other))
+        value = ops[-1].results[0]
     where = [at[iv] for iv in ivs]
     if tiled:
         where = major_indices(where, body.args[len(ivs) - 1], body.args[-1])
-    body.add_ops([*ops, read, fast.store(read.results[0], target, where)])
+    body.add_ops([*ops, fast.store(value, target, where)])
     body.add_op(scf.ReduceOp())
     nest, consts = box_nest(sizes, body)
     return nest, [*width, *consts]

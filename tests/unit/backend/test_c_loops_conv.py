@@ -20,7 +20,7 @@ from xdsl.dialects.builtin import ModuleOp
 from gradfuse import execute
 from gradfuse.backend.c.host import render_c
 from gradfuse.frontend.recorder import program
-from gradfuse.nn import Conv2d
+from gradfuse.nn import Conv2d, Sequential
 from gradfuse.passes import PIPELINES, run_pipeline
 from gradfuse.passes.loops.loop_ir import kernel_functions
 from gradfuse.passes.loops.loops_vectorize import innermost_nests, innermost_reduction
@@ -148,3 +148,38 @@ def test_the_loop_passes_leave_no_detached_op_using_a_value(name: str) -> None:
                     while user.parent_op() is not None:
                         user = user.parent_op()
                     assert user is module, f"{p}: {use.operation.name} outside the module"
+
+
+def test_a_strided_3x3_input_gradient_reads_a_weight_padded_to_whole_phases(monkeypatch) -> None:
+    """A 3 x 3 convolution at stride 2 (ResNet-18's downsampling) whose input gradient
+    is stored by channels (the next layer's weight gradient reads it): its live taps
+    are split by phase, 2 x 2 a phase (`kernel-split-phases`), the weight's 4th tap
+    past the window; `loops-pack` copies the weight in phase and tap order with 0 there,
+    `p[r, s, t, u, co, ci]`, and the reduction reads the copy without a guard."""
+    monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu")
+
+    def make():
+        return Sequential(Conv2d(8, 16, 3, 1, 1, bias=False), Conv2d(16, 16, 3, 2, 1, bias=False))
+
+    shape = (2, 8, 8, 8)
+    record(make, shape, np.float32)
+    module = program().module.clone()
+    run_pipeline(module, PIPELINES["cpu"].split(",loops-pad,")[0])
+    packs = [
+        op for op in module.walk()
+        if isinstance(op, memref.AllocOp) and op.memref.type.get_shape() == (2, 2, 2, 2, 16, 16)
+    ]  # fmt: skip
+    assert len(packs) == 1
+    stores = [u.operation for u in packs[0].memref.uses if isinstance(u.operation, memref.StoreOp)]
+    assert [type(s.value.owner) for s in stores] == [arith.SelectOp]  # 0 past the window
+    reads = [u.operation for u in packs[0].memref.uses if isinstance(u.operation, memref.LoadOp)]
+    assert reads and not any(
+        isinstance(u.operation, arith.SelectOp) for r in reads for u in r.res.uses
+    )
+    got = record(make, shape, np.float32)
+    execute(backend="c")
+    want = record(make, shape, np.float64)
+    execute(backend="reference")
+    assert len(got) == len(want) == 4
+    for g, w in zip(got, want, strict=True):
+        assert worst_share(g, w) < 1.0
