@@ -63,6 +63,19 @@ def worst_share(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.max(np.abs(got - want) / (ATOL + RTOL * np.abs(want))))
 
 
+def assert_matches_float64(make, shape: tuple[int, ...], count: int) -> None:
+    """The c backend's float32 output and gradients (`count` arrays: the output, x's and
+    each parameter's gradient) within RTOL and ATOL of the reference's float64 ones."""
+    got = record(make, shape, np.float32)
+    execute(backend="c")
+    want = record(make, shape, np.float64)
+    execute(backend="reference")
+    assert len(got) == len(want) == count
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and np.abs(w).max() > 0
+        assert worst_share(g, w) < 1.0
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_convolutions_on_the_cpu_pipeline_match_the_reference(name: str, monkeypatch) -> None:
     monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu")
@@ -71,14 +84,7 @@ def test_convolutions_on_the_cpu_pipeline_match_the_reference(name: str, monkeyp
     assert "gf_floatx8" in source  # lanes
     assert "static float" in source  # packed: a weight or an output gradient
     assert "% 2" not in source  # strided windows visit their live taps only (kernel-split-phases)
-    got = record(make, shape, np.float32)
-    execute(backend="c")
-    want = record(make, shape, np.float64)
-    execute(backend="reference")
-    assert len(got) == len(want) >= 3
-    for g, w in zip(got, want, strict=True):
-        assert g.shape == w.shape and np.abs(w).max() > 0
-        assert worst_share(g, w) < 1.0
+    assert_matches_float64(make, shape, len(list(make().parameters())) + 2)
 
 
 @pytest.mark.parametrize("name", sorted(set(CASES) - {"conv-1x1-stride2"}))
@@ -119,13 +125,7 @@ def test_a_weight_copied_tile_by_tile_matches_the_reference(monkeypatch) -> None
     tiles = [op for op in module.walk() if isinstance(op, memref.AllocaOp)]
     assert sorted(t.memref.type.get_shape() for t in tiles) == [(1, 3, 3, 16, 16), (1, 64, 8, 8)]
     assert re.search(r"^    float v\d+\[2304\] __attribute", render_c(module), re.M)
-    got = record(make, shape, np.float32)
-    execute(backend="c")
-    want = record(make, shape, np.float64)
-    execute(backend="reference")
-    assert len(got) == len(want) == 3
-    for g, w in zip(got, want, strict=True):
-        assert worst_share(g, w) < 1.0
+    assert_matches_float64(make, shape, 3)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -176,10 +176,4 @@ def test_a_strided_3x3_input_gradient_reads_a_weight_padded_to_whole_phases(monk
     assert reads and not any(
         isinstance(u.operation, arith.SelectOp) for r in reads for u in r.res.uses
     )
-    got = record(make, shape, np.float32)
-    execute(backend="c")
-    want = record(make, shape, np.float64)
-    execute(backend="reference")
-    assert len(got) == len(want) == 4
-    for g, w in zip(got, want, strict=True):
-        assert worst_share(g, w) < 1.0
+    assert_matches_float64(make, shape, 4)
