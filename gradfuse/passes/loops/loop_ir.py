@@ -54,6 +54,30 @@ def own_index(indices: Sequence[SSAValue], d: SSAValue) -> int | None:
     return found[0] if len(found) == 1 and indices[found[0]] is d else None
 
 
+def guarded_select(load: memref.LoadOp) -> arith.SelectOp | None:
+    """`select(g, load, c)`, the only use of `load`, c a constant: the value of a guarded
+    read as the lowering writes it (`c` where guard `g` fails), else None."""
+    uses = list(load.res.uses)
+    if len(uses) != 1 or not isinstance(sel := uses[0].operation, arith.SelectOp):
+        return None
+    if sel.lhs is not load.res or not isinstance(sel.rhs.owner, arith.ConstantOp):
+        return None
+    return sel
+
+
+def erase_dead(values: list[SSAValue]) -> None:
+    """Erases the pure arith ops among the owners of `values` that nothing uses, and then
+    those of their operands."""
+    work = list(values)
+    while work:
+        op = work.pop().owner
+        if isinstance(op, Operation) and op.dialect_name() == "arith" and op.parent is not None:
+            if not any(r.uses for r in op.results):
+                work.extend(op.operands)
+                op.detach()
+                op.erase()
+
+
 def kernel_functions(module: ModuleOp) -> Iterator[func.FuncOp]:
     """The kernel functions of `module` (what the `loops-*` passes transform)."""
     for fn in module.ops:

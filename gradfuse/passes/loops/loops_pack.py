@@ -65,6 +65,8 @@ from gradfuse.passes.lib import fast_ops as fast
 from gradfuse.passes.loops.loop_ir import (
     depends,
     dim_trips,
+    erase_dead,
+    guarded_select,
     int_constant,
     kernel_functions,
     own_index,
@@ -150,17 +152,6 @@ def computed_from(v: SSAValue, order: list[SSAValue]) -> bool:
     return all(computed_from(o, order) for o in op.operands)
 
 
-def guarded_read(load: memref.LoadOp) -> arith.SelectOp | None:
-    """`select(g, load, c)`, the only use of `load`, c a constant: a read that is c where
-    g fails (a window's tap past its end, `kernel-split-phases`), else None."""
-    uses = list(load.res.uses)
-    if len(uses) != 1 or not isinstance(sel := uses[0].operation, arith.SelectOp):
-        return None
-    if sel.lhs is not load.res or not isinstance(sel.rhs.owner, arith.ConstantOp):
-        return None
-    return sel
-
-
 def index_loops(
     load: memref.LoadOp, order: list[SSAValue], guard: arith.SelectOp | None = None
 ) -> list[SSAValue] | None:
@@ -236,21 +227,6 @@ def tile_major(loads: list[memref.LoadOp], nest: scf.ParallelOp) -> None:
         )
 
 
-def erase_unused(op: Operation) -> None:
-    """Erases `op`, a read or index arithmetic no longer used, and then the index
-    arithmetic that computed its operands where nothing else uses it."""
-    operands = list(op.operands)
-    Rewriter.erase_op(op)
-    for v in operands:
-        owner = v.owner
-        if (
-            isinstance(owner, Operation)
-            and owner.dialect_name() == "arith"
-            and not any(r.uses for r in owner.results)
-        ):
-            erase_unused(owner)
-
-
 def pack(fn: func.FuncOp, nest: scf.ParallelOp, min_reuse: int = MIN_REUSE) -> int:
     """Packs the operands of `nest` (in function `fn`) that qualify (see the module
     docstring); how many."""
@@ -262,7 +238,7 @@ def pack(fn: func.FuncOp, nest: scf.ParallelOp, min_reuse: int = MIN_REUSE) -> i
     count, majors = 0, list[memref.LoadOp]()
     for load in [o for o in loop.body.walk() if isinstance(o, memref.LoadOp)]:
         buf = load.memref
-        guard = guarded_read(load)
+        guard = guarded_select(load)
         perm = pack_order(load, order) if guard is None else None
         ivs = index_loops(load, order, guard) if perm is None else None
         if (
@@ -294,8 +270,10 @@ def pack(fn: func.FuncOp, nest: scf.ParallelOp, min_reuse: int = MIN_REUSE) -> i
         if guard is None:
             Rewriter.replace_op(load, new)
         else:  # the copy holds the guarded value: the guard and the clamped read go
+            old = [*load.indices, guard.cond]
             Rewriter.replace_op(guard, new)
-            erase_unused(load)
+            Rewriter.erase_op(load)
+            erase_dead(old)
         count += 1
         if major:
             majors.append(new)

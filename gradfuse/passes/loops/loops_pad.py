@@ -49,6 +49,8 @@ from gradfuse.passes.lib import fast_ops as fast
 from gradfuse.passes.loops.loop_ir import (
     Form,
     affine_form,
+    erase_dead,
+    guarded_select,
     int_constant,
     kernel_functions,
     loop_range,
@@ -97,10 +99,7 @@ class Read:
 
 def guarded_read(load: memref.LoadOp) -> Read | None:
     """`load` as a `Read` where it has the form the module docstring describes."""
-    uses = list(load.res.uses)
-    if len(uses) != 1 or not isinstance(sel := uses[0].operation, arith.SelectOp):
-        return None
-    if sel.lhs is not load.res or not isinstance(sel.rhs.owner, arith.ConstantOp):
+    if (sel := guarded_select(load)) is None:
         return None
     guard, shape = sel.cond, load.memref.type.get_shape()  # type: ignore[attr-defined]
     exprs = [
@@ -188,19 +187,6 @@ def _test(ops: list[Operation], lhs: SSAValue, predicate: str, rhs: SSAValue) ->
     test = fast.cmpi(lhs, rhs, predicate)
     ops.append(test)
     return test.result
-
-
-def erase_dead(values: list[SSAValue]) -> None:
-    """Erases the pure arith ops among the owners of `values` that nothing uses, and then
-    those of their operands."""
-    work = list(values)
-    while work:
-        op = work.pop().owner
-        if isinstance(op, Operation) and op.dialect_name() == "arith" and op.parent is not None:
-            if not any(r.uses for r in op.results):
-                work.extend(op.operands)
-                op.detach()
-                op.erase()
 
 
 @dataclass
