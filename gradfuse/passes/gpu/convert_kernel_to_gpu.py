@@ -34,6 +34,7 @@ from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
     FloatAttr,
     IntegerAttr,
+    IntegerType,
     MemRefType,
     ModuleOp,
     StringAttr,
@@ -65,8 +66,11 @@ def _initial_value(init: Attribute | None, ty: MemRefType) -> Attribute:
     if init is None:
         return UnitAttr()
     tensor = TensorType(ty.element_type, ty.get_shape())
-    if isinstance(init, FloatAttr):
-        return DenseIntOrFPElementsAttr.from_list(tensor, [init.value.data])  # type: ignore[arg-type]
+    if isinstance(init, FloatAttr):  # a splat; of an integer type (a mask) as an integer
+        value = init.value.data
+        if isinstance(ty.element_type, IntegerType):
+            value = int(value)
+        return DenseIntOrFPElementsAttr.from_list(tensor, [value])  # type: ignore[arg-type]
     assert isinstance(init, DenseIntOrFPElementsAttr)
     if init.type == tensor:
         return init

@@ -38,6 +38,21 @@ func @main(%x: tensor<5x3xf32>, %i: tensor<4x3xf32>, %c: tensor<f32>) -> (tensor
   return %g, %s, %r, %e
 }
 """,
+    "masks": """
+func @main(%x: tensor<2x5xf32>) -> (tensor<2x7xf32>) {
+  %z = tg.constant 0.0 : tensor<2x5xf32>
+  %m = tg.cmplt %z, %x : tensor<2x5xi1>
+  %mp = tg.pad %m low=[0, 1] high=[0, 1] value=0.0 : tensor<2x7xi1>
+  %t = tg.constant 1.0 : tensor<2x5xi1>
+  %tp = tg.pad %t low=[0, 2] high=[0, 0] value=0.0 : tensor<2x7xi1>
+  %xp = tg.pad %x low=[0, 1] high=[0, 1] value=0.0 : tensor<2x7xf32>
+  %f = tg.constant 5.0 : tensor<2x7xf32>
+  %a = tg.where %mp, %xp, %f : tensor<2x7xf32>
+  %g = tg.constant -1.0 : tensor<2x7xf32>
+  %b = tg.where %tp, %a, %g : tensor<2x7xf32>
+  return %b
+}
+""",
     "conv": """
 func @main(%x: tensor<2x3x8x8xf32>, %w: tensor<4x3x4x4xf32>) -> (tensor<2x4x4x4xf32>) {
   %y = tg.conv2d %x, %w stride=[2, 2] padding=[1, 1] dilation=[1, 1] groups=1 : tensor<2x4x4x4xf32>
@@ -56,6 +71,8 @@ def inputs(name: str):
         return {"feeders": {"x": rng.standard_normal((7, 2, 8)).astype(np.float32)}}
     if name == "linreg":
         return {"feeders": dict(np.load(ROOT / "examples/linreg.npz"))}
+    if name == "masks":  # masks read through zero padding: false outside
+        return {"args": [np.array([[1, -2, 3, -4, 5], [0, 2, -1, 1, 0]], np.float32)]}
     if name == "sparse":
         idx = np.array([[0, 1, 2], [4, 4, 4], [1, 1, 1], [0, 0, 3]], np.float32)
         return {"args": [rng.standard_normal((5, 3)).astype(np.float32), idx, np.float32(3)]}
@@ -70,6 +87,13 @@ def inputs(name: str):
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_c_backend_matches_the_reference(name):
     agree(PROGRAMS[name], "c", **inputs(name))
+
+
+def test_masks_read_through_padding_on_the_cpu_pipeline():
+    """A computed mask and a constant one (a global of `true`s) read through zero padding:
+    false outside, on the loop pipeline too (both used to stop gcc's build with an
+    internal error: a float 0 for an i1)."""
+    agree(PROGRAMS["masks"], "c", pipeline="cpu", **inputs("masks"))
 
 
 @settings(max_examples=15, deadline=None)
