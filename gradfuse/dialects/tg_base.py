@@ -17,9 +17,11 @@ from xdsl.dialects.builtin import (
     Float32Type,
     Float64Type,
     FloatAttr,
+    IndexType,
     IntegerAttr,
     IntegerType,
     TensorType,
+    i1,
     i64,
 )
 from xdsl.ir import Attribute, Operation, SSAValue
@@ -74,10 +76,13 @@ def access_properties(map: AffineMap, guard: AffineSet | None = None) -> dict[st
 
 
 def scalar_attr(value: int | float, ty: Attribute) -> Attribute:
-    """A shared `FloatAttr` (float `value`) or `IntegerAttr` of type `ty` (constants repeat)."""
-    if isinstance(value, float):  # 0.0 == -0.0, but they are different attributes
-        return _scalar_attr(value, ty, math.copysign(1.0, value))
-    return _scalar_attr(value, ty, None)
+    """A shared attribute of type `ty` (constants repeat): an `IntegerAttr` for an integer
+    or index type (an i1 is 1 where `value` is nonzero: `scalar_attr(0.0, i1)` is false),
+    else a `FloatAttr` of `float(value)`."""
+    if isinstance(ty, IntegerType | IndexType):
+        return _scalar_attr(int(value != 0) if ty == i1 else int(value), ty, None)
+    value = float(value)  # 0.0 == -0.0, but they are different attributes
+    return _scalar_attr(value, ty, math.copysign(1.0, value))
 
 
 @lru_cache(maxsize=4096, typed=True)

@@ -34,7 +34,6 @@ from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
     FloatAttr,
     IntegerAttr,
-    IntegerType,
     MemRefType,
     ModuleOp,
     StringAttr,
@@ -66,10 +65,8 @@ def _initial_value(init: Attribute | None, ty: MemRefType) -> Attribute:
     if init is None:
         return UnitAttr()
     tensor = TensorType(ty.element_type, ty.get_shape())
-    if isinstance(init, FloatAttr):  # a splat; of an integer type (a mask) as an integer
-        value = init.value.data
-        if isinstance(ty.element_type, IntegerType):
-            value = int(value)
+    if isinstance(init, FloatAttr):  # a splat, as a scalar of the element type (a mask's: 0/1)
+        value = fast.scalar_attr(init.value.data, ty.element_type).value.data  # type: ignore[attr-defined]
         return DenseIntOrFPElementsAttr.from_list(tensor, [value])  # type: ignore[arg-type]
     assert isinstance(init, DenseIntOrFPElementsAttr)
     if init.type == tensor:

@@ -88,8 +88,7 @@ class KernelBody:
     def constant(self, value: float, element: Attribute) -> SSAValue:
         key = (value, element)
         if key not in self.constants:
-            scalar = int(value != 0) if element == i1 else float(value)
-            self.constants[key] = self.add(fast.constant(scalar, element))
+            self.constants[key] = self.add(fast.constant(value, element))
         return self.constants[key]
 
     def member(self, m: Member) -> None:

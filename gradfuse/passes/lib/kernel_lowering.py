@@ -32,7 +32,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from xdsl.dialects import arith, gpu, memref, scf
-from xdsl.dialects.builtin import AnyFloat, IntegerAttr, IntegerType, i64
+from xdsl.dialects.builtin import AnyFloat, IntegerAttr, i64
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.ir.affine import (
     AffineBinaryOpExpr,
@@ -281,9 +281,7 @@ class KernelBuilder:
             for e in op.map.data.results
         ]
         value = self.add(fast.load(vm[op.buffer], idx), loc)
-        ty = op.result.type
-        outside = self.const(0 if isinstance(ty, IntegerType) else 0.0, ty)  # a mask: false
-        return self.add(arith.SelectOp(inside, value, outside), loc)
+        return self.add(arith.SelectOp(inside, value, self.const(0.0, op.result.type)), loc)
 
     def to_index(self, value: SSAValue, loc: Attribute) -> SSAValue:
         """An index from an integer held in a float (gather/scatter indices)."""
