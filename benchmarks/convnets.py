@@ -1,7 +1,7 @@
 """Convolutional training steps (issue 7): kernels per step against PyTorch's profile,
 and step time on the C backend against PyTorch CPU eager, measured in one run.
 
-    .venv/bin/python benchmarks/convnets.py [--steps 2] [--time-batch 8] [--threads N]
+    .venv/bin/python benchmarks/convnets.py [--steps 2] [--repeat 3] [--time-batch 8] [--threads N]
 
 1. Kernels per training step of examples/dcgan.py at batch 128 (the profile's batch),
    beside PyTorch's 506 CUDA kernels from ../shared/reference/dcgan_kernel_profile.txt,
@@ -13,7 +13,9 @@ and step time on the C backend against PyTorch CPU eager, measured in one run.
    runs one untimed step first (allocator, oneDNN's or cuDNN's algorithm choice), and
    gradfuse one untimed run of its `--steps` steps (the library's load, the first touch
    of its buffers' pages; on the GPU module load and graph capture); gradfuse's compile
-   is not timed.
+   is not timed. Each side is timed `--repeat` times, alternately (gradfuse, PyTorch,
+   gradfuse, ...), and the best of each is kept, as `timeit` does: the machine is shared,
+   and a slow run measures its other load, not the code.
    `--no-resnet` times DCGAN only.
 
     .venv/bin/python benchmarks/convnets.py --backend cuda --time-batch 128 --steps 10
@@ -25,6 +27,7 @@ import argparse
 import importlib.util
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -62,21 +65,29 @@ def kernels_per_step(name: str, **sizes: int) -> tuple[int, float]:
     return program.kernels_per_iteration, time.perf_counter() - start
 
 
-def step_time(name: str, steps: int, backend: str | None, **sizes: int) -> tuple[float, str]:
-    """Seconds per training step of an example at `sizes` on `backend` (compile
-    excluded), and the backend's name."""
+Timer = Callable[[], float]
+"""Seconds per step of one timed run."""
+
+
+def step_timer(name: str, steps: int, backend: str | None, **sizes: int) -> tuple[Timer, str]:
+    """A timer of an example's training step at `sizes` on `backend` (compile excluded,
+    done here), and the backend's name."""
     module = example(name, **sizes)
     gradfuse.reset()
     module.record(steps=steps, log_every=steps)
     program = gradfuse.compile(backend)
     program.run()  # the untimed first run (library load, first touch of the buffers)
-    start = time.perf_counter()
-    program.run()
-    return (time.perf_counter() - start) / steps, program.backend
+
+    def run() -> float:
+        start = time.perf_counter()
+        program.run()
+        return (time.perf_counter() - start) / steps
+
+    return run, program.backend
 
 
-def torch_step_time(model: str, batch: int, steps: int, device: str) -> float | None:
-    """Seconds per PyTorch eager step of `model` ("dcgan" or "resnet18") on `device`."""
+def torch_step_timer(model: str, batch: int, steps: int, device: str) -> Timer | None:
+    """A timer of PyTorch eager's step of `model` ("dcgan" or "resnet18") on `device`."""
     try:
         import torch
         from torch_convnets import dcgan_step, resnet18_step  # benchmarks/torch_convnets.py
@@ -93,34 +104,48 @@ def torch_step_time(model: str, batch: int, steps: int, device: str) -> float | 
 
     step()  # the untimed first step (allocator, oneDNN's or cuDNN's algorithm choice)
     sync()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    sync()
-    return (time.perf_counter() - start) / steps
+
+    def run() -> float:
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync()
+        return (time.perf_counter() - start) / steps
+
+    return run
 
 
-def compare(title: str, model: str, batch: int, steps: int, backend: str | None) -> None:
-    """Prints gradfuse's and PyTorch eager's time per step of `model` and their ratio."""
+def compare(
+    title: str, model: str, batch: int, steps: int, backend: str | None, repeat: int = 1
+) -> None:
+    """Prints gradfuse's and PyTorch eager's time per step of `model` (each the best of
+    `repeat` runs, taken alternately) and their ratio."""
     sizes = {"BATCH": batch}
     if model == "resnet18":
         sizes |= {"IMAGE": RESNET_IMAGE, "NUM_CLASSES": RESNET_CLASSES}
-    ours, name = step_time(model, steps, backend, **sizes)
-    print(f"{title} step, gradfuse {name}: {ours * 1e3:.2f} ms")
+    ours_timer, name = step_timer(model, steps, backend, **sizes)
     device = "cuda" if name == "cuda" else "cpu"
-    theirs = torch_step_time(model, batch, steps, device)
-    if theirs is None:
+    theirs_timer = torch_step_timer(model, batch, steps, device)
+    ours, theirs = [], []
+    for _ in range(max(1, repeat)):
+        ours.append(ours_timer())
+        if theirs_timer is not None:
+            theirs.append(theirs_timer())
+    best = f" (best of {len(ours)})" if len(ours) > 1 else ""
+    print(f"{title} step, gradfuse {name}: {min(ours) * 1e3:.2f} ms{best}")
+    if not theirs:
         print("PyTorch: not importable here, no ratio")
         return
     print(
-        f"{title} step, PyTorch {device.upper()} eager: {theirs * 1e3:.2f} ms;"
-        f" speed ratio gradfuse/PyTorch {theirs / ours:.2f}x"
+        f"{title} step, PyTorch {device.upper()} eager: {min(theirs) * 1e3:.2f} ms{best};"
+        f" speed ratio gradfuse/PyTorch {min(theirs) / min(ours):.2f}x"
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs a side; the best")
     parser.add_argument("--time-batch", type=int, default=8)
     parser.add_argument("--backend", default=None, help="gradfuse backend (default: its default)")
     parser.add_argument("--no-resnet", action="store_true", help="time DCGAN only")
@@ -133,10 +158,10 @@ def main() -> None:
     count, seconds = kernels_per_step("resnet18", BATCH=32, IMAGE=224, NUM_CLASSES=1000)
     print(f"ResNet-18, batch 32, 224x224: {count} kernels per step; trace+compile {seconds:.1f} s")
     batch = args.time_batch
-    compare(f"DCGAN, batch {batch},", "dcgan", batch, args.steps, args.backend)
+    compare(f"DCGAN, batch {batch},", "dcgan", batch, args.steps, args.backend, args.repeat)
     if not args.no_resnet:
         title = f"ResNet-18, batch {batch}, {RESNET_IMAGE}x{RESNET_IMAGE},"
-        compare(title, "resnet18", batch, args.steps, args.backend)
+        compare(title, "resnet18", batch, args.steps, args.backend, args.repeat)
 
 
 if __name__ == "__main__":
