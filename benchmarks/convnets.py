@@ -1,7 +1,7 @@
 """Convolutional training steps (issue 7): kernels per step against PyTorch's profile,
 and step time on the C backend against PyTorch CPU eager, measured in one run.
 
-    .venv/bin/python benchmarks/convnets.py [--steps 2] [--repeat 3] [--time-batch 8] [--threads N]
+    .venv/bin/python benchmarks/convnets.py [--steps 2] [--rounds 3] [--time-batch 8] [--threads N]
 
 1. Kernels per training step of examples/dcgan.py at batch 128 (the profile's batch),
    beside PyTorch's 506 CUDA kernels from ../shared/reference/dcgan_kernel_profile.txt,
@@ -13,9 +13,9 @@ and step time on the C backend against PyTorch CPU eager, measured in one run.
    runs one untimed step first (allocator, oneDNN's or cuDNN's algorithm choice), and
    gradfuse one untimed run of its `--steps` steps (the library's load, the first touch
    of its buffers' pages; on the GPU module load and graph capture); gradfuse's compile
-   is not timed. Each side is timed `--repeat` times, alternately (gradfuse, PyTorch,
-   gradfuse, ...), and the best of each is kept, as `timeit` does: the machine is shared,
-   and a slow run measures its other load, not the code.
+   is not timed. Each side is timed `--rounds` times, the two taking turns, and the
+   best of each is kept, as `timeit` does: the machine is shared, and a slow run
+   measures its other load, not the code.
    `--no-resnet` times DCGAN only.
 
     .venv/bin/python benchmarks/convnets.py --backend cuda --time-batch 128 --steps 10
@@ -32,6 +32,7 @@ from pathlib import Path
 from types import ModuleType
 
 from threads import add_threads_option, use_threads  # benchmarks/threads.py
+from timing import best_of  # benchmarks/timing.py
 
 import gradfuse
 
@@ -65,29 +66,22 @@ def kernels_per_step(name: str, **sizes: int) -> tuple[int, float]:
     return program.kernels_per_iteration, time.perf_counter() - start
 
 
-Timer = Callable[[], float]
-"""Seconds per step of one timed run."""
-
-
-def step_timer(name: str, steps: int, backend: str | None, **sizes: int) -> tuple[Timer, str]:
-    """A timer of an example's training step at `sizes` on `backend` (compile excluded,
-    done here), and the backend's name."""
+def gradfuse_steps(
+    name: str, steps: int, backend: str | None, **sizes: int
+) -> tuple[Callable[[], None], str]:
+    """A run of `steps` training steps of an example at `sizes` on `backend` (compiled
+    here, and run once untimed), and the backend's name."""
     module = example(name, **sizes)
     gradfuse.reset()
     module.record(steps=steps, log_every=steps)
     program = gradfuse.compile(backend)
     program.run()  # the untimed first run (library load, first touch of the buffers)
-
-    def run() -> float:
-        start = time.perf_counter()
-        program.run()
-        return (time.perf_counter() - start) / steps
-
-    return run, program.backend
+    return program.run, program.backend
 
 
-def torch_step_timer(model: str, batch: int, steps: int, device: str) -> Timer | None:
-    """A timer of PyTorch eager's step of `model` ("dcgan" or "resnet18") on `device`."""
+def torch_steps(model: str, batch: int, steps: int, device: str) -> Callable[[], None] | None:
+    """A run of `steps` PyTorch eager steps of `model` ("dcgan" or "resnet18") on
+    `device`, after one untimed step; None where torch is not importable."""
     try:
         import torch
         from torch_convnets import dcgan_step, resnet18_step  # benchmarks/torch_convnets.py
@@ -105,47 +99,40 @@ def torch_step_timer(model: str, batch: int, steps: int, device: str) -> Timer |
     step()  # the untimed first step (allocator, oneDNN's or cuDNN's algorithm choice)
     sync()
 
-    def run() -> float:
-        start = time.perf_counter()
+    def run() -> None:
         for _ in range(steps):
             step()
         sync()
-        return (time.perf_counter() - start) / steps
 
     return run
 
 
 def compare(
-    title: str, model: str, batch: int, steps: int, backend: str | None, repeat: int = 1
+    title: str, model: str, batch: int, steps: int, backend: str | None, rounds: int
 ) -> None:
     """Prints gradfuse's and PyTorch eager's time per step of `model` (each the best of
-    `repeat` runs, taken alternately) and their ratio."""
+    `rounds` runs, the two taking turns) and their ratio."""
     sizes = {"BATCH": batch}
     if model == "resnet18":
         sizes |= {"IMAGE": RESNET_IMAGE, "NUM_CLASSES": RESNET_CLASSES}
-    ours_timer, name = step_timer(model, steps, backend, **sizes)
+    ours, name = gradfuse_steps(model, steps, backend, **sizes)
     device = "cuda" if name == "cuda" else "cpu"
-    theirs_timer = torch_step_timer(model, batch, steps, device)
-    ours, theirs = [], []
-    for _ in range(max(1, repeat)):
-        ours.append(ours_timer())
-        if theirs_timer is not None:
-            theirs.append(theirs_timer())
-    best = f" (best of {len(ours)})" if len(ours) > 1 else ""
-    print(f"{title} step, gradfuse {name}: {min(ours) * 1e3:.2f} ms{best}")
-    if not theirs:
+    theirs = torch_steps(model, batch, steps, device)
+    best = [t / steps for t in best_of(rounds, [ours] if theirs is None else [ours, theirs])]
+    print(f"{title} step, gradfuse {name}: {best[0] * 1e3:.2f} ms (best of {rounds})")
+    if theirs is None:
         print("PyTorch: not importable here, no ratio")
         return
     print(
-        f"{title} step, PyTorch {device.upper()} eager: {min(theirs) * 1e3:.2f} ms{best};"
-        f" speed ratio gradfuse/PyTorch {min(theirs) / min(ours):.2f}x"
+        f"{title} step, PyTorch {device.upper()} eager: {best[1] * 1e3:.2f} ms (best of"
+        f" {rounds}); speed ratio gradfuse/PyTorch {best[1] / best[0]:.2f}x"
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=3, help="timed runs a side; the best")
+    parser.add_argument("--rounds", type=int, default=3, help="timed runs of each, taking turns")
     parser.add_argument("--time-batch", type=int, default=8)
     parser.add_argument("--backend", default=None, help="gradfuse backend (default: its default)")
     parser.add_argument("--no-resnet", action="store_true", help="time DCGAN only")
@@ -158,10 +145,10 @@ def main() -> None:
     count, seconds = kernels_per_step("resnet18", BATCH=32, IMAGE=224, NUM_CLASSES=1000)
     print(f"ResNet-18, batch 32, 224x224: {count} kernels per step; trace+compile {seconds:.1f} s")
     batch = args.time_batch
-    compare(f"DCGAN, batch {batch},", "dcgan", batch, args.steps, args.backend, args.repeat)
+    compare(f"DCGAN, batch {batch},", "dcgan", batch, args.steps, args.backend, args.rounds)
     if not args.no_resnet:
         title = f"ResNet-18, batch {batch}, {RESNET_IMAGE}x{RESNET_IMAGE},"
-        compare(title, "resnet18", batch, args.steps, args.backend, args.repeat)
+        compare(title, "resnet18", batch, args.steps, args.backend, args.rounds)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from collections.abc import Callable
 import numpy as np
 from empty_cache import empty_cache  # benchmarks/empty_cache.py
 from threads import add_threads_option, use_threads  # benchmarks/threads.py
+from timing import best_of  # benchmarks/timing.py
 
 import gradfuse
 from gradfuse import Feeder, ir_for
@@ -174,18 +175,6 @@ def torch_step(
             torch.cuda.synchronize()
 
     return len(leaves), run
-
-
-def best_of(rounds: int, runs: list[Callable[[], None]]) -> list[float]:
-    """The fastest of `rounds` timings of each run, the runs taking turns in each round
-    (a shared machine's load then weighs on both alike)."""
-    best = [float("inf")] * len(runs)
-    for _ in range(rounds):
-        for i, run in enumerate(runs):
-            start = time.perf_counter()
-            run()
-            best[i] = min(best[i], time.perf_counter() - start)
-    return best
 
 
 def main() -> None:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from empty_cache import empty_cache  # benchmarks/empty_cache.py
 from threads import add_threads_option, use_threads  # benchmarks/threads.py
+from timing import best_of  # benchmarks/timing.py
 
 import gradfuse
 from gradfuse.passes import run_pipeline
@@ -202,12 +203,7 @@ def main() -> None:
     ours = gradfuse_step(4, frames)
     theirs = torch_step(4, frames)
     runs = [ours] if theirs is None else [ours, theirs]
-    best = [float("inf")] * len(runs)
-    for _ in range(args.rounds):
-        for i, run in enumerate(runs):
-            start = time.perf_counter()
-            run()
-            best[i] = min(best[i], time.perf_counter() - start)
+    best = best_of(args.rounds, runs)
     print(f"seconds per step at batch 4, {frames} frames (best of {args.rounds}, taking turns):"
           f" gradfuse c {best[0]:.2f}", end="")  # fmt: skip
     if theirs is not None:

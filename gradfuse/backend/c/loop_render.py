@@ -58,8 +58,9 @@ VECTORS = "".join(
 )
 """GCC's vector types for the `vector<Wxf32>` that `loops-vectorize` makes (`gf_floatx8`),
 for its masks `vector<Wxi1>`, a byte a lane as i1 buffers hold them (`gf_boolx8`), and
-a lane-wise select and maximum (NaN-propagating, as `gf_fmaxf`) as blends by a mask
-of whole lanes (`gf_intx8`, what a vector comparison gives: -1 or 0)."""
+a lane-wise select and maximum (fmaxf's result, as `gf_fmaxf`: NaN only where both are)
+as blends by a mask of whole lanes (`gf_intx8`, what a vector comparison gives: -1 or
+0)."""
 
 
 def transfer_dim(op: vector.TransferReadOp | vector.TransferWriteOp) -> int:
