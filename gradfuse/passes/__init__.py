@@ -42,6 +42,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "loops-pack": _lazy("loops.loops_pack", "LoopsPackPass"),
     "loops-pack-tiles": _lazy("loops.loops_pack_tiles", "LoopsPackTilesPass"),
     "loops-pad": _lazy("loops.loops_pad", "LoopsPadPass"),
+    "loops-trim-taps": _lazy("loops.loops_trim_taps", "LoopsTrimTapsPass"),
     "loops-vectorize": _lazy("loops.loops_vectorize", "LoopsVectorizePass"),
     "loops-unroll-jam": _lazy("loops.loops_unroll_jam", "LoopsUnrollJamPass"),
     "loops-parallelize": _lazy("loops.loops_parallelize", "LoopsParallelizePass"),
@@ -63,7 +64,7 @@ PIPELINES: dict[str, str] = {
     "cpu": (
         "kernels,kernel-layout,kernel-split-dims,kernel-split-phases,kernel-plan-buffers,convert-kernel-to-loops,"
         "canonicalize,cse,"
-        "loops-distribute,loops-interchange,loops-pack,loops-pad,loops-vectorize,cse,loops-unroll-jam,cse,"
+        "loops-distribute,loops-interchange,loops-pack,loops-trim-taps,loops-pad,loops-vectorize,cse,loops-unroll-jam,cse,"
         "loops-pack-tiles,loops-parallelize"
     ),
 }

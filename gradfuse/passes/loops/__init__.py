@@ -6,6 +6,7 @@
 | `loops_distribute.py`        | `loops-distribute`        | row nests that share a weight run phase by phase |
 | `loops_interchange.py`       | `loops-interchange`       | the lanes' dim innermost; channel loops inside the taps |
 | `loops_pack.py`              | `loops-pack`              | operands read across the lanes copied into loop order |
+| `loops_trim_taps.py`        | `loops-trim-taps`         | tap loops bounded by the output point: no reads of padding |
 | `loops_vectorize.py`         | `loops-vectorize`         | one loop per nest runs in SIMD lanes   |
 | `loops_unroll_jam.py`        | `loops-unroll-jam`        | reduction nests run in register blocks (`jam.py`) |
 | `loops_pack_tiles.py`        | `loops-pack-tiles`        | a large copy made block by block in the nest that reads it |

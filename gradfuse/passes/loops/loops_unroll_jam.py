@@ -19,7 +19,9 @@ schedules (`split` + `unroll` of the output tile) and MLIR's `affine-loop-unroll
 - in a nest whose innermost dim runs in vector lanes (`loops-vectorize`), that dim too,
   by 2 where a row dim was jammed (an 8 x 16 block: 16 vector sums), else by up to `rows`.
 A dim runs its last `N mod factor` points unjammed. A nest that adds atomically, or
-whose innermost dim `omp simd` vectorises, is left as it is.
+whose innermost dim `omp simd` vectorises, is left as it is. A dim that a loop's bounds
+depend on (the output point whose taps `loops-trim-taps` bounded) is not jammed: its
+points run different taps.
 
 ```
 // ir-opt mm.mlir -p loops-unroll-jam
@@ -73,10 +75,15 @@ def plan(nest: scf.ParallelOp, rows: int = ROWS) -> list[tuple[int, int]]:
         )
 
     trips = [dim_trips(nest, k) for k in range(len(args))]
+    bounding = [o.lb for o in nest.walk() if isinstance(o, scf.ForOp)] + [
+        o.ub for o in nest.walk() if isinstance(o, scf.ForOp)
+    ]
     scored = [
         (shared(args[k]), k)
         for k in range(len(args))
-        if (k < last or not (lanes or SIMD in nest.attributes)) and trips[k] >= 2
+        if (k < last or not (lanes or SIMD in nest.attributes))
+        and trips[k] >= 2
+        and not any(depends(b, args[k]) for b in bounding)  # (a tap's bounds: loops-trim-taps)
     ]
     chosen: list[tuple[int, int]] = []
     score, best = max(scored, default=(0, 0))  # the most shared reads, then the innermost

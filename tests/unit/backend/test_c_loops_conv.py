@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from xdsl.dialects import arith, memref
+from xdsl.dialects import arith, memref, scf
 from xdsl.dialects.builtin import ModuleOp
 
 from gradfuse import execute
@@ -90,16 +90,17 @@ def test_convolutions_on_the_cpu_pipeline_match_the_reference(name: str, monkeyp
 @pytest.mark.parametrize("name", sorted(set(CASES) - {"conv-1x1-stride2"}))
 def test_padded_windows_are_read_without_guards(name: str) -> None:
     """Each padded convolution (forward, input and weight gradient) reads its window in
-    its innermost reduction with a guard until `loops-pad`, and without one after it
-    (test_convolutions_on_the_cpu_pipeline_match_the_reference checks the numbers).
-    The unpadded 1x1 convolution is left out: its input gradient's guard is a parity."""
+    its innermost reduction with a guard until `loops-trim-taps` and `loops-pad`, and
+    without one after them (test_convolutions_on_the_cpu_pipeline_match_the_reference
+    checks the numbers). The unpadded 1x1 convolution is left out: its input gradient's
+    guard is a parity."""
     make, shape = CASES[name]
     record(make, shape, np.float32)
-    before = PIPELINES["cpu"].split(",loops-pad,")[0]
+    before = PIPELINES["cpu"].split(",loops-trim-taps,")[0]
     module = program().module.clone()
     run_pipeline(module, before)
     assert guarded_reads(module) >= 3
-    run_pipeline(module, "loops-pad")
+    run_pipeline(module, "loops-trim-taps,loops-pad")
     assert guarded_reads(module) == 0
 
 
@@ -176,4 +177,48 @@ def test_a_strided_3x3_input_gradient_reads_a_weight_padded_to_whole_phases(monk
     assert reads and not any(
         isinstance(u.operation, arith.SelectOp) for r in reads for u in r.res.uses
     )
+    assert_matches_float64(make, shape, 4)
+
+
+def trimmed_loops(module: ModuleOp) -> dict[str, int]:
+    """Per kernel function, its `scf.for`s whose bounds are computed (`loops-trim-taps`)."""
+    out: dict[str, int] = {}
+    for fn in kernel_functions(module):
+        n = sum(
+            1
+            for op in fn.walk()
+            if isinstance(op, scf.ForOp)
+            and not all(isinstance(b.owner, arith.ConstantOp) for b in (op.lb, op.ub))
+        )
+        if n:
+            out[fn.sym_name.data] = n
+    return out
+
+
+@pytest.mark.parametrize("image", [2, 4])
+def test_small_images_run_only_the_taps_inside_them(image: int, monkeypatch) -> None:
+    """ResNet-18's layer 4 shapes (3 x 3, padding 1, on 2 x 2 images, the second
+    convolution reading the first's output): the forward, the input gradient and the
+    weight gradient each bound their tap loops by the output point (`loops-trim-taps`:
+    the weight gradient's image rows by the tap), read the image with no guard and no
+    padded copy, and match float64 on the reference. Layer 3's 4 x 4 images skip 31%
+    of the taps, under `min-skip`: they keep whole taps and a padded copy."""
+    monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu")
+
+    def make():
+        return Sequential(Conv2d(16, 32, 3, 1, 1, bias=False), Conv2d(32, 16, 3, 1, 1, bias=False))
+
+    shape = (8, 16, image, image)
+    record(make, shape, np.float32)
+    module = program().module.clone()
+    run_pipeline(module, "cpu")
+    trimmed = trimmed_loops(module)
+    padded = [
+        op for op in module.walk() if isinstance(op, memref.AllocOp) and op.memref.name_hint == "padded"
+    ]  # fmt: skip
+    if image == 2:  # 2 loops in each of 6 convolutions: 2 forwards, 2 input gradients
+        assert sum(trimmed.values()) == 12  # (x's too: the loss reads it), 2 weight gradients
+        assert not padded and guarded_reads(module) == 0
+    else:
+        assert not trimmed and padded
     assert_matches_float64(make, shape, 4)
