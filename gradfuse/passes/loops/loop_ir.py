@@ -65,6 +65,18 @@ def guarded_select(load: memref.LoadOp) -> arith.SelectOp | None:
     return sel
 
 
+def guard_tests(g: SSAValue) -> list[arith.CmpiOp] | None:
+    """The tests of a guard that is a conjunction (`andi`) of `cmpi sge t, 0` (what the
+    lowering of a padded window writes), else None."""
+    op = g.owner
+    if isinstance(op, arith.AndIOp):
+        a, b = guard_tests(op.lhs), guard_tests(op.rhs)
+        return None if a is None or b is None else a + b
+    if isinstance(op, arith.CmpiOp) and op.predicate.value.data == 5 and int_constant(op.rhs) == 0:
+        return [op]  # (predicate 5: sge)
+    return None
+
+
 def erase_dead(values: list[SSAValue]) -> None:
     """Erases the pure arith ops among the owners of `values` that nothing uses, and then
     those of their operands."""

@@ -50,6 +50,7 @@ from gradfuse.passes.loops.loop_ir import (
     Form,
     affine_form,
     erase_dead,
+    guard_tests,
     guarded_select,
     int_constant,
     kernel_functions,
@@ -76,14 +77,11 @@ def form_range(form: Form) -> tuple[int, int]:
 
 def conjuncts(g: SSAValue) -> list[Form] | None:
     """The affine forms `t` of a guard that is a conjunction of `t >= 0`, else None."""
-    op = g.owner
-    if isinstance(op, arith.AndIOp):
-        a, b = conjuncts(op.lhs), conjuncts(op.rhs)
-        return None if a is None or b is None else a + b
-    if isinstance(op, arith.CmpiOp) and op.predicate.value.data == 5 and int_constant(op.rhs) == 0:
-        t = affine_form(op.lhs)  # (predicate 5: sge)
-        return None if t is None else [t]
-    return None
+    tests = guard_tests(g)
+    if tests is None:
+        return None
+    forms = [f for t in tests if (f := affine_form(t.lhs)) is not None]
+    return forms if len(forms) == len(tests) else None
 
 
 @dataclass

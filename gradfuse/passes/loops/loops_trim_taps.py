@@ -47,6 +47,7 @@ from gradfuse.passes.loops.loop_ir import (
     Form,
     affine_form,
     erase_dead,
+    guard_tests,
     int_constant,
     kernel_functions,
     loop_range,
@@ -60,17 +61,6 @@ along the batch, not the image's rows (`loops-unroll-jam`), and reads 8 images a
 ResNet-18 b8 (one thread, best of 5 twice) took 111.3 / 110.7 ms a step trimming its
 2 x 2 images (56% skipped), 114.6 / 112.5 ms trimming its 4 x 4 images too (31%),
 114.6 / 115.7 ms trimming none."""
-
-
-def leaves(g: SSAValue) -> list[arith.CmpiOp] | None:
-    """The tests of a guard that is a conjunction (`andi`) of `cmpi sge t, 0`, else None."""
-    op = g.owner
-    if isinstance(op, arith.AndIOp):
-        a, b = leaves(op.lhs), leaves(op.rhs)
-        return None if a is None or b is None else a + b
-    if isinstance(op, arith.CmpiOp) and op.predicate.value.data == 5 and int_constant(op.rhs) == 0:
-        return [op]
-    return None
 
 
 def zero_fill(op: Operation) -> bool:
@@ -96,7 +86,7 @@ def zero_where_failing(v: SSAValue, test: arith.CmpiOp) -> bool:
     guard's tests, or a product, negation or masked value (`select(m, v, 0)`) of one."""
     op = v.owner
     if isinstance(op, arith.SelectOp) and zero_fill(op):  # (a guarded read, or a mask of one)
-        return test in (leaves(op.cond) or []) or zero_where_failing(op.lhs, test)
+        return test in (guard_tests(op.cond) or []) or zero_where_failing(op.lhs, test)
     if isinstance(op, arith.MulfOp):
         return zero_where_failing(op.lhs, test) or zero_where_failing(op.rhs, test)
     if isinstance(op, arith.NegfOp):
@@ -239,8 +229,8 @@ def assume(test: arith.CmpiOp) -> None:
         elif isinstance(op, arith.SelectOp) and use.index == 0:
             op.result.replace_all_uses_with(op.lhs)
             dead += [op.result, op.rhs]
-    true = fast.constant(1, i1)
     if test.result.uses:
+        true = fast.constant(1, i1)
         assert test.parent is not None
         test.parent.insert_op_before(true, test)
         test.result.replace_all_uses_with(true.result)
@@ -252,7 +242,7 @@ def trim_nest(nest: scf.ParallelOp, min_skip: float = MIN_SKIP) -> bool:
     guards = [o for o in nest.walk() if guarded_zero(o)]
     tests: dict[arith.CmpiOp, None] = {}
     for sel in guards:
-        found = leaves(sel.cond)  # type: ignore[attr-defined]
+        found = guard_tests(sel.cond)  # type: ignore[attr-defined]
         if found is None:
             return False
         tests.update(dict.fromkeys(found))
@@ -275,7 +265,7 @@ def trim_nest(nest: scf.ParallelOp, min_skip: float = MIN_SKIP) -> bool:
 class LoopsTrimTapsPass(ModulePass):
     """Bounds the tap loops of reductions over padded windows by their output point.
 
-    `ir-opt k.mlir -p 'loops-trim-taps{min-skip=0.125}'`
+    `ir-opt k.mlir -p 'loops-trim-taps{min-skip=0.5}'`
     """
 
     name = "loops-trim-taps"

@@ -75,9 +75,7 @@ def plan(nest: scf.ParallelOp, rows: int = ROWS) -> list[tuple[int, int]]:
         )
 
     trips = [dim_trips(nest, k) for k in range(len(args))]
-    bounding = [o.lb for o in nest.walk() if isinstance(o, scf.ForOp)] + [
-        o.ub for o in nest.walk() if isinstance(o, scf.ForOp)
-    ]
+    bounding = [b for o in nest.walk() if isinstance(o, scf.ForOp) for b in (o.lb, o.ub)]
     scored = [
         (shared(args[k]), k)
         for k in range(len(args))
