@@ -40,10 +40,16 @@ def int_constant(v: SSAValue) -> int | None:
 
 def depends(v: SSAValue, target: SSAValue) -> bool:
     """Whether `v` is computed from `target` (through ops, not block arguments)."""
-    if v is target:
-        return True
-    owner = v.owner
-    return isinstance(owner, Operation) and any(depends(o, target) for o in owner.operands)
+    todo, seen = [v], set()
+    while todo:  # each op once: index expressions share their subexpressions
+        v = todo.pop()
+        if v is target:
+            return True
+        owner = v.owner
+        if isinstance(owner, Operation) and owner not in seen:
+            seen.add(owner)
+            todo.extend(owner.operands)
+    return False
 
 
 def own_index(indices: Sequence[SSAValue], d: SSAValue) -> int | None:
