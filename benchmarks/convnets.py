@@ -1,7 +1,7 @@
 """Convolutional training steps (issue 7): kernels per step against PyTorch's profile,
 and step time on the C backend against PyTorch CPU eager, measured in one run.
 
-    .venv/bin/python benchmarks/convnets.py [--steps 2] [--rounds 3] [--time-batch 8] [--threads N]
+    .venv/bin/python benchmarks/convnets.py [--steps 10] [--rounds 3] [--time-batch 8] [--threads N]
 
 1. Kernels per training step of examples/dcgan.py at batch 128 (the profile's batch),
    beside PyTorch's 506 CUDA kernels from ../shared/reference/dcgan_kernel_profile.txt,
@@ -15,7 +15,11 @@ and step time on the C backend against PyTorch CPU eager, measured in one run.
    of its buffers' pages; on the GPU module load and graph capture); gradfuse's compile
    is not timed. Each side is timed `--rounds` times, the two taking turns, and the
    best of each is kept, as `timeit` does: the machine is shared, and a slow run
-   measures its other load, not the code.
+   measures its other load, not the code. A step's time is a run's over its steps: a
+   gradfuse run also copies the params' first values in and their last values back
+   to the model (ResNet-18: 45 MB each way), a cost of the run, not of a step (on the
+   2-core developer machine, one thread: 126 ms a step in runs of one step, 111 ms in
+   runs of 10), hence 10 steps a run by default, where training runs thousands.
    `--no-resnet` times DCGAN only.
 
     .venv/bin/python benchmarks/convnets.py --backend cuda --time-batch 128 --steps 10
@@ -131,7 +135,7 @@ def compare(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=10, help="steps a timed run")
     parser.add_argument("--rounds", type=int, default=3, help="timed runs of each, taking turns")
     parser.add_argument("--time-batch", type=int, default=8)
     parser.add_argument("--backend", default=None, help="gradfuse backend (default: its default)")
