@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from empty_cache import empty_cache  # benchmarks/empty_cache.py
 from threads import add_threads_option, use_threads  # benchmarks/threads.py
-from torch_compile import add_torch_compile_option, mode, torch_compile_wanted
+from torch_compile import add_torch_compile_option, mode, step_begin, torch_compile_wanted
 
 import gradfuse
 from gradfuse import Feeder, ir_for
@@ -100,6 +100,7 @@ def torch_run(steps: int, repeat: int, device: str, compiled: bool = False) -> f
     for _ in range(repeat + compiled):  # a compiled run's first round compiles
         start = time.perf_counter()
         for _ in range(steps):
+            step_begin(compiled, device)
             opt.zero_grad()
             x = torch.from_numpy(batch).to(device)  # a fresh host batch each step, as the feeder
             model(x).backward(torch.ones(BATCH, WIDTH, device=device))

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 from threads import add_threads_option, use_threads  # benchmarks/threads.py
-from torch_compile import add_torch_compile_option, mode, torch_compile_wanted
+from torch_compile import add_torch_compile_option, mode, step_begin, torch_compile_wanted
 
 import gradfuse
 from gradfuse import Feeder, ir_for
@@ -94,6 +94,7 @@ def torch_run(
         )
 
     def step() -> None:
+        step_begin(compiled, device)
         opt.zero_grad()
         model(x).sum().backward()
         update()
