@@ -3,10 +3,10 @@ their loops on a CUDA device (tests/gpu/conftest.py), and the runtime's asynchro
 paths against its synchronous one.
 
 The models: every param, buffer and loss after a step drifts from the reference
-interpreter's float64 run at most 4 times as far as the reference's own float32 run
-does (`float32_drift`; measured on the emulated device: at most 1.6 times). A
-multiple of float32's own drift, not a fixed tolerance, since the kernels sum in
-another order than NumPy does (tiles, block reductions).
+interpreter's float64 run at most 4 times as far as the reference's own float32 runs
+do (`float32_drift`; from the params and from params nudged by one ulp). A multiple
+of float32's own drift, not a fixed tolerance, since the kernels sum in another order
+than NumPy does (tiles, block reductions) and nvcc contracts multiply-adds to FMAs.
 
 The runtime: the seed MLP with a feeder and a receiver, its loop body captured as a
 graph and replayed, copies and launches queued on a stream that runs on its own thread,
@@ -30,7 +30,7 @@ import gradfuse
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "frontend"))
 from example_programs import load_example, record_mlp  # noqa: E402
-from float32_drift import Drift, assert_within, table  # noqa: E402
+from float32_drift import Drift, assert_within, drift, nudge, table  # noqa: E402
 
 pytestmark = BACKEND_MARKS
 
@@ -38,6 +38,8 @@ SIZES = {
     "dcgan": {"BATCH": 2, "NGF": 8, "NDF": 8},
     "resnet18": {"BATCH": 2, "IMAGE": 32, "NUM_CLASSES": 10},
 }
+NUDGES = (1, 2)
+"""Seeds of the nudged float32 runs (`float32_drift.nudge`) that scale float32's drift."""
 ADAM_RESOLVES = 0.99
 """Adam's first step moves an element by lr |g| / (|g| + 1e-8): by over 0.99 lr where
 |g| > 1e-6. Below, the gradient's float32 rounding decides the move (the DCGAN tests of
@@ -51,12 +53,18 @@ def state_of(models: list[Any], losses: Any) -> dict[str, np.ndarray]:
     return state
 
 
-def one_step(name: str, backend: str, dtype: Any = None, **sizes: int) -> tuple[dict, dict]:
+def one_step(
+    name: str, backend: str, dtype: Any = None, nudged: int | None = None, **sizes: int
+) -> tuple[dict, dict]:
     """The example's state before one training step on `backend`, and after it (with
-    the losses); `sizes` replace `SIZES[name]`'s."""
+    the losses); `sizes` replace `SIZES[name]`'s; with `nudged`, each param first moves
+    by one ulp (`float32_drift.nudge` with that seed)."""
     gradfuse.reset()
     example = load_example(name, **{**SIZES[name], **sizes})
     *models, losses = example.record(1, log_every=1)
+    if nudged is not None:
+        for param in (p for model in models for p in model.parameters()):
+            param.data = nudge(param.data, nudged)
     before = state_of(models, [])
     gradfuse.compile(backend, dtype=dtype).run()
     return before, state_of(models, losses)
@@ -64,18 +72,23 @@ def one_step(name: str, backend: str, dtype: Any = None, **sizes: int) -> tuple[
 
 @pytest.mark.parametrize("name", sorted(SIZES))
 def test_a_training_step_drifts_as_the_reference_float32_does(name: str) -> None:
-    """DCGAN's Adam moves are compared where Adam resolves the gradient (`ADAM_RESOLVES`);
-    measured: at most 1.6 times the reference's float32 drift (3.4 on G's first weight
-    with the unresolved elements in)."""
+    """DCGAN's Adam moves are compared where Adam resolves the gradient (`ADAM_RESOLVES`).
+    Float32's drift is the largest of three reference float32 runs: from the params and
+    from the params nudged by one ulp (`NUDGES`), as one run's drift of an ill-conditioned
+    scalar is a poor scale. Measured: ResNet-18's loss drifts 8.6e-5 in the plain run and
+    7.2e-5, 4.8e-4, 6.4e-4 from nudged params (seeds 1-3); an H200 with nvcc's FMA
+    contraction 4.0e-4 (4.7 times the plain run's; 1.5 with --fmad=false), the emulated
+    device 1.6 times at most (3.4 on DCGAN G's first weight with the unresolved elements in)."""
     _, ours = one_step(name, ON)
-    _, ref32 = one_step(name, "reference")
     before, ref64 = one_step(name, "reference", dtype=np.float64)
+    runs32 = [one_step(name, "reference", nudged=seed)[1] for seed in (None, *NUDGES)]
     rows = []
     for key, want in ref64.items():
         mask = None
         if name == "dcgan" and key.endswith(("weight", "bias")):
             mask = np.abs(want - before[key]) > ADAM_RESOLVES * load_example(name).LR
-        rows.append(Drift(key, ours[key], ref32[key], want, mask))
+        worst32 = max(runs32, key=lambda run: drift(run[key], want, mask))
+        rows.append(Drift(key, ours[key], worst32[key], want, mask))
     print(table(rows))
     assert_within(rows, factor=4)
 
