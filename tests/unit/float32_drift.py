@@ -19,15 +19,16 @@ import numpy as np
 EPS32 = float(np.finfo(np.float32).eps)
 
 
-def nudge(values: np.ndarray, seed: int) -> np.ndarray:
-    """Each element moved by one unit in the last place, up or down at random: the same
-    problem to the values' precision. Where a result is ill-conditioned (ResNet-18's
+def nudge(values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Each element moved by one unit in the last place, up or down as `rng` draws: the
+    same problem to the values' precision. Where a result is ill-conditioned (ResNet-18's
     batch norm over 2 samples of 1 x 1 images), a float32 run from nudged params is
     another equally valid draw of float32's drift, and one draw alone is a poor scale:
 
+        rng = np.random.default_rng(seed)   # one generator for all the params
+        for p in params: p.data = nudge(p.data, rng)
         worst32 = max(drift(run[key], want64) for run in [ref32, *nudged_runs])
     """
-    rng = np.random.default_rng(seed)
     away = np.where(rng.random(values.shape) < 0.5, -np.inf, np.inf).astype(values.dtype)
     return np.nextafter(values, away)
 
