@@ -26,7 +26,6 @@ from math import prod
 from xdsl.dialects import arith, func, memref, scf, vector
 from xdsl.dialects.builtin import IntegerAttr, IntegerType, MemRefType, VectorType, f32
 from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
-from xdsl.ir.affine import AffineDimExpr
 
 from gradfuse.backend.cstyle import (
     BINARY,
@@ -39,7 +38,7 @@ from gradfuse.backend.cstyle import (
     literal,
 )
 from gradfuse.passes.loops.lanes import WIDTHS
-from gradfuse.passes.loops.loop_ir import OMP, REDUCING, SIMD, Form, affine_form
+from gradfuse.passes.loops.loop_ir import OMP, REDUCING, SIMD, Form, transfer_dim, writes
 
 DIM = re.compile(r"d\d+")
 
@@ -61,53 +60,6 @@ for its masks `vector<Wxi1>`, a byte a lane as i1 buffers hold them (`gf_boolx8`
 a lane-wise select and maximum (fmaxf's result, as `gf_fmaxf`: NaN only where both are)
 as blends by a mask of whole lanes (`gf_intx8`, what a vector comparison gives: -1 or
 0)."""
-
-
-def transfer_dim(op: vector.TransferReadOp | vector.TransferWriteOp) -> int:
-    """The buffer dim a transfer's lanes run along (its permutation map's one result)."""
-    (dim,) = op.permutation_map.data.results
-    assert isinstance(dim, AffineDimExpr)
-    return dim.position
-
-
-Write = tuple[vector.TransferWriteOp, list[Form | None]]
-"""A transfer write and the affine forms of its indices."""
-
-
-def disjoint(a: Write, b: Write) -> bool:
-    """Whether two transfer writes along the same dim of one buffer provably write no
-    element in common: some other index differs by a constant, or the lane dim's by at
-    least the lanes."""
-    (x, fx), (y, fy) = a, b
-    along = transfer_dim(x)
-    if x.source != y.source or along != transfer_dim(y):
-        return False
-    lanes = x.vector.type.get_shape()[0]  # type: ignore[attr-defined]
-    for k, (i, j) in enumerate(zip(fx, fy)):
-        if i is not None and j is not None and i[0] == j[0]:
-            apart = abs(i[1] - j[1])
-            if apart and (k != along or apart >= lanes):
-                return True
-    return False
-
-
-def writes(ops: list[Operation], i: int) -> tuple[list[vector.TransferWriteOp], int]:
-    """The run of transfer writes from `ops[i]` that write pairwise disjoint elements of
-    one buffer (constants between them print nothing), and the index after it; ([], i)
-    where `ops[i]` is not one."""
-    run: list[Write] = []
-    j = i
-    while j < len(ops):
-        op = ops[j]
-        if isinstance(op, vector.TransferWriteOp):
-            write = (op, [affine_form(v) for v in op.indices])
-            if not all(disjoint(write, w) for w in run):
-                break
-            run.append(write)
-        elif not (run and isinstance(op, arith.ConstantOp)):
-            break
-        j += 1
-    return [w for w, _ in run], (j if run else i)
 
 
 class CLoopTarget(CTarget):
@@ -146,6 +98,7 @@ class LoopRenderer(Renderer):
 
     def __init__(self) -> None:
         super().__init__(CLoopTarget())
+        self.forms: dict[SSAValue, Form | None] = {}  # affine_form's, for a kernel
 
     def name(self, v: SSAValue) -> str:
         """Loop indices by their dims' names (`d2`), constants as literals."""
@@ -158,7 +111,7 @@ class LoopRenderer(Renderer):
 
     def kernel(self, fn: Operation) -> str:  # type: ignore[override]
         assert isinstance(fn, func.FuncOp)
-        self.names, self.lines = {}, []
+        self.names, self.lines, self.forms = {}, [], {}
         head = self.head(fn)  # type: ignore[arg-type]
         self.block(fn.body.block.ops, 1)
         return head + "\n".join(self.lines) + "\n}\n"
@@ -286,7 +239,7 @@ class LoopRenderer(Renderer):
         ops = list(ops)
         i = 0
         while i < len(ops):
-            run, i = writes(ops, i)
+            run, i = writes(ops, i, self.forms)
             if run:
                 self.scatter(run, depth)
             else:

@@ -10,10 +10,12 @@ or on an `scf.for` that carries sums: the loop is vectorised (`loops-vectorize`)
 """
 
 from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
-from xdsl.dialects import arith, func, memref, scf
+from xdsl.dialects import arith, func, memref, scf, vector
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.ir.affine import AffineDimExpr
 
 from gradfuse.passes.lib import fast_ops as fast
 
@@ -200,9 +202,19 @@ Form = tuple[dict[SSAValue, int], int]
 """An affine index value: coefficients of loop indices, and a constant."""
 
 
-def affine_form(v: SSAValue) -> Form | None:
+def affine_form(v: SSAValue, memo: dict[SSAValue, Form | None] | None = None) -> Form | None:
     """`v` as an affine form of loop indices (`scf.for`/`scf.parallel` block arguments),
-    through constants, `addi`, `subi` and `muli` by a constant; else None."""
+    through constants, `addi`, `subi` and `muli` by a constant; else None. `memo` keeps
+    the forms found, for a caller that asks of many indices of unchanging IR."""
+    if memo is not None and v in memo:
+        return memo[v]
+    form = _affine_form(v, memo)
+    if memo is not None:
+        memo[v] = form
+    return form
+
+
+def _affine_form(v: SSAValue, memo: dict[SSAValue, Form | None] | None) -> Form | None:
     c = int_constant(v)
     if c is not None:
         return {}, c
@@ -211,7 +223,7 @@ def affine_form(v: SSAValue) -> Form | None:
     op = v.owner
     if not isinstance(op, arith.AddiOp | arith.SubiOp | arith.MuliOp):
         return None
-    a, b = affine_form(op.lhs), affine_form(op.rhs)
+    a, b = affine_form(op.lhs, memo), affine_form(op.rhs, memo)
     if a is None or b is None:
         return None
     if isinstance(op, arith.MuliOp):
@@ -235,3 +247,58 @@ def loop_range(iv: SSAValue) -> tuple[int, int] | None:
     if n <= 0 or lo is None or step is None:
         return None
     return lo, lo + (n - 1) * step
+
+
+def transfer_dim(op: vector.TransferReadOp | vector.TransferWriteOp) -> int:
+    """The buffer dim a transfer's lanes run along (its permutation map's one result)."""
+    (dim,) = op.permutation_map.data.results
+    assert isinstance(dim, AffineDimExpr)
+    return dim.position
+
+
+class Write(NamedTuple):
+    """A transfer write, its buffer, the dim and count of its lanes, and the affine
+    forms of its indices."""
+
+    op: vector.TransferWriteOp
+    source: SSAValue
+    along: int
+    lanes: int
+    forms: list[Form | None]
+
+
+def disjoint(x: Write, y: Write) -> bool:
+    """Whether two transfer writes along the same dim of one buffer provably write no
+    element in common: some other index differs by a constant, or the lane dim's by at
+    least the lanes."""
+    if x.source != y.source or x.along != y.along:
+        return False
+    for k, (i, j) in enumerate(zip(x.forms, y.forms)):
+        if i is not None and j is not None and i[0] == j[0]:
+            apart = abs(i[1] - j[1])
+            if apart and (k != x.along or apart >= x.lanes):
+                return True
+    return False
+
+
+def writes(
+    ops: list[Operation], i: int, memo: dict[SSAValue, Form | None] | None = None
+) -> tuple[list[vector.TransferWriteOp], int]:
+    """The run of transfer writes from `ops[i]` that write pairwise disjoint elements of
+    one buffer (constants between them print nothing), and the index after it; ([], i)
+    where `ops[i]` is not one (`memo`: `affine_form`'s)."""
+    run: list[Write] = []
+    j = i
+    while j < len(ops):
+        op = ops[j]
+        if isinstance(op, vector.TransferWriteOp):
+            lanes = op.vector.type.get_shape()[0]  # type: ignore[attr-defined]
+            forms = [affine_form(v, memo) for v in op.indices]
+            write = Write(op, op.source, transfer_dim(op), lanes, forms)
+            if not all(disjoint(write, w) for w in run):
+                break
+            run.append(write)
+        elif not (run and isinstance(op, arith.ConstantOp)):
+            break
+        j += 1
+    return [w.op for w in run], (j if run else i)
