@@ -171,6 +171,16 @@ class LoopRenderer(Renderer):
             a, b = (self.name(v) for v in op.operands)
             self.emit(f"{type_name(ty)} {r} = {a} {BINARY[type(op)]} {b};", depth)
             return
+        if isinstance(op, vector.ShuffleOp):  # GCC's two-vector shuffle by a lane mask
+            n = ty.get_shape()[0]  # type: ignore[attr-defined]
+            index = "gf_boolx" if ty.element_type == IntegerType(1) else "gf_intx"  # type: ignore[attr-defined]
+            mask = ", ".join(str(k) for k in op.mask.get_values())
+            a, b = (self.name(v) for v in op.operands)
+            self.emit(
+                f"{type_name(ty)} {r} = __builtin_shuffle({a}, {b}, ({index}{n}){{{mask}}});",
+                depth,
+            )
+            return
         if (whole := self.whole_lanes(op)) is not None:
             self.emit(f"{type_name(ty)} {r} = {whole};", depth)
             return

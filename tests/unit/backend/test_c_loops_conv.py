@@ -20,7 +20,7 @@ from xdsl.dialects.builtin import ModuleOp
 from gradfuse import execute
 from gradfuse.backend.c.host import render_c
 from gradfuse.frontend.recorder import program
-from gradfuse.nn import Conv2d, Sequential
+from gradfuse.nn import Conv2d, LeakyReLU, Sequential
 from gradfuse.passes import PIPELINES, run_pipeline
 from gradfuse.passes.loops.loop_ir import kernel_functions
 from gradfuse.passes.loops.loops_vectorize import innermost_nests, innermost_reduction
@@ -221,4 +221,29 @@ def test_small_images_run_only_the_taps_inside_them(image: int, monkeypatch) -> 
         assert not padded and guarded_reads(module) == 0
     else:
         assert not trimmed and padded
+    assert_matches_float64(make, shape, 4)
+
+
+def test_register_blocks_store_their_outputs_by_rows(monkeypatch) -> None:
+    """DCGAN's discriminator layers (4 x 4 at stride 2, leaky ReLU between): the forward
+    convolutions' blocks of 8 image columns x 8 output channels, and the leaky ReLU's
+    mask beside the first, are stored as transposed 8 x 8 tiles (`loops-transpose-writes`:
+    `__builtin_shuffle` on floats and on mask bytes, then 8 contiguous stores), and the
+    results match float64 on the reference."""
+    monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu")
+
+    def make():
+        return Sequential(
+            Conv2d(8, 16, 4, 2, 1, bias=False),
+            LeakyReLU(0.2, inplace=True),
+            Conv2d(16, 16, 4, 2, 1, bias=False),
+        )
+
+    shape = (2, 8, 32, 32)
+    record(make, shape, np.float32)
+    module = program().module.clone()
+    run_pipeline(module, "cpu")
+    source = render_c(module)
+    assert source.count("(gf_intx8){0, 8, 1, 9, 4, 12, 5, 13}") >= 4 * 2  # 4 per tile
+    assert source.count("(gf_boolx8){0, 8, 1, 9, 4, 12, 5, 13}") >= 4  # the mask's
     assert_matches_float64(make, shape, 4)
