@@ -17,6 +17,7 @@ C printer, `comparison`) handles these.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import ClassVar
 
 from xdsl.dialects import arith
@@ -38,6 +39,7 @@ from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
 
+@cache
 def mask_type(width: int) -> VectorType:
     """`vector<{width}xi1>`."""
     return VectorType(IntegerType(1), [width])
