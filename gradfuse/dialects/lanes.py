@@ -40,9 +40,15 @@ from xdsl.utils.exceptions import VerifyException
 
 
 @cache
+def vector_type(element: Attribute, width: int) -> VectorType:
+    """`vector<{width}x{element}>`, made once (an attribute's construction verifies it;
+    strip-mining DCGAN b8 asked for 4,558)."""
+    return VectorType(element, [width])
+
+
 def mask_type(width: int) -> VectorType:
     """`vector<{width}xi1>`."""
-    return VectorType(IntegerType(1), [width])
+    return vector_type(IntegerType(1), width)
 
 
 @irdl_op_definition

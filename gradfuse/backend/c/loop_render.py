@@ -251,7 +251,7 @@ class LoopRenderer(Renderer):
         while i < len(ops):
             run, i = writes(ops, i, self.forms)
             if run:
-                self.scatter(run, depth)
+                self.scatter([w.op for w in run], depth)
             else:
                 self.op(ops[i], depth)
                 i += 1

@@ -28,8 +28,6 @@ scf.parallel (%d0, %d1) = (%c0, %c0) to (%c64, %c128) step (%c1, %c8) {
 
 from __future__ import annotations
 
-from functools import cache
-
 from xdsl.dialects import arith, math, memref, scf, vector
 from xdsl.dialects.builtin import (
     AffineMapAttr,
@@ -40,7 +38,7 @@ from xdsl.dialects.builtin import (
     IntegerType,
     VectorType,
 )
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.ir.affine import AffineExpr, AffineMap
 
 from gradfuse.dialects import lanes
@@ -64,12 +62,6 @@ IN_BOUNDS = ArrayAttr([BoolAttr.from_bool(True)])
 """A transfer's lanes are all in the buffer: each is a point of the nest."""
 
 
-@cache
-def vector_type(element: Attribute, width: int) -> VectorType:
-    """`vector<{width}x{element}>`, made once (an attribute's construction verifies it)."""
-    return VectorType(element, [width])
-
-
 class NotLanes(Exception):
     """The nest has an op that lanes cannot express here."""
 
@@ -90,7 +82,7 @@ class Widen:
         """`ty`'s lanes: `vector<Wxf32>`, or a mask `vector<Wxi1>`."""
         if not isinstance(ty, Float32Type) and ty != IntegerType(1):
             raise NotLanes(f"a lane value of type {ty}")
-        return vector_type(ty, self.width)
+        return lanes.vector_type(ty, self.width)
 
     def get(self, v: SSAValue) -> SSAValue:
         return self.vm.get(v, v)

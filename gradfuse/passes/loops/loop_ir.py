@@ -258,7 +258,8 @@ def transfer_dim(op: vector.TransferReadOp | vector.TransferWriteOp) -> int:
 
 class Write(NamedTuple):
     """A transfer write, its buffer, the dim and count of its lanes, and the affine
-    forms of its indices."""
+    forms of its indices: found once for the pairwise `disjoint` tests of a run (read
+    through the op's properties each time, they took most of the C printer's time)."""
 
     op: vector.TransferWriteOp
     source: SSAValue
@@ -283,7 +284,7 @@ def disjoint(x: Write, y: Write) -> bool:
 
 def writes(
     ops: list[Operation], i: int, memo: dict[SSAValue, Form | None] | None = None
-) -> tuple[list[vector.TransferWriteOp], int]:
+) -> tuple[list[Write], int]:
     """The run of transfer writes from `ops[i]` that write pairwise disjoint elements of
     one buffer (constants between them print nothing), and the index after it; ([], i)
     where `ops[i]` is not one (`memo`: `affine_form`'s)."""
@@ -301,4 +302,4 @@ def writes(
         elif not (run and isinstance(op, arith.ConstantOp)):
             break
         j += 1
-    return [w.op for w in run], (j if run else i)
+    return run, (j if run else i)

@@ -35,13 +35,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from gradfuse.passes.lib import fast_ops as fast
-from gradfuse.passes.loops.loop_ir import (
-    Form,
-    affine_form,
-    kernel_functions,
-    transfer_dim,
-    writes,
-)
+from gradfuse.passes.loops.loop_ir import Form, Write, kernel_functions, transfer_dim, writes
 
 LANES = 8
 """The tile's side: the transpose below is that of 8 x 8 (`WIDTHS`' only width)."""
@@ -78,21 +72,18 @@ def transpose(rows: list[SSAValue], into: list[Operation]) -> list[SSAValue]:
 Key = tuple[SSAValue, int, tuple[object, ...]]
 
 
-def tile_key(
-    op: vector.TransferWriteOp, memo: dict[SSAValue, Form | None]
-) -> tuple[Key, int] | None:
+def tile_key(write: Write) -> tuple[Key, int] | None:
     """What the 8 writes of one tile share (buffer, lane dim, the affine forms of the
     indices, the last one's without its constant), and this write's constant; None
     for a write that no tile holds (lanes along the last dim, a non-affine index)."""
-    along, width = transfer_dim(op), op.vector.type.get_shape()[0]  # type: ignore[attr-defined]
-    if width != LANES or along == len(op.indices) - 1:
+    if write.lanes != LANES or write.along == len(write.forms) - 1:
         return None
-    forms = [affine_form(v, memo) for v in op.indices]
-    if any(f is None for f in forms):
+    forms = [f for f in write.forms if f is not None]
+    if len(forms) < len(write.forms):
         return None
-    shape = [tuple(sorted(((id(iv), c) for iv, c in f[0].items()))) for f in forms if f]
-    consts = [f[1] for f in forms if f]
-    key = (op.source, along, (*zip(shape[:-1], consts[:-1]), shape[-1]))
+    shape = [tuple(sorted((id(iv), c) for iv, c in terms.items())) for terms, _ in forms]
+    consts = [const for _, const in forms]
+    key = (write.source, write.along, (*zip(shape[:-1], consts[:-1]), shape[-1]))
     return key, consts[-1]
 
 
@@ -130,13 +121,14 @@ def transpose_block(block: Block) -> None:
         i = after if run else i + 1
         tiles: dict[Key, dict[int, vector.TransferWriteOp]] = {}
         for w in run:
-            found = tile_key(w, memo)
+            found = tile_key(w)
             if found is not None:
-                tiles.setdefault(found[0], {})[found[1]] = w
+                tiles.setdefault(found[0], {})[found[1]] = w.op
+        order = [w.op for w in run]
         for at in tiles.values():
             low = min(at)
             if sorted(at) == list(range(low, low + LANES)):
-                last = max(at.values(), key=run.index)
+                last = max(at.values(), key=order.index)
                 rewrite([at[low + k] for k in range(LANES)], last)
 
 
