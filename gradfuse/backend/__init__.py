@@ -46,15 +46,21 @@ nests) or `cpu` (loop nests from `convert-kernel-to-loops` and the `loop-*` pass
 
 def pipeline_of(backend: str) -> str:
     """The pipeline `backend` compiles with; for c, $GRADFUSE_C_PIPELINE when it is set
-    (`GRADFUSE_C_PIPELINE=cpu`)."""
+    (`GRADFUSE_C_PIPELINE=cpu`, or with options: `cpu{jam-work=0}`)."""
     chosen = os.environ.get("GRADFUSE_C_PIPELINE") if backend == "c" else None
     if not chosen:
         return PIPELINE_OF[backend]
-    if chosen not in C_PIPELINES:
+    if chosen.partition("{")[0] not in C_PIPELINES:
         raise GradfuseError(
             f'GRADFUSE_C_PIPELINE="{chosen}" is not a pipeline of the c backend'
             f" (choose from {', '.join(C_PIPELINES)})"
         )
+    from gradfuse.passes import expand
+
+    try:
+        expand(chosen)
+    except ValueError as e:
+        raise GradfuseError(f'GRADFUSE_C_PIPELINE="{chosen}": {e}') from None
     return chosen
 
 

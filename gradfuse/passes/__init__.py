@@ -7,6 +7,7 @@ ir-opt model.tg --pipeline default
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable
 
 from xdsl.context import Context
@@ -97,10 +98,45 @@ def make_context() -> Context:
     return ctx
 
 
+PIPELINE_OPTIONS: dict[str, tuple[str, str]] = {
+    "jam-work": ("loops-unroll-jam", "min-work"),
+}
+"""Options of the named pipelines, as MLIR's registered pipelines take them: each sets an
+option of one pass in the pipeline (`ir-opt m.tg -p 'cpu{jam-work=0}'`: register blocks
+for nests of any size, as the golden tests of small programs ask)."""
+
+
+def with_options(name: str, options: str) -> str:
+    """The passes of pipeline `name` with its `options` (`jam-work=0 ...`) set."""
+    text = expand(PIPELINES[name])
+    for option in options.split():
+        key, _, value = option.partition("=")
+        target = PIPELINE_OPTIONS.get(key)
+        if target is None or not value or not re.search(rf"(^|,){target[0]}(,|$)", text):
+            known = [k for k, (p, _) in PIPELINE_OPTIONS.items() if re.search(rf"\b{p}\b", text)]
+            raise ValueError(
+                f"pipeline {name} has no option {option!r} (its options: "
+                f"{', '.join(f'{k}=N' for k in known) or 'none'})"
+            )
+        text = re.sub(
+            rf"(^|,){target[0]}(?=,|$)", rf"\g<1>{target[0]}{{{target[1]}={value}}}", text
+        )
+    return text
+
+
 def expand(spec: str) -> str:
-    """Replaces pipeline names in a pass spec by their passes (recursively)."""
-    parts = [p.strip() for p in spec.split(",") if p.strip()]
-    return ",".join(expand(PIPELINES[p]) if p in PIPELINES else p for p in parts)
+    """Replaces pipeline names in a pass spec by their passes (recursively), with the
+    pipeline's options set where it has them (`cpu{jam-work=0}`)."""
+    out = []
+    for part in (p.strip() for p in spec.split(",")):
+        name, brace, options = part.partition("{")
+        if name in PIPELINES:
+            out.append(
+                with_options(name, options.rstrip("}")) if brace else expand(PIPELINES[name])
+            )
+        elif part:
+            out.append(part)
+    return ",".join(out)
 
 
 def pipeline(spec: str) -> PassPipeline:

@@ -90,22 +90,27 @@ within 0.044 of `agree`'s tolerance, and the comparison's closest pair is 2.9e-3
 far beyond a 45-term float32 sum's rounding: every CPU chooses the same lanes."""
 
 
+JAM_ALL = "cpu{jam-work=0}"
+"""The `cpu` pipeline with register blocks for nests of any size: these programs are
+small, and below `loops-unroll-jam`'s `min-work` their nests would stay unjammed."""
+
+
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_the_cpu_pipeline_matches_the_reference(name):
-    agree(PROGRAMS[name], "c", pipeline="cpu", **inputs(name))
+    agree(PROGRAMS[name], "c", pipeline=JAM_ALL, **inputs(name))
 
 
 @settings(max_examples=10, deadline=None)
 @given(programs())
 def test_random_programs_on_the_cpu_pipeline_match_the_reference(src: str):
-    agree(src, "c", pipeline="cpu", feeders=random_feeders(src))
+    agree(src, "c", pipeline=JAM_ALL, feeders=random_feeders(src))
 
 
 def test_lanes_and_their_scalar_remainder_match_the_reference():
     rng = np.random.default_rng(3)
     args = [rng.standard_normal(s).astype(np.float32) * 0.3 for s in ((3, 37), (37, 45), (45,))]
-    agree(LANES, "c", pipeline="cpu", args=args)
-    program = compile_module(parse_tg(LANES), "c", pipeline="cpu")
+    agree(LANES, "c", pipeline=JAM_ALL, args=args)
+    program = compile_module(parse_tg(LANES), "c", pipeline=JAM_ALL)
     source = render_c(program.module)
     assert "gf_floatx16 " in source or "gf_floatx8 " in source  # lanes
     assert re.search(r"for \(long d1 = 0; d1 < 32; d1 \+= 16\)", source)  # 2 vectors jammed
@@ -117,8 +122,8 @@ def test_split_distributed_and_jammed_nests_match_the_reference():
     rng = np.random.default_rng(5)
     shapes = ((4, 11, 16), (64, 37), (37, 21))
     args = [rng.standard_normal(s).astype(np.float32) * 0.3 for s in shapes]
-    agree(BLOCKS, "c", pipeline="cpu", args=args)
-    source = render_c(compile_module(parse_tg(BLOCKS), "c", pipeline="cpu").module)
+    agree(BLOCKS, "c", pipeline=JAM_ALL, args=args)
+    source = render_c(compile_module(parse_tg(BLOCKS), "c", pipeline=JAM_ALL).module)
     assert "(unsigned long)" not in source  # the heads are dims of their own
     assert re.search(r"for \(long d0 = 0; d0 < 8; d0 \+= 8\)", source)  # 8 rows jammed
     assert re.search(r"for \(long d0 = 8; d0 < 11; d0\+\+\)", source)  # and the other 3
@@ -128,8 +133,8 @@ def test_a_convolution_in_a_row_nest_is_distributed_and_matches_the_reference():
     rng = np.random.default_rng(11)
     shapes = ((2, 1, 16, 16), (16, 1, 4, 4), (2, 16, 8, 8))
     args = [rng.standard_normal(s).astype(np.float32) * 0.3 for s in shapes]
-    agree(CONV_ROWS, "c", pipeline="cpu", args=args)
-    source = render_c(compile_module(parse_tg(CONV_ROWS), "c", pipeline="cpu").module)
+    agree(CONV_ROWS, "c", pipeline=JAM_ALL, args=args)
+    source = render_c(compile_module(parse_tg(CONV_ROWS), "c", pipeline=JAM_ALL).module)
     assert "omp simd reduction(+" not in source  # no 4-tap dot product
     nest = "for (long d2 = 0; d2 < 8; d2++)\n  for (long d3 = 0; d3 < 8; d3 += 8)\n  for (long d1"
     assert nest in source  # the convolution's own nest over all rows, channels innermost
@@ -139,8 +144,8 @@ def test_masks_in_lanes_match_the_reference():
     rng = np.random.default_rng(7)
     args = [rng.standard_normal(s).astype(np.float32) * 0.3 for s in ((5, 45), (45, 43), (5, 43))]
     args.append(rng.random((5, 43)) < 0.5)
-    agree(MASKS, "c", pipeline="cpu", args=args)
-    program = compile_module(parse_tg(MASKS), "c", pipeline="cpu")
+    agree(MASKS, "c", pipeline=JAM_ALL, args=args)
+    program = compile_module(parse_tg(MASKS), "c", pipeline=JAM_ALL)
     ir = str(program.module)
     assert "lanes.cmpf olt" in ir and "lanes.select" in ir
     assert re.search(r"vector.load %\d+\[.*\] : memref<5x43xi1>, vector<8xi1>", ir)  # a mask read
@@ -221,6 +226,11 @@ def test_the_environment_chooses_the_c_pipeline(monkeypatch):
     assert "gradfuse.kernel" in str(program.module)
     monkeypatch.setenv("GRADFUSE_C_PIPELINE", "fast")
     with pytest.raises(GradfuseError, match='GRADFUSE_C_PIPELINE="fast" is not a pipeline'):
+        compile_module(parse_tg(PROGRAMS["conv"]), "c")
+    monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{jam-work=0}")  # a pipeline option
+    assert "vector<8xf32>, vector<8xf32>" in str(compile_module(parse_tg(LANES), "c").module)
+    monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{jam-rows=4}")
+    with pytest.raises(GradfuseError, match="pipeline cpu has no option 'jam-rows=4'"):
         compile_module(parse_tg(PROGRAMS["conv"]), "c")
 
 
