@@ -180,11 +180,14 @@ _RUNNERS = {
 """Per backend, below `gradfuse.backend`: its interpreter, or its compiler (c, cuda)."""
 
 
-def _runner(backend: str, module: ModuleOp) -> Callable[..., Any]:
-    """The `Program.runner` of `module` on `backend`, imported when used."""
+def _runner(backend: str, module: ModuleOp, tail: str = "") -> Callable[..., Any]:
+    """The `Program.runner` of `module` on `backend`, imported when used; c is also given
+    the pipeline's `tail` to run (`kernel_tail`)."""
     path, name = _RUNNERS[backend].split(":")
     found = getattr(importlib.import_module(f"gradfuse.backend.{path}"), name)
-    return bound_run(found(module).run) if backend in ("c", "cuda", "cuda-emu") else found
+    if backend == "c":
+        return bound_run(found(module, tail=tail).run)
+    return bound_run(found(module).run) if backend in ("cuda", "cuda-emu") else found
 
 
 def bound_run(run: Callable[..., Any]) -> Callable[..., Any]:
@@ -197,13 +200,16 @@ def compile_module(
 ) -> Program:
     """Runs the backend's pipeline on `module` (in place) and prepares it to run."""
     from gradfuse.dialects import tg
-    from gradfuse.passes import run_pipeline
+    from gradfuse.passes import kernel_tail, run_pipeline
 
     name = choose_backend(backend)
     spec = pipeline_of(name) if pipeline is None else pipeline
     has_tg = any(op.dialect_name() == "tg" for op in module.walk())
     keys = frozenset(op.key.data for op in module.walk() if isinstance(op, tg.ParamOp))
     entries = signatures(module)
+    tail = ""
+    if spec and name == "c":  # the loop passes kernel by kernel while gcc compiles
+        spec, tail = kernel_tail(spec)
     if spec:
         run_pipeline(module, spec)
     elif name in ("lowered", "c", "cuda", "cuda-emu") and has_tg:
@@ -211,4 +217,4 @@ def compile_module(
             f"the {name} backend runs lowered IR and this program has tg ops: run the default"
             " pipeline first (no --pipeline none), or choose --backend reference"
         )
-    return Program(name, module, _runner(name, module), keys if has_tg else None, entries)
+    return Program(name, module, _runner(name, module, tail), keys if has_tg else None, entries)

@@ -13,12 +13,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from xdsl.dialects import gpu
+from xdsl.dialects import func, gpu
 from xdsl.dialects.builtin import FusedLoc, ModuleOp
 from xdsl.ir import Attribute
 
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.provenance import provenance_of
+
+KERNELS = (gpu.FuncOp, func.FuncOp)
+"""What a kernel is compiled from: a `gpu.func`, or a `func.func` of the `cpu` pipeline."""
 
 HEADER = re.compile(
     r'^(?:static void|extern "C" __global__ void|__attribute__\(\(visibility\("hidden"\)\)\) void) (\w+)\('
@@ -56,7 +59,7 @@ def compile_error(
     fn = None
     if name is not None and module is not None:
         fn = next(
-            (op for op in module.walk() if isinstance(op, gpu.FuncOp) and op.sym_name.data == name),
+            (op for op in module.walk() if isinstance(op, KERNELS) and op.sym_name.data == name),
             None,
         )
     what = "the generated program"

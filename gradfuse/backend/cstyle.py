@@ -229,22 +229,31 @@ class Renderer:
     def kernels(self, module: ModuleOp) -> str:
         """Every kernel of `module`; with `dedupe`, a kernel whose text equals an earlier
         one's (a loop body traced twice) is left out and named in `aliases` instead."""
-        out = [self.t.prelude]
-        seen: dict[str, str] = {}
+        self.start_kernels()
+        return "\n".join([self.t.prelude, *self.more_kernels(module)])
+
+    def start_kernels(self) -> None:
+        """Forgets the kernels rendered so far (`more_kernels` adds to them)."""
+        self.seen: dict[str, str] = {}  # a kernel's text, its name left out -> its name
         self.aliases: dict[str, str] = {}
-        self.kernel_texts: list[str] = []  # what `out` holds after the prelude
+        self.kernel_texts: list[str] = []
+
+    def more_kernels(self, module: ModuleOp) -> list[str]:
+        """The texts of `module`'s kernels not equal to one rendered before (in this
+        module or since `start_kernels`), also appended to `kernel_texts`."""
+        out = []
         for op in module.walk():
             if isinstance(op, gpu.FuncOp) or (isinstance(op, func.FuncOp) and is_kernel(op)):
                 name = op.sym_name.data  # type: ignore[attr-defined]
                 text = self.kernel(op)  # type: ignore[arg-type]
                 body = text.replace(f" {name}(", " (", 1)
-                if self.t.dedupe and body in seen:
-                    self.aliases[name] = seen[body]
+                if self.t.dedupe and body in self.seen:
+                    self.aliases[name] = self.seen[body]
                     continue
-                seen[body] = name
+                self.seen[body] = name
                 out.append(text)
-                self.kernel_texts.append(text)
-        return "\n".join(out)
+        self.kernel_texts.extend(out)
+        return out
 
     def kernel(self, fn: gpu.FuncOp) -> str:
         self.names, self.lines = {}, []

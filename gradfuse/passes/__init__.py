@@ -150,3 +150,57 @@ def run_pipeline(module: ModuleOp, name: str = "default", ctx: Context | None = 
 
     with paused_gc():
         pipeline(name).apply(ctx or make_context(), module)
+
+
+KERNEL_LOCAL = ("canonicalize", "cse", "dce")
+"""Passes besides the `loops-*` ones that change each function on its own."""
+
+
+def kernel_tail(spec: str) -> tuple[str, str]:
+    """`spec` as the passes up to its last `convert-kernel-to-loops` and the ones after
+    it, when those each transform one kernel function at a time (the `loops-*` passes,
+    canonicalize, cse, dce): what `run_by_kernels` may run a few kernels at a time.
+
+        kernel_tail("cpu")  # ("kernels,...,convert-kernel-to-loops", "canonicalize,...")
+    """
+    passes = expand(spec).split(",")
+    if "convert-kernel-to-loops" not in passes:
+        return spec, ""
+    k = len(passes) - passes[::-1].index("convert-kernel-to-loops")
+    tail = passes[k:]
+    if not all(p.startswith("loops-") or p.split("{")[0] in KERNEL_LOCAL for p in tail):
+        return spec, ""
+    return ",".join(passes[:k]), ",".join(tail)
+
+
+def run_by_kernels(
+    module: ModuleOp, spec: str, groups: int, each: Callable[[ModuleOp], None]
+) -> None:
+    """Applies `spec` (a `kernel_tail`) to `module`'s kernel functions `groups` at a time
+    in program order, each group in a module of its own that `each` is given when its
+    passes are done (a backend compiles it meanwhile), then to the rest; the functions
+    go back in their order, and the IR is `run_pipeline(module, spec)`'s."""
+    from gradfuse.gcpause import paused_gc
+    from gradfuse.passes.loops.loop_ir import kernel_functions
+
+    order = list(module.ops)
+    kernels = list(kernel_functions(module))
+    size = -(-len(kernels) // max(1, groups))
+    passes, ctx = pipeline(spec), make_context()
+    try:
+        with paused_gc():
+            for start in range(0, len(kernels), size):
+                group = kernels[start : start + size]
+                for fn in group:
+                    fn.detach()
+                part = ModuleOp(group)
+                passes.apply(ctx, part)
+                each(part)
+                for fn in group:
+                    fn.detach()
+            passes.apply(ctx, module)  # the rest: the host program
+    finally:
+        for op in order:  # in program order again, also when `each` raised
+            if op.parent is not None:
+                op.detach()
+            module.body.block.add_op(op)

@@ -27,6 +27,7 @@ from xdsl.dialects.builtin import MemRefType, ModuleOp
 
 from gradfuse.backend.c.cache import build_library
 from gradfuse.backend.c.host import (
+    build_by_kernels,
     host_symbols,
     main_function,
     render_program,
@@ -44,6 +45,8 @@ from gradfuse.backend.runner import (
     tensor_of,
 )
 from gradfuse.diagnostics import GradfuseError, position_of
+from gradfuse.passes import run_pipeline
+from gradfuse.passes.loops.loop_ir import is_kernel
 
 FEED = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
 RECEIVE = ctypes.CFUNCTYPE(
@@ -87,19 +90,38 @@ def _contiguous(a: Any, dtype: Any = None) -> np.ndarray:
     return np.asarray(a, dtype=dtype, order="C")
 
 
-def compile_c(module: ModuleOp, profile: bool = False) -> CProgram:
+def compile_c(module: ModuleOp, profile: bool = False, tail: str = "") -> CProgram:
     """Renders and compiles a lowered module (gcc at its C target's -O level, OpenMP);
-    `profile`: the profiling build, `compile_c(m, profile=True).run(profile=(1, 3)).events`."""
-    return CProgram(module, profile)
+    `profile`: the profiling build, `compile_c(m, profile=True).run(profile=(1, 3)).events`;
+    `tail`: the pipeline's function-local passes still to run (`kernel_tail`), which a
+    program of `GROUP` kernels or more runs a group at a time, gcc compiling the groups
+    before meanwhile."""
+    return CProgram(module, profile, tail)
+
+
+GROUP = 10
+"""Kernels a group when the loop passes and gcc take turns (`build_by_kernels`): DCGAN
+b8's 80 kernels in 8 groups, the first compiled while the next 7 are transformed."""
 
 
 class CProgram:
     """A lowered module compiled to a shared library; `run` may be called many times.
     A profiling build (`profile=True`) lists its timed sites in `sites`."""
 
-    def __init__(self, module: ModuleOp, profile: bool = False):
+    def __init__(self, module: ModuleOp, profile: bool = False, tail: str = ""):
         self.module = module
-        host = render_program(module, profile)
+        kernels = sum(1 for op in module.ops if is_kernel(op))
+        if tail and kernels >= 2 * GROUP and not profile:
+            host, path = build_by_kernels(module, tail, kernels // GROUP)
+        else:
+            if tail:
+                run_pipeline(module, tail)
+            host = render_program(module, profile)
+
+            def split(cores: int) -> list[str]:  # one unit per core, at least 8 kernels each
+                return split_units(host, min(cores, len(host.kernel_texts) // 8))
+
+            path = build_library(host.source, module, split, host.kernel_target.optimize)
         self.profile, self.sites, self.loop_trips = profile, host.sites, host.loop_trips
         self.source, self.saved, self.calls, self.loops = (
             host.source,
@@ -107,13 +129,7 @@ class CProgram:
             host.calls,
             host.loops,
         )
-
-        def split(cores: int) -> list[str]:  # one unit per core, at least 8 kernels each
-            return split_units(host, min(cores, len(host.kernel_texts) // 8))
-
-        self.lib = ctypes.CDLL(
-            str(build_library(self.source, module, split, host.kernel_target.optimize))
-        )
+        self.lib = ctypes.CDLL(str(path))
         self.lib.gradfuse_main.argtypes = [ctypes.POINTER(Context)]
         self.lib.gradfuse_main.restype = ctypes.c_int
         self.lib.gradfuse_sigint.argtypes = [ctypes.c_int]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -39,6 +40,107 @@ def compiler() -> str:
     return find_compiler("CC", "gcc", "the c backend needs a C compiler", "gcc")
 
 
+def library_path(source: str, optimize: str = CTarget.optimize) -> Path:
+    """Where the library of `source` is cached: a hash of the source, gcc's flags and
+    gcc's version."""
+    key = "\0".join([source, *flags(optimize), tool_version(compiler())])
+    return cache_dir("c") / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.so"
+
+
+class UnitFailed(Exception):
+    """gcc failed on a unit: its text, gcc's messages, and where the text is kept."""
+
+
+class Units:
+    """Translation units compiled by gcc as they come, while the caller goes on (making
+    the next), then linked into one library: `add` starts gcc on a unit, at most `cores`
+    at once, one fewer while the caller still adds (it is busy on a core itself), and
+    `link` waits for them. A unit's object is cached by its own hash, so a program whose
+    library is cached still builds none:
+
+        units = Units(module); units.add(text_0); units.add(text_1); units.link(source, path)
+    """
+
+    def __init__(self, module: ModuleOp | None = None, optimize: str = CTarget.optimize):
+        self.module, self.optimize = module, optimize
+        self.cc = compiler()
+        self.flags = [f for f in flags(optimize) if f != "-shared"]
+        self.version = tool_version(self.cc)
+        self.cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+        self.objects: list[Path] = []
+        self.waiting: list[tuple[str, Path]] = []  # (text, object) not started yet
+        self.running: list[tuple[str, Path, Path, subprocess.Popen[str]]] = []
+        self.tmp = Path(tempfile.mkdtemp(dir=cache_dir("c")))
+
+    def add(self, text: str, busy: bool = True) -> None:
+        """Compiles the unit `text` (from the cache, or by gcc when a core is free)."""
+        key = hashlib.sha256("\0".join([text, *self.flags, self.version]).encode())
+        obj = cache_dir("c") / f"{key.hexdigest()[:32]}.o"
+        self.objects.append(obj)
+        if not verified(obj):
+            self.waiting.append((text, obj))
+        self.start(self.cores - 1 if busy else self.cores)
+
+    def start(self, limit: int) -> None:
+        """Reaps finished gccs, then starts waiting units while fewer than `limit` run."""
+        for job in [j for j in self.running if j[3].poll() is not None]:
+            self.running.remove(job)
+            self.finish(job)
+        while self.waiting and len(self.running) < max(1, limit):
+            text, obj = self.waiting.pop(0)
+            src = self.tmp / f"{obj.stem}.c"
+            src.write_text(text)
+            out = self.tmp / obj.name
+            cmd = [self.cc, *self.flags, "-c", "-o", str(out), str(src)]
+            proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+            self.running.append((text, src, obj, proc))
+
+    def finish(self, job: tuple[str, Path, Path, subprocess.Popen[str]]) -> None:
+        """Takes a finished gcc's object into the cache, or raises `UnitFailed`."""
+        text, src, obj, proc = job
+        stderr = proc.communicate()[1]
+        if proc.returncode != 0:
+            self.close()
+            kept = cache_dir("c") / f"{obj.stem}-failed.c"
+            kept.write_text(text)
+            raise UnitFailed(text, stderr.replace(str(src), str(kept)), kept)
+        os.replace(self.tmp / obj.name, obj)
+        seal(obj)
+
+    def error(self, failed: UnitFailed) -> GradfuseError:
+        """The error for a unit gcc failed on, naming its kernel (of `module`, which must
+        hold it again: `run_by_kernels` moves a group out while it is transformed)."""
+        return compile_error("gcc", *failed.args, self.module)
+
+    def link(self, target: Path) -> Path:
+        """Waits for every unit, links their objects into `target` and caches it."""
+        try:
+            while self.waiting or self.running:
+                if self.running:
+                    self.running[0][3].wait()
+                self.start(self.cores)
+            out = self.tmp / "program.so"
+            cmd = [self.cc, *flags(self.optimize), "-o", str(out), *map(str, self.objects), "-lm"]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise GradfuseError(
+                    f"gcc could not link the generated program: {done.stderr.strip()}"
+                )
+            os.replace(out, target)  # atomic: a reader sees no library or the whole one
+        finally:
+            self.close()
+        seal(target)
+        return target
+
+    def close(self) -> None:
+        """Stops the gccs still running and removes the temporary folder."""
+        for *_, proc in self.running:
+            proc.kill()
+            proc.wait()
+        self.running, self.waiting = [], []
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
 def build_library(
     source: str,
     module: ModuleOp | None = None,
@@ -48,49 +150,32 @@ def build_library(
     """The shared library of `source`, from the cache or built by gcc at the `optimize`
     level (big programs in several translation units, compiled at once, one per core); a
     failure names the kernel (of `module`) that gcc stopped in."""
-    cc = compiler()
-    cflags = flags(optimize)
-    key = hashlib.sha256("\0".join([source, *cflags, tool_version(cc)]).encode()).hexdigest()
-    target = cache_dir("c") / f"{key[:32]}.so"
+    target = library_path(source, optimize)
     if verified(target):
         return target
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     units = split(cores or 1) if split is not None else [source]
+    if len(units) > 1:
+        build = Units(module, optimize)
+        try:
+            for unit in units:
+                build.add(unit, busy=False)
+            return build.link(target)
+        except UnitFailed as failed:
+            raise build.error(failed) from None
+    cc = compiler()
     with tempfile.TemporaryDirectory(dir=cache_dir("c")) as tmp:
-        out = Path(tmp) / "program.so"
-        if len(units) == 1:
-            jobs = [(source, Path(tmp) / "program.c", [cc, *cflags, "-o", str(out)])]
-        else:
-            compile_only = [f for f in cflags if f != "-shared"]
-            jobs = [
-                (
-                    unit,
-                    Path(tmp) / f"unit{k}.c",
-                    [cc, *compile_only, "-c", "-o", f"{tmp}/unit{k}.o"],
-                )
-                for k, unit in enumerate(units)
-            ]
-        procs = []
-        for text, src, cmd in jobs:
-            src.write_text(text)
-            procs.append(
-                subprocess.Popen([*cmd, str(src), "-lm"], stderr=subprocess.PIPE, text=True)
+        out, src = Path(tmp) / "program.so", Path(tmp) / "program.c"
+        src.write_text(source)
+        done = subprocess.run(
+            [cc, *flags(optimize), "-o", str(out), str(src), "-lm"], capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            kept = target.with_name(f"{target.stem}-failed.c")
+            kept.write_text(source)
+            raise compile_error(
+                "gcc", source, done.stderr.replace(str(src), str(kept)), kept, module
             )
-        for (text, src, _), proc in zip(jobs, procs):
-            stderr = proc.communicate()[1]
-            if proc.returncode != 0:
-                kept = cache_dir("c") / f"{key[:32]}-failed.c"
-                kept.write_text(text)
-                raise compile_error("gcc", text, stderr.replace(str(src), str(kept)), kept, module)
-        if len(units) > 1:
-            objects = [f"{tmp}/unit{k}.o" for k in range(len(units))]
-            done = subprocess.run(
-                [cc, *cflags, "-o", str(out), *objects, "-lm"], capture_output=True, text=True
-            )
-            if done.returncode != 0:
-                raise GradfuseError(
-                    f"gcc could not link the generated program: {done.stderr.strip()}"
-                )
         os.replace(out, target)  # atomic: a reader sees no library or the whole one
     seal(target)
     return target

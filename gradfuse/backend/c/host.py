@@ -22,16 +22,21 @@ status 2) and ends with the optional `ctx->check` (`check_finite`):
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from xdsl.dialects import arith, func, gpu, memref, scf
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 
+from gradfuse.backend.c.cache import UnitFailed, Units, library_path
 from gradfuse.backend.c.loop_render import LoopRenderer
 from gradfuse.backend.c.profile import KINDS, Site, profiled_context
 from gradfuse.backend.c.rows import RowsRenderer
 from gradfuse.backend.cstyle import CTarget, Renderer, element_ctype
+from gradfuse.backend.disk_cache import verified
 from gradfuse.backend.runner import callback_key, entry_function
 from gradfuse.diagnostics import GradfuseError, position_of
+from gradfuse.passes import run_by_kernels
 from gradfuse.passes.loops.loop_ir import is_kernel
 from gradfuse.stats import constant_trips
 
@@ -276,17 +281,54 @@ def render_program(module: ModuleOp, profile: bool = False) -> HostRenderer:
     """
     loops = any(is_kernel(op) for op in module.ops)
     renderer = LoopRenderer() if loops else RowsRenderer()
-    kernels = renderer.kernels(module)
+    renderer.kernels(module)
+    return with_host(module, renderer, profile)
+
+
+def with_host(module: ModuleOp, renderer: Renderer, profile: bool = False) -> HostRenderer:
+    """The host program of `module` rendered, with the kernels that `renderer` rendered."""
     host = HostRenderer(module, host_symbols(module), renderer.aliases, profile)
     main = host.main(main_function(module))
     host.kernel_texts, host.kernel_target = renderer.kernel_texts, renderer.t
     context = profiled_context(CONTEXT) if profile else CONTEXT
     host.host_text = "#include <string.h>\n" + context + main
-    host.source = kernels + host.host_text
+    host.source = "\n".join([renderer.t.prelude, *renderer.kernel_texts]) + host.host_text
     return host
 
 
+def build_by_kernels(module: ModuleOp, tail: str, groups: int) -> tuple[HostRenderer, Path]:
+    """Runs the function-local passes `tail` (`kernel_tail`) a group of kernels at a time,
+    each group rendered and given to gcc while the next one's passes run; the program and
+    its library (cached as `build_library`'s: the same source, the same library)."""
+    renderer = LoopRenderer()
+    renderer.start_kernels()
+    units = Units(module, renderer.t.optimize)
+    prelude = renderer.t.prelude + "\n"
+
+    def each(part: ModuleOp) -> None:
+        texts = [hidden(k) for k in renderer.more_kernels(part)]
+        if texts:
+            units.add(prelude + "\n".join(texts))
+
+    try:
+        run_by_kernels(module, tail, groups, each)
+        host = with_host(module, renderer)
+        protos = "".join(hidden(k).split("{", 1)[0].rstrip() + ";\n" for k in host.kernel_texts)
+        units.add(prelude + protos + host.host_text, busy=False)
+        target = library_path(host.source, renderer.t.optimize)
+        return host, target if verified(target) else units.link(target)
+    except UnitFailed as failed:
+        raise units.error(failed) from None
+    finally:
+        units.close()
+
+
 HIDDEN = '__attribute__((visibility("hidden"))) void '
+
+
+def hidden(kernel: str) -> str:
+    """A kernel's text as an external of the library only (it is `static` in one unit)."""
+    return kernel.replace(CTarget.kernel_prefix + " ", HIDDEN, 1)
 
 
 def split_units(host: HostRenderer, parts: int) -> list[str]:
@@ -296,8 +338,7 @@ def split_units(host: HostRenderer, parts: int) -> list[str]:
     unit with the least source yet (gcc's time goes with a unit's size; DCGAN b8's cpu
     C as two halves by count: 728 and 855 KB, 6.2 and 6.9 s), in program order within
     a unit."""
-    prefix = CTarget.kernel_prefix + " "
-    kernels = [k.replace(prefix, HIDDEN, 1) for k in host.kernel_texts]
+    kernels = [hidden(k) for k in host.kernel_texts]
     if parts < 2 or not kernels:
         return [host.source]
     prelude = host.kernel_target.prelude + "\n"

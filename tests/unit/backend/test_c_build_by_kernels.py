@@ -1,0 +1,85 @@
+"""The c backend building a program a group of kernels at a time (`build_by_kernels`):
+the `cpu` pipeline's loop passes run on one group while gcc compiles the groups before.
+The program, its IR and its library are those of the whole pipeline run at once."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from compiled import agree  # tests/unit
+
+from gradfuse.backend import compile_module
+from gradfuse.backend.c.cache import library_path
+from gradfuse.backend.c.host import build_by_kernels, render_program
+from gradfuse.backend.c.loop_render import LoopRenderer
+from gradfuse.diagnostics import GradfuseError
+from gradfuse.frontend.parser import parse_tg
+from gradfuse.passes import kernel_tail, run_pipeline
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_c_backend import PROGRAMS, inputs  # noqa: E402
+
+
+def test_the_cpu_pipeline_splits_after_its_loop_lowering():
+    head, tail = kernel_tail("cpu")
+    assert head.endswith(",convert-kernel-to-loops")
+    assert tail.startswith("canonicalize,cse,loops-") and "loops-unroll-jam" in tail
+    assert kernel_tail("default") == ("default", "")  # its last pass is not function-local
+    assert kernel_tail("cpu,tg-fuse")[1] == ""
+
+
+@pytest.mark.parametrize("name", ["mlp", "linreg"])
+def test_kernels_built_a_group_at_a_time_give_the_whole_pipelines_program(
+    name, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("GRADFUSE_CACHE_DIR", str(tmp_path))
+    whole, grouped = parse_tg(PROGRAMS[name]), parse_tg(PROGRAMS[name])
+    run_pipeline(whole, "cpu{jam-work=0}")
+    head, tail = kernel_tail("cpu{jam-work=0}")
+    run_pipeline(grouped, head)
+    kernels = sum(1 for op in grouped.ops if "gradfuse.kernel" in op.attributes)
+    assert kernels >= 2
+    host, path = build_by_kernels(grouped, tail, kernels)  # one kernel a group
+    assert str(grouped) == str(whole)
+    assert host.source == render_program(whole).source
+    assert path == library_path(host.source, host.kernel_target.optimize) and path.exists()
+    assert len(list(tmp_path.glob("c/*.o"))) == kernels + 1  # each group's, and the host's
+    assert not [p for p in (tmp_path / "c").iterdir() if p.is_dir()]  # no temporaries left
+
+
+def test_a_program_built_by_groups_runs_as_the_reference_and_a_second_build_runs_no_gcc(
+    monkeypatch, tmp_path
+):
+    monkeypatch.setenv("GRADFUSE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr("gradfuse.backend.c.GROUP", 1)  # small programs by groups too
+    agree(PROGRAMS["mlp"], "c", pipeline="cpu", **inputs("mlp"))
+
+    def no_gcc(*args, **kwargs):
+        raise AssertionError(f"gcc ran: {args[0]}")
+
+    monkeypatch.setattr(subprocess, "Popen", no_gcc)
+    monkeypatch.setattr(subprocess, "run", no_gcc)
+    agree(PROGRAMS["mlp"], "c", pipeline="cpu", **inputs("mlp"))  # objects and library cached
+
+
+def test_a_group_that_gcc_fails_on_names_its_kernel_and_leaves_no_library(monkeypatch, tmp_path):
+    monkeypatch.setenv("GRADFUSE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr("gradfuse.backend.c.GROUP", 1)
+    real = LoopRenderer.kernel
+
+    def broken(self, fn):
+        text = real(self, fn)
+        return text.replace("k1(", "k1(no_such_type q, ", 1)
+
+    monkeypatch.setattr(LoopRenderer, "kernel", broken)
+    with pytest.raises(GradfuseError) as info:
+        compile_module(parse_tg(PROGRAMS["linreg"]), "c", pipeline="cpu")
+    message = str(info.value)
+    assert "gcc failed on kernel k1 (fused from <string>:" in message and "no_such_type" in message
+    kept = Path(message.rsplit("source: ", 1)[1].splitlines()[0])
+    assert kept.exists() and "no_such_type" in kept.read_text()
+    assert not list(tmp_path.glob("c/*.so"))  # no cache entry for a failed build
+    assert not [p for p in (tmp_path / "c").iterdir() if p.is_dir()]
