@@ -7,7 +7,6 @@ ir-opt model.tg --pipeline default
 from __future__ import annotations
 
 import importlib
-import re
 from collections.abc import Callable
 
 from xdsl.context import Context
@@ -108,20 +107,19 @@ for nests of any size, as the golden tests of small programs ask)."""
 
 def with_options(name: str, options: str) -> str:
     """The passes of pipeline `name` with its `options` (`jam-work=0 ...`) set."""
-    text = expand(PIPELINES[name])
+    passes = expand(PIPELINES[name]).split(",")
     for option in options.split():
         key, _, value = option.partition("=")
         target = PIPELINE_OPTIONS.get(key)
-        if target is None or not value or not re.search(rf"(^|,){target[0]}(,|$)", text):
-            known = [k for k, (p, _) in PIPELINE_OPTIONS.items() if re.search(rf"\b{p}\b", text)]
+        if target is None or not value or target[0] not in passes:
+            known = [k for k, (p, _) in PIPELINE_OPTIONS.items() if p in passes]
             raise ValueError(
                 f"pipeline {name} has no option {option!r} (its options: "
                 f"{', '.join(f'{k}=N' for k in known) or 'none'})"
             )
-        text = re.sub(
-            rf"(^|,){target[0]}(?=,|$)", rf"\g<1>{target[0]}{{{target[1]}={value}}}", text
-        )
-    return text
+        flag, field = target
+        passes = [f"{p}{{{field}={value}}}" if p == flag else p for p in passes]
+    return ",".join(passes)
 
 
 def expand(spec: str) -> str:
@@ -174,9 +172,9 @@ def kernel_tail(spec: str) -> tuple[str, str]:
 
 
 def run_by_kernels(
-    module: ModuleOp, spec: str, groups: int, each: Callable[[ModuleOp], None]
+    module: ModuleOp, spec: str, size: int, each: Callable[[ModuleOp], None]
 ) -> None:
-    """Applies `spec` (a `kernel_tail`) to `module`'s kernel functions `groups` at a time
+    """Applies `spec` (a `kernel_tail`) to `module`'s kernel functions `size` at a time
     in program order, each group in a module of its own that `each` is given when its
     passes are done (a backend compiles it meanwhile), then to the rest; the functions
     go back in their order, and the IR is `run_pipeline(module, spec)`'s."""
@@ -185,7 +183,6 @@ def run_by_kernels(
 
     order = list(module.ops)
     kernels = list(kernel_functions(module))
-    size = -(-len(kernels) // max(1, groups))
     passes, ctx = pipeline(spec), make_context()
     try:
         with paused_gc():

@@ -46,7 +46,7 @@ from gradfuse.backend.runner import (
 )
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.passes import run_pipeline
-from gradfuse.passes.loops.loop_ir import is_kernel
+from gradfuse.passes.loops.loop_ir import kernel_functions
 
 FEED = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
 RECEIVE = ctypes.CFUNCTYPE(
@@ -110,9 +110,9 @@ class CProgram:
 
     def __init__(self, module: ModuleOp, profile: bool = False, tail: str = ""):
         self.module = module
-        kernels = sum(1 for op in module.ops if is_kernel(op))
+        kernels = sum(1 for _ in kernel_functions(module))
         if tail and kernels >= 2 * GROUP and not profile:
-            host, path = build_by_kernels(module, tail, kernels // GROUP)
+            host, path = build_by_kernels(module, tail, GROUP)
         else:
             if tail:
                 run_pipeline(module, tail)

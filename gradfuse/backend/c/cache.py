@@ -40,6 +40,12 @@ def compiler() -> str:
     return find_compiler("CC", "gcc", "the c backend needs a C compiler", "gcc")
 
 
+def cores() -> int:
+    """The cores this process may run on: how many gccs compile at once."""
+    usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    return len(usable) if usable else os.cpu_count() or 1
+
+
 def library_path(source: str, optimize: str = CTarget.optimize) -> Path:
     """Where the library of `source` is cached: a hash of the source, gcc's flags and
     gcc's version."""
@@ -58,7 +64,7 @@ class Units:
     `link` waits for them. A unit's object is cached by its own hash, so a program whose
     library is cached still builds none:
 
-        units = Units(module); units.add(text_0); units.add(text_1); units.link(source, path)
+        units = Units(module); units.add(text_0); units.add(text_1); units.link(target)
     """
 
     def __init__(self, module: ModuleOp | None = None, optimize: str = CTarget.optimize):
@@ -66,7 +72,7 @@ class Units:
         self.cc = compiler()
         self.flags = [f for f in flags(optimize) if f != "-shared"]
         self.version = tool_version(self.cc)
-        self.cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+        self.cores = cores()
         self.objects: list[Path] = []
         self.waiting: list[tuple[str, Path]] = []  # (text, object) not started yet
         self.running: list[tuple[str, Path, Path, subprocess.Popen[str]]] = []
@@ -153,8 +159,7 @@ def build_library(
     target = library_path(source, optimize)
     if verified(target):
         return target
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    units = split(cores or 1) if split is not None else [source]
+    units = split(cores()) if split is not None else [source]
     if len(units) > 1:
         build = Units(module, optimize)
         try:

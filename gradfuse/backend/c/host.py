@@ -296,8 +296,8 @@ def with_host(module: ModuleOp, renderer: Renderer, profile: bool = False) -> Ho
     return host
 
 
-def build_by_kernels(module: ModuleOp, tail: str, groups: int) -> tuple[HostRenderer, Path]:
-    """Runs the function-local passes `tail` (`kernel_tail`) a group of kernels at a time,
+def build_by_kernels(module: ModuleOp, tail: str, size: int) -> tuple[HostRenderer, Path]:
+    """Runs the function-local passes `tail` (`kernel_tail`) `size` kernels at a time,
     each group rendered and given to gcc while the next one's passes run; the program and
     its library (cached as `build_library`'s: the same source, the same library)."""
     renderer = LoopRenderer()
@@ -311,7 +311,7 @@ def build_by_kernels(module: ModuleOp, tail: str, groups: int) -> tuple[HostRend
             units.add(prelude + "\n".join(texts))
 
     try:
-        run_by_kernels(module, tail, groups, each)
+        run_by_kernels(module, tail, size, each)
         host = with_host(module, renderer)
         protos = "".join(hidden(k).split("{", 1)[0].rstrip() + ";\n" for k in host.kernel_texts)
         units.add(prelude + protos + host.host_text, busy=False)

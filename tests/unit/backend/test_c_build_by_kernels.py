@@ -42,7 +42,7 @@ def test_kernels_built_a_group_at_a_time_give_the_whole_pipelines_program(
     run_pipeline(grouped, head)
     kernels = sum(1 for op in grouped.ops if "gradfuse.kernel" in op.attributes)
     assert kernels >= 2
-    host, path = build_by_kernels(grouped, tail, kernels)  # one kernel a group
+    host, path = build_by_kernels(grouped, tail, 1)  # one kernel a group
     assert str(grouped) == str(whole)
     assert host.source == render_program(whole).source
     assert path == library_path(host.source, host.kernel_target.optimize) and path.exists()
