@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -59,10 +60,10 @@ class UnitFailed(Exception):
 
 class Units:
     """Translation units compiled by gcc as they come, while the caller goes on (making
-    the next), then linked into one library: `add` starts gcc on a unit, at most `cores`
-    at once, one fewer while the caller still adds (it is busy on a core itself), and
-    `link` waits for them. A unit's object is cached by its own hash, so a program whose
-    library is cached still builds none:
+    the next), then linked into one library: `add` queues a unit, a worker thread per
+    core starts gcc on it as soon as a core is free (the caller's passes and gcc share
+    the cores), and `link` waits for them, the largest waiting units first. A unit's
+    object is cached by its own hash, so a program whose library is cached builds none:
 
         units = Units(module); units.add(text_0); units.add(text_1); units.link(target)
     """
@@ -72,46 +73,70 @@ class Units:
         self.cc = compiler()
         self.flags = [f for f in flags(optimize) if f != "-shared"]
         self.version = tool_version(self.cc)
-        self.cores = cores()
         self.objects: list[Path] = []
         self.waiting: list[tuple[str, Path]] = []  # (text, object) not started yet
-        self.running: list[tuple[str, Path, Path, subprocess.Popen[str]]] = []
+        self.running: set[subprocess.Popen[str]] = set()
+        self.adding, self.stopped = True, False
+        self.failed: UnitFailed | None = None
+        self.ready = threading.Condition()
         self.tmp = Path(tempfile.mkdtemp(dir=cache_dir("c")))
+        self.workers = [threading.Thread(target=self.work, daemon=True) for _ in range(cores())]
+        for worker in self.workers:
+            worker.start()
 
-    def add(self, text: str, busy: bool = True) -> None:
-        """Compiles the unit `text` (from the cache, or by gcc when a core is free)."""
+    def add(self, text: str) -> None:
+        """Queues the unit `text` (unless its object is cached); raises `UnitFailed` if
+        gcc failed on an earlier unit."""
         key = hashlib.sha256("\0".join([text, *self.flags, self.version]).encode())
         obj = cache_dir("c") / f"{key.hexdigest()[:32]}.o"
         self.objects.append(obj)
-        if not verified(obj):
-            self.waiting.append((text, obj))
-        self.start(self.cores - 1 if busy else self.cores)
+        with self.ready:
+            if self.failed is not None:
+                raise self.failed
+            if not verified(obj):
+                self.waiting.append((text, obj))
+                self.ready.notify()
 
-    def start(self, limit: int) -> None:
-        """Reaps finished gccs, then starts waiting units while fewer than `limit` run."""
-        for job in [j for j in self.running if j[3].poll() is not None]:
-            self.running.remove(job)
-            self.finish(job)
-        while self.waiting and len(self.running) < max(1, limit):
-            text, obj = self.waiting.pop(0)
-            src = self.tmp / f"{obj.stem}.c"
-            src.write_text(text)
-            out = self.tmp / obj.name
-            cmd = [self.cc, *self.flags, "-c", "-o", str(out), str(src)]
-            proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-            self.running.append((text, src, obj, proc))
+    def work(self) -> None:
+        """A worker: gcc on the next waiting unit (in order while units still come, then
+        the largest, so that the last to finish is a small one) until none is left."""
+        while True:
+            with self.ready:
+                while not self.waiting and self.adding and not self.stopped:
+                    self.ready.wait()
+                if self.stopped or not self.waiting:
+                    return
+                pick = (
+                    0
+                    if self.adding
+                    else max(range(len(self.waiting)), key=lambda i: len(self.waiting[i][0]))
+                )
+                text, obj = self.waiting.pop(pick)
+                src, out = self.tmp / f"{obj.stem}.c", self.tmp / obj.name
+                src.write_text(text)
+                cmd = [self.cc, *self.flags, "-c", "-o", str(out), str(src)]
+                proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+                self.running.add(proc)
+            stderr = proc.communicate()[1]
+            with self.ready:
+                self.running.discard(proc)
+                if self.stopped:
+                    return
+                if proc.returncode != 0:
+                    kept = cache_dir("c") / f"{obj.stem}-failed.c"
+                    kept.write_text(text)
+                    self.failed = UnitFailed(text, stderr.replace(str(src), str(kept)), kept)
+                    self.stop()
+                    return
+                os.replace(out, obj)
+                seal(obj)
 
-    def finish(self, job: tuple[str, Path, Path, subprocess.Popen[str]]) -> None:
-        """Takes a finished gcc's object into the cache, or raises `UnitFailed`."""
-        text, src, obj, proc = job
-        stderr = proc.communicate()[1]
-        if proc.returncode != 0:
-            self.close()
-            kept = cache_dir("c") / f"{obj.stem}-failed.c"
-            kept.write_text(text)
-            raise UnitFailed(text, stderr.replace(str(src), str(kept)), kept)
-        os.replace(self.tmp / obj.name, obj)
-        seal(obj)
+    def stop(self) -> None:
+        """(Holding `ready`.) No more gcc: kills the running ones and wakes the workers."""
+        self.stopped = True
+        for proc in self.running:
+            proc.kill()
+        self.ready.notify_all()
 
     def error(self, failed: UnitFailed) -> GradfuseError:
         """The error for a unit gcc failed on, naming its kernel (of `module`, which must
@@ -121,10 +146,13 @@ class Units:
     def link(self, target: Path) -> Path:
         """Waits for every unit, links their objects into `target` and caches it."""
         try:
-            while self.waiting or self.running:
-                if self.running:
-                    self.running[0][3].wait()
-                self.start(self.cores)
+            with self.ready:
+                self.adding = False
+                self.ready.notify_all()
+            for worker in self.workers:
+                worker.join()
+            if self.failed is not None:
+                raise self.failed
             out = self.tmp / "program.so"
             cmd = [self.cc, *flags(self.optimize), "-o", str(out), *map(str, self.objects), "-lm"]
             done = subprocess.run(cmd, capture_output=True, text=True)
@@ -140,10 +168,10 @@ class Units:
 
     def close(self) -> None:
         """Stops the gccs still running and removes the temporary folder."""
-        for *_, proc in self.running:
-            proc.kill()
-            proc.wait()
-        self.running, self.waiting = [], []
+        with self.ready:
+            self.stop()
+        for worker in self.workers:
+            worker.join()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
@@ -164,7 +192,7 @@ def build_library(
         build = Units(module, optimize)
         try:
             for unit in units:
-                build.add(unit, busy=False)
+                build.add(unit)
             return build.link(target)
         except UnitFailed as failed:
             raise build.error(failed) from None

@@ -314,7 +314,7 @@ def build_by_kernels(module: ModuleOp, tail: str, size: int) -> tuple[HostRender
         run_by_kernels(module, tail, size, each)
         host = with_host(module, renderer)
         protos = "".join(hidden(k).split("{", 1)[0].rstrip() + ";\n" for k in host.kernel_texts)
-        units.add(prelude + protos + host.host_text, busy=False)
+        units.add(prelude + protos + host.host_text)
         target = library_path(host.source, renderer.t.optimize)
         return host, target if verified(target) else units.link(target)
     except UnitFailed as failed:
