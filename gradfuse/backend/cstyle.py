@@ -219,9 +219,14 @@ class Renderer:
         self.declare = True  # results are declared (False: assigned, to an array element)
 
     def name(self, v: SSAValue) -> str:
-        if v not in self.names:
-            self.names[v] = f"v{len(self.names)}"
-        return self.names[v]
+        found = self.names.get(v)
+        if found is None:
+            found = self.names[v] = self.fresh(v)
+        return found
+
+    def fresh(self, v: SSAValue) -> str:
+        """The name of a value not named yet: `v7`, the 8th named."""
+        return f"v{len(self.names)}"
 
     def emit(self, text: str, depth: int) -> None:
         self.lines.append("  " * depth + text)

@@ -56,6 +56,17 @@ class _Liveness:
         self.facts = facts
         self.live: set[int] = set()
         self.changed = True
+        self.dead: dict[int, bool] = {}  # ops with regions (their walk is long), by id
+
+    def would_be_trivially_dead(self, op: Operation) -> bool:
+        """`OpFacts`' answer; once per op with regions: the IR does not change while the
+        live set grows, and each sweep would walk a loop's body again."""
+        if not op.regions:
+            return self.facts.would_be_trivially_dead(op)
+        found = self.dead.get(id(op))
+        if found is None:
+            found = self.dead[id(op)] = self.facts.would_be_trivially_dead(op)
+        return found
 
     def propagate_op(self, op: Operation) -> None:
         for region in op.regions:
@@ -63,7 +74,7 @@ class _Liveness:
         live, key = self.live, id(op)
         if key in live:
             return
-        if self.facts.would_be_trivially_dead(op):  # live only if a live op uses it
+        if self.would_be_trivially_dead(op):  # live only if a live op uses it
             for result in op.results:
                 for use in result.uses:
                     if id(use.operation) in live:

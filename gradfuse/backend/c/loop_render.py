@@ -19,6 +19,7 @@ OpenMP pragmas. Nothing is recovered from index arithmetic here:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from math import prod
@@ -72,6 +73,7 @@ class CLoopTarget(CTarget):
     optimize = "-O2"
 
 
+@functools.cache
 def type_name(ty: Attribute) -> str:
     """The C type of a scalar or of a `vector<Wxf32>` (`gf_floatx32`)."""
     if isinstance(ty, VectorType):
@@ -100,14 +102,13 @@ class LoopRenderer(Renderer):
         super().__init__(CLoopTarget())
         self.forms: dict[SSAValue, Form | None] = {}  # affine_form's, for a kernel
 
-    def name(self, v: SSAValue) -> str:
+    def fresh(self, v: SSAValue) -> str:
         """Loop indices by their dims' names (`d2`), constants as literals."""
-        if v not in self.names:
-            if isinstance(v.owner, arith.ConstantOp):
-                self.names[v] = literal(v.owner)
-            elif isinstance(v, BlockArgument) and v.name_hint and DIM.fullmatch(v.name_hint):
-                self.names[v] = v.name_hint
-        return super().name(v)
+        if isinstance(v.owner, arith.ConstantOp):
+            return literal(v.owner)
+        if isinstance(v, BlockArgument) and v.name_hint and DIM.fullmatch(v.name_hint):
+            return v.name_hint
+        return super().fresh(v)
 
     def kernel(self, fn: Operation) -> str:  # type: ignore[override]
         assert isinstance(fn, func.FuncOp)
@@ -189,7 +190,7 @@ class LoopRenderer(Renderer):
             if isinstance(op, vector.BroadcastOp):  # a uniform initializer: one vbroadcastss
                 elements = [self.name(op.source)] * n
             else:
-                elements = [self.along(op, lane) for lane in range(n)]
+                elements = self.along(op, n)
             self.emit(f"{type_name(ty)} {r} = ({type_name(ty)}){{{', '.join(elements)}}};", depth)
             return
         self.emit(f"{type_name(ty)} {r};", depth)
@@ -234,14 +235,15 @@ class LoopRenderer(Renderer):
             return f"gf_selectx{n}({a[0]}, {a[1]}, {a[2]})"
         return f"gf_fmaxfx{n}({a[0]}, {a[1]})"
 
-    def along(self, op: vector.TransferReadOp | vector.TransferWriteOp, lane: int) -> str:
-        """A lane's element of a transfer along one dim of its buffer (`loops-vectorize`
-        makes no other): lane 3 (16 apart) is `v3[d0 * 8192 + v9 * 16 + d2 * 4 + d3 + 48]`."""
+    def along(self, op: vector.TransferReadOp | vector.TransferWriteOp, n: int) -> list[str]:
+        """The elements of a transfer's first `n` lanes, along one dim of its buffer
+        (`loops-vectorize` makes no other): lane 3 (16 apart) is `v3[d0 * 8192 + v9 * 16 +
+        d2 * 4 + d3 + 48]`."""
         ty = op.source.type
         assert isinstance(ty, MemRefType)
         stride = prod(ty.get_shape()[transfer_dim(op) + 1 :])
-        offset = f" + {lane * stride}" if lane else ""
-        return f"{self.index(op.source, op.indices)[:-1]}{offset}]"
+        at = self.index(op.source, op.indices)[:-1]
+        return [f"{at}]", *(f"{at} + {lane * stride}]" for lane in range(1, n))]
 
     def block(self, ops: Iterable[Operation], depth: int) -> None:
         """The ops of a block; a run of `vector.transfer_write`s (the jammed points of a
@@ -262,9 +264,10 @@ class LoopRenderer(Renderer):
         16 lanes 16 KiB apart evict each other from an 8-way L1 (DCGAN's conv4 weight
         gradient: 9 ms lane by lane, 16 ms point by point)."""
         n = run[0].vector.type.get_shape()[0]  # type: ignore[attr-defined]
+        rows = [(self.along(op, n), self.name(op.vector)) for op in run]
         for lane in range(n):
-            for op in run:
-                self.emit(f"{self.along(op, lane)} = {self.name(op.vector)}[{lane}];", depth)
+            for at, v in rows:
+                self.emit(f"{at[lane]} = {v}[{lane}];", depth)
 
     def parallel(self, op: scf.ParallelOp, depth: int) -> None:
         """One `for` per dim; `gradfuse.omp` shares them among threads (`collapse`),

@@ -77,6 +77,15 @@ class Widen:
         self.deferred: set[SSAValue] = set()  # old index values that differ by lane
         self.outer = True  # at the nest's level, not in a loop: gathers and scatters
         self.lane_values: dict[tuple[SSAValue, int], SSAValue] = {}
+        self.dependent: dict[SSAValue, bool] = {}
+
+    def depends(self, v: SSAValue) -> bool:
+        """Whether old value `v` is computed from `d` (`loop_ir.depends`, once per value:
+        a lane's index is asked once per lane)."""
+        found = self.dependent.get(v)
+        if found is None:
+            found = self.dependent[v] = depends(v, self.d)
+        return found
 
     def vec(self, ty: object) -> VectorType:
         """`ty`'s lanes: `vector<Wxf32>`, or a mask `vector<Wxi1>`."""
@@ -99,17 +108,17 @@ class Widen:
     def contiguous(self, indices: list[SSAValue]) -> bool | None:
         """True: the last index is `d` and no other depends on it; False: none does;
         None: something else (not lanes)."""
-        if not any(depends(i, self.d) for i in indices):
+        if not any(self.depends(i) for i in indices):
             return False
-        if indices[-1] in self.starts and not any(depends(i, self.d) for i in indices[:-1]):
+        if indices[-1] in self.starts and not any(self.depends(i) for i in indices[:-1]):
             return True
         return None
 
     def offset(self, op: arith.AddiOp) -> bool:
         """Whether `op` adds to a lane start a value the same in every lane."""
         a, b = op.lhs, op.rhs
-        return (a in self.starts and not depends(b, self.d)) or (
-            b in self.starts and not depends(a, self.d)
+        return (a in self.starts and not self.depends(b)) or (
+            b in self.starts and not self.depends(a)
         )
 
     def block(self, ops: list[Operation], into: Block) -> None:
@@ -119,7 +128,7 @@ class Widen:
     def lane_value(self, v: SSAValue, lane: int, into: Block) -> SSAValue:
         """The scalar that old index value `v` has in lane `lane` (its ops cloned with
         `d + lane` for `d`)."""
-        if not depends(v, self.d):
+        if not self.depends(v):
             return self.get(v)
         key = (v, lane)
         if key not in self.lane_values:
@@ -143,7 +152,7 @@ class Widen:
         """How much old index value `v` grows from one lane to the next (`d` by 1, `d *
         16 + k` by 16), through `addi`, `subi` and `muli` by a constant; None where not
         by a constant."""
-        if not depends(v, self.d):
+        if not self.depends(v):
             return 0
         if v is self.d:
             return 1
@@ -274,7 +283,7 @@ class Widen:
             return
         elif isinstance(op, arith.AddiOp) and self.offset(op):
             self.starts.add(op.result)  # (the lanes' first index: a scalar)
-        elif any(depends(v, self.d) for v in op.operands):
+        elif any(self.depends(v) for v in op.operands):
             raise NotLanes(f"{op.name} of the lane index")
         new = op.clone(value_mapper=dict(self.vm))
         into.add_op(new)
@@ -291,7 +300,7 @@ class Widen:
                     for v in (*op.operands, *op.results))
         )  # fmt: skip
         if not any(v in self.deferred for v in op.operands):
-            lane_index = integral and any(depends(v, self.d) for v in op.operands)
+            lane_index = integral and any(self.depends(v) for v in op.operands)
             if lane_index and self.outer and not (isinstance(op, arith.AddiOp) and self.offset(op)):
                 self.deferred.update(op.results)
                 return True
