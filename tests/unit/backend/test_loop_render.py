@@ -42,13 +42,11 @@ def test_a_run_of_transfer_writes_prints_lane_by_lane_in_program_order_where_the
     lines, (m, a, b, c) = rendered(WRITES)
     # a (rows 0..7), b (rows 8..15, 8 rows on: disjoint) and c (column 1) in one run
     run = [(a, 0, 0), (b, 8, 0), (c, 0, 1)]
-    want = [
-        f"{m}[{row} * 4 + {col}{f' + {4 * lane}' if lane else ''}] = {v}[{lane}];"
-        for lane in range(8)
-        for v, row, col in run
+    want = [f"float* p{k} = &{m}[{row} * 4 + {col}];" for k, (_, row, col) in enumerate(run)]
+    want += [
+        f"p{k}[{4 * lane}] = {v}[{lane}];" for lane in range(8) for k, (v, *_) in enumerate(run)
     ]
     # the last write has c's indices: after all of c, lane by lane
-    want += [
-        f"{m}[0 * 4 + 1{f' + {4 * lane}' if lane else ''}] = {a}[{lane}];" for lane in range(8)
-    ]
+    want += [f"float* p3 = &{m}[0 * 4 + 1];"]
+    want += [f"p3[{4 * lane}] = {a}[{lane}];" for lane in range(8)]
     assert lines == want
