@@ -57,6 +57,7 @@ class _Liveness:
         self.live: set[int] = set()
         self.changed = True
         self.dead: dict[int, bool] = {}  # ops with regions (their walk is long), by id
+        self.branches = False  # a region of several blocks: a use may come before its def
 
     def would_be_trivially_dead(self, op: Operation) -> bool:
         """`OpFacts`' answer; once per op with regions: the IR does not change while the
@@ -91,6 +92,7 @@ class _Liveness:
         first = region.first_block
         if first is None:
             return
+        self.branches = self.branches or first.next_block is not None
         for block in PostOrderIterator(first):
             for op in reversed(block.ops):  # uses before definitions: faster convergence
                 self.propagate_op(op)
@@ -119,11 +121,17 @@ class _Liveness:
 def region_dce(
     region: Region, listener: PatternRewriterListener | None = None, facts: OpFacts | None = None
 ) -> bool:
-    """Erases the ops of `region` that nothing live needs (xDSL's `region_dce`)."""
+    """Erases the ops of `region` that nothing live needs (xDSL's `region_dce`). Where
+    every region has one block, one sweep (uses before definitions) finds all that a
+    fixpoint would: a value's uses are later in its block or inside a later op, and
+    those are decided first."""
     live = _Liveness(facts or OpFacts())
     while live.changed:
         live.changed = False
         live.propagate_region(region)
+        if not live.branches:
+            break
+    live.changed = False
     live.delete_dead(region, listener)
     return live.changed
 
