@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from xdsl.context import Context
+from xdsl.dialects import scf
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, Region
 from xdsl.ir.post_order import PostOrderIterator
@@ -43,9 +44,14 @@ class _Canonicalization(RewritePattern):
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter, /) -> None:
         # xDSL wraps several in a greedy applier, whose dead-op check the outer applier
         # has already made (the op is not dead), and which folds nothing
+        parent = op.parent_op()
         for pattern in self.facts.canonicalization_patterns(op):
             pattern.match_and_rewrite(op, rewriter)
             if rewriter.has_done_action:
+                if isinstance(op, scf.ForOp) and isinstance(parent, scf.ForOp):
+                    # constants hoisted out of a loop land in the enclosing loop's body:
+                    # hoisted on in this sweep, not one more sweep of the module per level
+                    rewriter.notify_op_modified(parent)
                 return
 
 
