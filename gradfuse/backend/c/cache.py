@@ -196,6 +196,8 @@ def build_library(
             return build.link(target)
         except UnitFailed as failed:
             raise build.error(failed) from None
+        finally:
+            build.close()  # also when an `add` met an earlier unit's failure
     cc = compiler()
     with tempfile.TemporaryDirectory(dir=cache_dir("c")) as tmp:
         out, src = Path(tmp) / "program.so", Path(tmp) / "program.c"

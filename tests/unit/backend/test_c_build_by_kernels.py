@@ -83,3 +83,31 @@ def test_a_group_that_gcc_fails_on_names_its_kernel_and_leaves_no_library(monkey
     assert kept.exists() and "no_such_type" in kept.read_text()
     assert not list(tmp_path.glob("c/*.so"))  # no cache entry for a failed build
     assert not [p for p in (tmp_path / "c").iterdir() if p.is_dir()]
+
+
+def test_a_failed_unit_stops_the_others_and_the_next_add_raises(monkeypatch, tmp_path):
+    """gcc runs in worker threads: a unit that fails is reported by the next `add` (or
+    by `link`), and closing leaves no temporaries; a program in several units
+    (`build_library`) that fails keeps none either."""
+    import time
+
+    from gradfuse.backend.c import cache
+
+    monkeypatch.setenv("GRADFUSE_CACHE_DIR", str(tmp_path))
+    units = cache.Units()
+    units.add("int broken(void) { return }\n")
+    deadline = time.monotonic() + 60
+    while units.failed is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(cache.UnitFailed):
+        units.add("int fine(void) { return 1; }\n")
+    units.close()
+    assert not [p for p in (tmp_path / "c").iterdir() if p.is_dir()]
+
+    good, bad = "int one(void) { return 1; }\n", "int two(void) { return }\n"
+    with pytest.raises(GradfuseError, match="gcc"):
+        cache.build_library(
+            good + bad, split=lambda cores: [good, bad, good.replace("one", "three")]
+        )
+    assert not list(tmp_path.glob("c/*.so"))
+    assert not [p for p in (tmp_path / "c").iterdir() if p.is_dir()]
