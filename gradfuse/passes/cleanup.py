@@ -44,11 +44,11 @@ class _Canonicalization(RewritePattern):
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter, /) -> None:
         # xDSL wraps several in a greedy applier, whose dead-op check the outer applier
         # has already made (the op is not dead), and which folds nothing
-        parent = op.parent_op()
+        parent = op.parent_op() if isinstance(op, scf.ForOp) else None
         for pattern in self.facts.canonicalization_patterns(op):
             pattern.match_and_rewrite(op, rewriter)
             if rewriter.has_done_action:
-                if isinstance(op, scf.ForOp) and isinstance(parent, scf.ForOp):
+                if isinstance(parent, scf.ForOp):
                     # constants hoisted out of a loop land in the enclosing loop's body:
                     # hoisted on in this sweep, not one more sweep of the module per level
                     rewriter.notify_op_modified(parent)
@@ -132,11 +132,10 @@ def region_dce(
     fixpoint would: a value's uses are later in its block or inside a later op, and
     those are decided first."""
     live = _Liveness(facts or OpFacts())
-    while live.changed:
+    live.propagate_region(region)
+    while live.branches and live.changed:
         live.changed = False
         live.propagate_region(region)
-        if not live.branches:
-            break
     live.changed = False
     live.delete_dead(region, listener)
     return live.changed

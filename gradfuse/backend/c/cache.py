@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
@@ -47,11 +47,24 @@ def cores() -> int:
     return len(usable) if usable else os.cpu_count() or 1
 
 
+def cached(text: str, cflags: Sequence[str], suffix: str) -> Path:
+    """Where gcc's output for `text` is cached: a hash of the text, gcc's flags and gcc's
+    version, with `suffix` (`.so`, `.o`)."""
+    key = "\0".join([text, *cflags, tool_version(compiler())])
+    return cache_dir("c") / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}{suffix}"
+
+
 def library_path(source: str, optimize: str = CTarget.optimize) -> Path:
-    """Where the library of `source` is cached: a hash of the source, gcc's flags and
-    gcc's version."""
-    key = "\0".join([source, *flags(optimize), tool_version(compiler())])
-    return cache_dir("c") / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.so"
+    """Where the library of `source` is cached."""
+    return cached(source, flags(optimize), ".so")
+
+
+def kept_failure(text: str, stderr: str, src: Path, entry: Path) -> tuple[str, Path]:
+    """gcc failed on `text`, written to `src`: gcc's messages naming the copy of the
+    text kept beside the cache `entry` it was to build, and that copy."""
+    kept = entry.with_name(f"{entry.stem}-failed.c")
+    kept.write_text(text)
+    return stderr.replace(str(src), str(kept)), kept
 
 
 class UnitFailed(Exception):
@@ -72,7 +85,6 @@ class Units:
         self.module, self.optimize = module, optimize
         self.cc = compiler()
         self.flags = [f for f in flags(optimize) if f != "-shared"]
-        self.version = tool_version(self.cc)
         self.objects: list[Path] = []
         self.waiting: list[tuple[str, Path]] = []  # (text, object) not started yet
         self.running: set[subprocess.Popen[str]] = set()
@@ -87,8 +99,7 @@ class Units:
     def add(self, text: str) -> None:
         """Queues the unit `text` (unless its object is cached); raises `UnitFailed` if
         gcc failed on an earlier unit."""
-        key = hashlib.sha256("\0".join([text, *self.flags, self.version]).encode())
-        obj = cache_dir("c") / f"{key.hexdigest()[:32]}.o"
+        obj = cached(text, self.flags, ".o")
         self.objects.append(obj)
         with self.ready:
             if self.failed is not None:
@@ -106,12 +117,9 @@ class Units:
                     self.ready.wait()
                 if self.stopped or not self.waiting:
                     return
-                pick = (
-                    0
-                    if self.adding
-                    else max(range(len(self.waiting)), key=lambda i: len(self.waiting[i][0]))
-                )
-                text, obj = self.waiting.pop(pick)
+                job = self.waiting[0] if self.adding else max(self.waiting, key=lambda w: len(w[0]))
+                self.waiting.remove(job)
+                text, obj = job
                 src, out = self.tmp / f"{obj.stem}.c", self.tmp / obj.name
                 src.write_text(text)
                 cmd = [self.cc, *self.flags, "-c", "-o", str(out), str(src)]
@@ -123,9 +131,7 @@ class Units:
                 if self.stopped:
                     return
                 if proc.returncode != 0:
-                    kept = cache_dir("c") / f"{obj.stem}-failed.c"
-                    kept.write_text(text)
-                    self.failed = UnitFailed(text, stderr.replace(str(src), str(kept)), kept)
+                    self.failed = UnitFailed(text, *kept_failure(text, stderr, src, obj))
                     self.stop()
                     return
                 os.replace(out, obj)
@@ -144,25 +150,21 @@ class Units:
         return compile_error("gcc", *failed.args, self.module)
 
     def link(self, target: Path) -> Path:
-        """Waits for every unit, links their objects into `target` and caches it."""
-        try:
-            with self.ready:
-                self.adding = False
-                self.ready.notify_all()
-            for worker in self.workers:
-                worker.join()
-            if self.failed is not None:
-                raise self.failed
-            out = self.tmp / "program.so"
-            cmd = [self.cc, *flags(self.optimize), "-o", str(out), *map(str, self.objects), "-lm"]
-            done = subprocess.run(cmd, capture_output=True, text=True)
-            if done.returncode != 0:
-                raise GradfuseError(
-                    f"gcc could not link the generated program: {done.stderr.strip()}"
-                )
-            os.replace(out, target)  # atomic: a reader sees no library or the whole one
-        finally:
-            self.close()
+        """Waits for every unit, links their objects into `target` and caches it (the
+        caller then `close`s, as after a failure)."""
+        with self.ready:
+            self.adding = False
+            self.ready.notify_all()
+        for worker in self.workers:
+            worker.join()
+        if self.failed is not None:
+            raise self.failed
+        out = self.tmp / "program.so"
+        cmd = [self.cc, *flags(self.optimize), "-o", str(out), *map(str, self.objects), "-lm"]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise GradfuseError(f"gcc could not link the generated program: {done.stderr.strip()}")
+        os.replace(out, target)  # atomic: a reader sees no library or the whole one
         seal(target)
         return target
 
@@ -197,7 +199,7 @@ def build_library(
         except UnitFailed as failed:
             raise build.error(failed) from None
         finally:
-            build.close()  # also when an `add` met an earlier unit's failure
+            build.close()
     cc = compiler()
     with tempfile.TemporaryDirectory(dir=cache_dir("c")) as tmp:
         out, src = Path(tmp) / "program.so", Path(tmp) / "program.c"
@@ -206,11 +208,8 @@ def build_library(
             [cc, *flags(optimize), "-o", str(out), str(src), "-lm"], capture_output=True, text=True
         )
         if done.returncode != 0:
-            kept = target.with_name(f"{target.stem}-failed.c")
-            kept.write_text(source)
-            raise compile_error(
-                "gcc", source, done.stderr.replace(str(src), str(kept)), kept, module
-            )
+            stderr, kept = kept_failure(source, done.stderr, src, target)
+            raise compile_error("gcc", source, stderr, kept, module)
         os.replace(out, target)  # atomic: a reader sees no library or the whole one
     seal(target)
     return target

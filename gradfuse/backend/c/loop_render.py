@@ -28,6 +28,7 @@ from xdsl.dialects import arith, func, memref, scf, vector
 from xdsl.dialects.builtin import IntegerAttr, IntegerType, MemRefType, VectorType, f32
 from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 
+from gradfuse.affine import strides_of
 from gradfuse.backend.cstyle import (
     BINARY,
     CMP,
@@ -39,7 +40,7 @@ from gradfuse.backend.cstyle import (
     literal,
 )
 from gradfuse.passes.loops.lanes import WIDTHS
-from gradfuse.passes.loops.loop_ir import OMP, REDUCING, SIMD, Form, transfer_dim, writes
+from gradfuse.passes.loops.loop_ir import OMP, REDUCING, SIMD, Form, Write, transfer_dim, writes
 
 DIM = re.compile(r"d\d+")
 
@@ -247,7 +248,7 @@ class LoopRenderer(Renderer):
         on DCGAN b8's program against 10.8 and 11.2 s (one unit, runs taken alternately)."""
         ty = op.source.type
         assert isinstance(ty, MemRefType)
-        stride = prod(ty.get_shape()[transfer_dim(op) + 1 :])
+        stride = strides_of(ty.get_shape())[transfer_dim(op)]
         at, self.pointers = f"p{self.pointers}", self.pointers + 1
         const = "const " if isinstance(op, vector.TransferReadOp) else ""
         elt = element_ctype(ty.element_type)
@@ -262,18 +263,18 @@ class LoopRenderer(Renderer):
         while i < len(ops):
             run, i = writes(ops, i, self.forms)
             if run:
-                self.scatter([w.op for w in run], depth)
+                self.scatter(run, depth)
             else:
                 self.op(ops[i], depth)
                 i += 1
 
-    def scatter(self, run: list[vector.TransferWriteOp], depth: int) -> None:
+    def scatter(self, run: list[Write], depth: int) -> None:
         """Transfer writes lane by lane, all of lane 0 first (`writes`): jammed points'
         lanes a buffer row apart touch a few cache lines at a time, where point by point
         16 lanes 16 KiB apart evict each other from an 8-way L1 (DCGAN's conv4 weight
         gradient: 9 ms lane by lane, 16 ms point by point)."""
-        n = run[0].vector.type.get_shape()[0]  # type: ignore[attr-defined]
-        rows = [(self.along(op, n, depth), self.name(op.vector)) for op in run]
+        n = run[0].lanes
+        rows = [(self.along(w.op, n, depth), self.name(w.op.vector)) for w in run]
         for lane in range(n):
             for at, v in rows:
                 self.emit(f"{at[lane]} = {v}[{lane}];", depth)
