@@ -54,6 +54,18 @@ def depends(v: SSAValue, target: SSAValue) -> bool:
     return False
 
 
+def dependents(target: SSAValue, scope: Operation) -> set[SSAValue]:
+    """`target` and the values of `scope`'s ops computed from it (as `depends` counts:
+    through ops, not block arguments), in one walk: for many `depends(v, target)`
+    questions about one `target` defined in or at `scope`. For the index `%i` of
+    `scf.for %i ... { %a = arith.muli %i, %c ; %b = arith.addi %a, %j }`, `{%i, %a, %b}`."""
+    found = {target}
+    for op in scope.walk():  # in order: a value is reached before its uses
+        if any(v in found for v in op.operands):
+            found.update(op.results)
+    return found
+
+
 def own_index(indices: Sequence[SSAValue], d: SSAValue) -> int | None:
     """The position of the index that is `d` itself, where no other index depends on
     `d` (a read that lanes along `d` read contiguously once that index is last); else

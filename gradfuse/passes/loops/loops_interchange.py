@@ -46,7 +46,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.transforms.loop_invariant_code_motion import move_loop_invariant_code
 
-from gradfuse.passes.loops.loop_ir import depends, kernel_functions, own_index, replace_nest
+from gradfuse.passes.loops.loop_ir import dependents, kernel_functions, own_index, replace_nest
 from gradfuse.passes.loops.loops_vectorize import contiguous, innermost_nests, innermost_reduction
 
 
@@ -71,10 +71,8 @@ def chain(loop: scf.ForOp) -> list[scf.ForOp]:
 def uses(loops: list[scf.ForOp]) -> list[int]:
     """For each loop of a chain, how many ops of the innermost body use its index."""
     ops = list(loops[-1].body.walk())
-    return [
-        sum(1 for o in ops if any(depends(v, loop.body.block.args[0]) for v in o.operands))
-        for loop in loops
-    ]
+    found = [dependents(loop.body.block.args[0], loop) for loop in loops]
+    return [sum(1 for o in ops if any(v in dep for v in o.operands)) for dep in found]
 
 
 def reorder(loops: list[scf.ForOp]) -> bool:
@@ -131,7 +129,8 @@ def lane_dim(nest: scf.ParallelOp) -> int | None:
     args = list(nest.body.block.args)
 
     def fits(d: SSAValue) -> bool:
-        touched = [r for r in reads if any(depends(i, d) for i in r.indices)]
+        dep = dependents(d, nest)
+        touched = [r for r in reads if any(i in dep for i in r.indices)]
         return bool(touched) and all(own_index(list(r.indices), d) is not None for r in touched)
 
     if stored is not None and fits(args[stored]):
