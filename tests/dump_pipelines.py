@@ -32,7 +32,8 @@ STAGES = {  # file suffix -> ir-opt arguments
     "listing.txt": ["-p", "kernels", "-t", "kernels"],
     "default.tg": ["-p", "default"],
     "cuda.tg": ["-p", "cuda"],
-    "c.c": ["-p", "default", "-t", "c"],
+    "cpu.tg": ["-p", "cpu"],
+    "c.c": ["-p", "cpu", "-t", "c"],
     "cuda.cu": ["-p", "cuda", "-t", "cuda"],
 }
 EXAMPLES = {  # name -> (example, its sizes, steps, log_every)

@@ -5,7 +5,7 @@
 | `reference` | `tg`      | the tg interpreter on NumPy (the oracle)               |
 | `numpy`     | `kernels` | fused kernels, each on whole NumPy grids               |
 | `lowered`   | `default` | the lowered gpu/scf IR, thread by thread (small only)  |
-| `c`         | `default` | generated C, compiled by gcc (the default without GPU) |
+| `c`         | `cpu`     | generated C, compiled by gcc (the default without GPU) |
 | `cuda`      | `cuda`    | generated CUDA, compiled by nvcc, launched by PyCUDA   |
 | `cuda-emu`  | `cuda`    | the same CUDA on the CPU: g++ and an emulated device   |
 
@@ -33,20 +33,20 @@ PIPELINE_OF = {
     "reference": "tg",
     "numpy": "kernels",
     "lowered": "default",
-    "c": "default",
+    "c": "cpu",
     "cuda": "cuda",
     "cuda-emu": "cuda",
 }
 
 
-C_PIPELINES = ("default", "cpu")
-"""What the c backend may compile with: `default` (kernels as GPU grids, rendered as loop
-nests) or `cpu` (loop nests from `convert-kernel-to-loops` and the `loop-*` passes)."""
+C_PIPELINES = ("cpu",)
+"""What the c backend may compile with: `cpu` (loop nests from `convert-kernel-to-loops`
+and the `loops-*` passes), with or without options (`cpu{jam-work=0}`)."""
 
 
 def pipeline_of(backend: str) -> str:
     """The pipeline `backend` compiles with; for c, $GRADFUSE_C_PIPELINE when it is set
-    (`GRADFUSE_C_PIPELINE=cpu`, or with options: `cpu{jam-work=0}`)."""
+    (the `cpu` pipeline with options: `GRADFUSE_C_PIPELINE='cpu{jam-work=0}'`)."""
     chosen = os.environ.get("GRADFUSE_C_PIPELINE") if backend == "c" else None
     if not chosen:
         return PIPELINE_OF[backend]
@@ -214,7 +214,8 @@ def compile_module(
         run_pipeline(module, spec)
     elif name in ("lowered", "c", "cuda", "cuda-emu") and has_tg:
         raise GradfuseError(
-            f"the {name} backend runs lowered IR and this program has tg ops: run the default"
-            " pipeline first (no --pipeline none), or choose --backend reference"
+            f"the {name} backend runs lowered IR and this program has tg ops: run the"
+            f" {PIPELINE_OF[name]} pipeline first (no --pipeline none), or choose"
+            " --backend reference"
         )
     return Program(name, module, _runner(name, module, tail), keys if has_tg else None, entries)

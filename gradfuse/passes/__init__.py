@@ -71,13 +71,12 @@ PIPELINES: dict[str, str] = {
 }
 """Named pipelines, each extending the one before: `tg` (differentiate and simplify,
 what the reference interpreter runs), `kernels` (fused kernels over buffers) and
-`default` (upstream gpu/scf/memref IR: what `execute()` compiles and
-`ir-opt -p default` prints); `cuda` is `default` with the contractions tiled through
-shared memory (`kernel-tile`) and long reductions with few outputs shared by whole
-blocks (`kernel-block-reduce`), what the CUDA backend compiles; `cpu` is `kernels`
-lowered to loop nests for the CPU (`convert-kernel-to-loops`), vectorised and
-parallelised by the `loops-*` passes: what the c backend compiles with
-`GRADFUSE_C_PIPELINE=cpu` (its default is still `default`)."""
+`default` (upstream gpu/scf/memref IR: each kernel a GPU grid, what the lowered
+interpreter runs and `ir-opt -p default` prints); `cuda` is `default` with the
+contractions tiled through shared memory (`kernel-tile`) and long reductions with few
+outputs shared by whole blocks (`kernel-block-reduce`), what the CUDA backend compiles;
+`cpu` is `kernels` lowered to loop nests for the CPU (`convert-kernel-to-loops`),
+vectorised and parallelised by the `loops-*` passes: what the c backend compiles."""
 
 
 def make_context() -> Context:

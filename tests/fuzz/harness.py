@@ -43,7 +43,7 @@ TIMEOUT_S = 20.0
 MAX_ELEMENTS = 2_000_000
 """ir-run is skipped (ir-opt runs instead) when a program would touch more elements."""
 PIPELINES = [
-    ["-p", "tg"], ["-p", "kernels", "-t", "kernels"], ["-p", "default", "-t", "c"],
+    ["-p", "tg"], ["-p", "kernels", "-t", "kernels"], ["-p", "cpu", "-t", "c"],
     ["-p", "cuda", "-t", "cuda"], ["-p", "tg-fuse,convert-tg-to-kernel,kernel-plan-buffers", "-t", "mlir"],
     ["-t", "mlir"],
 ]  # fmt: skip

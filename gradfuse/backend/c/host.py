@@ -31,7 +31,6 @@ from xdsl.ir import Block, Operation, SSAValue
 from gradfuse.backend.c.cache import UnitFailed, Units, library_path
 from gradfuse.backend.c.loop_render import LoopRenderer
 from gradfuse.backend.c.profile import KINDS, Site, profiled_context
-from gradfuse.backend.c.rows import RowsRenderer
 from gradfuse.backend.cstyle import CTarget, Renderer, element_ctype
 from gradfuse.backend.disk_cache import verified
 from gradfuse.backend.runner import callback_key, entry_function
@@ -92,8 +91,8 @@ class HostRenderer(Renderer):
         self.per_iteration: int | None = 1  # executions per iteration of `outer`
         self.written = {
             op.sym_name.data: _written_args(op)
-            for op in module.walk()
-            if isinstance(op, gpu.FuncOp) or (isinstance(op, func.FuncOp) and is_kernel(op))
+            for op in module.ops
+            if isinstance(op, func.FuncOp) and is_kernel(op)
         }
         self.saved: dict[int, list[int]] = {}  # top-level loop -> the params it saves
         self.aliases = aliases  # kernels left out for an equal one: name -> that one
@@ -121,7 +120,7 @@ class HostRenderer(Renderer):
         written: set[int] = set()
         before_call: set[int] = set()
         for op in loop.body.walk():
-            if isinstance(op, gpu.LaunchFuncOp) or is_kernel(op):
+            if is_kernel(op):
                 name, operands = launched(op)
                 stores = self.written[name]
                 for k, v in enumerate(operands):
@@ -161,13 +160,6 @@ class HostRenderer(Renderer):
                     f"{t}* {r} = ({t}*)({self.name(op.source)} + {self.name(op.byte_shift)});",
                     depth,
                 )
-            elif isinstance(op, gpu.LaunchFuncOp):
-                args = ", ".join(self.name(a) for a in op.kernelOperands)
-                grid = f"{self.name(op.gridSizeX)} * {self.name(op.gridSizeY)} * {self.name(op.gridSizeZ)}"
-                kernel = op.kernel.nested_references.data[-1].data
-                kernel = self.aliases.get(kernel, kernel)
-                text = f"{kernel}({args}, {grid}, {self.name(op.blockSizeX)});"
-                self.timed("kernel", op.kernel.nested_references.data[-1].data, text, depth)
             elif is_kernel(op):
                 name, operands = launched(op)
                 args = ", ".join(self.name(a) for a in operands)
@@ -244,14 +236,12 @@ class HostRenderer(Renderer):
 
 
 def launched(op: Operation) -> tuple[str, list[SSAValue]]:
-    """The kernel that a `gpu.launch_func` or a kernel `func.call` runs, and its buffers."""
-    if isinstance(op, gpu.LaunchFuncOp):
-        return op.kernel.nested_references.data[-1].data, list(op.kernelOperands)
+    """The kernel that a kernel `func.call` runs, and its buffers."""
     assert isinstance(op, func.CallOp)
     return op.callee.root_reference.data, list(op.arguments)
 
 
-def _written_args(fn: gpu.FuncOp | func.FuncOp) -> set[int]:
+def _written_args(fn: func.FuncOp) -> set[int]:
     """Indices of the kernel arguments that `fn` stores to."""
     args = list(fn.body.block.args)
     return {
@@ -279,10 +269,24 @@ def render_program(module: ModuleOp, profile: bool = False) -> HostRenderer:
 
         render_program(module, profile=True).sites[0]  # Site(0, "step", "loop 0", ...)
     """
-    loops = any(is_kernel(op) for op in module.ops)
-    renderer = LoopRenderer() if loops else RowsRenderer()
+    loop_ir(module)
+    renderer = LoopRenderer()
     renderer.kernels(module)
     return with_host(module, renderer, profile)
+
+
+def loop_ir(module: ModuleOp) -> None:
+    """Raises where `module`'s kernels are GPU grids (`gpu.func`, from
+    `convert-kernel-to-gpu`), at the first: the c target prints the `cpu` pipeline's
+    loop nests."""
+    grids = (op for op in module.ops if isinstance(op, gpu.ModuleOp))
+    grid = next((fn for g in grids for fn in g.body.block.ops), None)
+    if grid is not None:
+        raise GradfuseError(
+            "the c target prints loop nests: lower with the cpu pipeline (-p cpu), not one"
+            " that maps kernels onto GPU grids (default, cuda)",
+            position_of(grid.location),
+        )
 
 
 def with_host(module: ModuleOp, renderer: Renderer, profile: bool = False) -> HostRenderer:

@@ -14,7 +14,7 @@ kernel.kernel "k0" contraction domain [2, 64, 64, 32] parallel 3 (%x, %w, %h)
 
 Only the `cuda` pipeline runs it (`kernels,kernel-tile,kernel-block-reduce,
 kernel-plan-buffers,convert-kernel-to-gpu`): the C
-backend blocks contractions in registers instead (`backend/c/lanes.py`). Kernels inside
+backend blocks contractions in registers instead (`loops-unroll-jam`). Kernels inside
 a horizontal group or a row-by-row run keep their launch.
 """
 

@@ -27,8 +27,9 @@ gpu.func @r3(%x: memref<2x16x64xf32>, %mean: memref<2x16xf32>, ...) kernel {
 In the `cuda` pipeline, a phase with one output per row and a long reduction can
 have the whole block reduce together (`block_reduce`).
 
-The C backend (`backend/c/rows.py`) runs the same function as a loop over rows with
-each phase a loop nest; the lowered interpreter runs the phases of a block's threads
+On the CPU (`convert-kernel-to-loops`) a row-by-row run is a loop over rows with each
+phase a loop nest (`loops-distribute` runs a phase over all rows where they share a
+weight); the lowered interpreter runs the phases of a block's threads
 barrier by barrier.
 """
 

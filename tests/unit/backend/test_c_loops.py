@@ -1,7 +1,7 @@
 """The c backend on the `cpu` pipeline (`convert-kernel-to-loops` and the `loops-*`
 passes) against the reference interpreter: the c backend's program corpus, random
 fused programs, and nests whose innermost dim runs in vector lanes with a scalar
-remainder; `GRADFUSE_C_PIPELINE` chooses the pipeline."""
+remainder; `GRADFUSE_C_PIPELINE` gives the pipeline options."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from gradfuse.backend.c.host import render_c, render_program, split_units
 from gradfuse.backend.interpreters.tg import run
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.frontend.parser import parse_tg
-from gradfuse.passes import run_pipeline
+from gradfuse.passes import expand, run_pipeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_c_backend import PROGRAMS, inputs, random_feeders  # noqa: E402
@@ -187,7 +187,8 @@ def test_comparisons_selects_and_maxima_in_lanes_are_exact_at_special_values():
         np.testing.assert_array_equal(s.view(np.uint32), np.where(x < y, x, y).view(np.uint32))
         fmaxf = np.where((y > x) | np.isnan(x), y, x)  # gf_fmaxf(x, y): +0.0 for (0.0, -0.0)
         np.testing.assert_array_equal(m.view(np.uint32), fmaxf.view(np.uint32))
-    scalar = compile_module(parse_tg(LANE_TESTS), "c", pipeline="default").run(args=[x, y])
+    scalar_spec = ",".join(p for p in expand("cpu").split(",") if p != "loops-vectorize")
+    scalar = compile_module(parse_tg(LANE_TESTS), "c", pipeline=scalar_spec).run(args=[x, y])
     for got, want in zip((lt, gt, s, m), scalar.results):
         np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
 
@@ -220,13 +221,16 @@ def test_units_are_balanced_by_source_size_and_hold_each_kernel_once():
     assert all(o == sorted(o) for o in order)  # program order within a unit
 
 
-def test_the_environment_chooses_the_c_pipeline(monkeypatch):
-    monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu")
+def test_the_c_pipeline_is_cpu_and_the_environment_gives_its_options(monkeypatch):
+    monkeypatch.delenv("GRADFUSE_C_PIPELINE", raising=False)
     program = compile_module(parse_tg(PROGRAMS["conv"]), "c")
-    assert "gradfuse.kernel" in str(program.module)
-    monkeypatch.setenv("GRADFUSE_C_PIPELINE", "fast")
-    with pytest.raises(GradfuseError, match='GRADFUSE_C_PIPELINE="fast" is not a pipeline'):
-        compile_module(parse_tg(PROGRAMS["conv"]), "c")
+    assert "gradfuse.kernel" in str(program.module)  # kernel functions of loop nests
+    for name in ("fast", "default"):  # `default`'s GPU grids have no c target
+        monkeypatch.setenv("GRADFUSE_C_PIPELINE", name)
+        with pytest.raises(
+            GradfuseError, match=f'"{name}" is not a pipeline of the c backend \\(choose from cpu\\)'
+        ):
+            compile_module(parse_tg(PROGRAMS["conv"]), "c")
     monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{jam-work=0}")  # a pipeline option
     assert "vector<8xf32>, vector<8xf32>" in str(compile_module(parse_tg(LANES), "c").module)
     monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{jam-rows=4}")
@@ -303,7 +307,6 @@ def test_resnet18_with_its_max_pool_gradient_split_in_a_row_kernel_is_the_refere
     (`test_resnet.py`): 1e-10 relative leaves room for gcc's own order of sums. With
     the phases put before the rows the parameters were off by up to 1500x relative."""
     want = resnet_params("reference")
-    monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu")
     got = resnet_params("c")
     for k, v in want.items():
         np.testing.assert_allclose(got[k], v, rtol=1e-10, atol=1e-12, err_msg=k)

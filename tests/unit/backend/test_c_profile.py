@@ -21,7 +21,7 @@ from gradfuse.profiler import launches
 from gradfuse.stats import kernel_stats
 
 
-def _lowered(pipeline: str = "default") -> ModuleOp:
+def _lowered(pipeline: str = "cpu") -> ModuleOp:
     module = program().module.clone()
     run_pipeline(module, pipeline)
     return module

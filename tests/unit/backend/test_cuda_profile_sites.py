@@ -32,7 +32,7 @@ def _check_sites() -> list[tuple[str, str, int]]:
     assert found == [
         (r.op if r.op in host else "kernel", r.symbol, i) for i, r in enumerate(records)
     ]
-    c_sites = render_program(_lowered("default"), profile=True).sites
+    c_sites = render_program(_lowered("cpu"), profile=True).sites
     assert found == [(s.kind, s.name, s.launch) for s in c_sites if s.launch is not None]
     return found
 

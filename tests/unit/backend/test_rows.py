@@ -162,17 +162,20 @@ def _row_kernels(module) -> list[str]:
 
 
 def test_a_phase_that_sums_a_shared_weight_runs_over_all_rows_on_the_cpu():
-    """Phase by phase over all rows, a barrier after each (the rows share each read of
-    the weight); a row-wise chain that reads no shared weight stays row by row."""
+    """Phase by phase over all rows (`loops-distribute`: the rows share each read of
+    the weight), each phase a nest over the 20 rows; a row-wise chain that reads no
+    shared weight stays row by row, its phases inside one loop over the rows."""
     module = build(matrix_rnn, RNN, grad=True)
-    run_pipeline(module, "default")
+    run_pipeline(module, "cpu")
     shared = _row_kernels(module)
     assert len(shared) == 2  # the forward and the reverse time step
     for text in shared:
-        assert "for (long bid" not in text and "#pragma omp barrier" in text
-        assert "#pragma omp for" in text  # each phase's points shared among the threads
-    (own,) = _row_kernels(lowered_module())
-    assert "for (long bid = 0; bid < 2; bid++)" in own and "barrier" not in own
+        assert len(re.findall(r"^  for \(long d0 = 0; d0 < 20; d0\+\+\)$", text, re.M)) >= 3
+    own_module = parse_tg(SOFTMAX_NORM)
+    run_pipeline(own_module, "cpu")
+    (own,) = _row_kernels(own_module)
+    assert re.findall(r"^  for \(.*\)$", own, re.M) == ["  for (long d0 = 0; d0 < 2; d0++)"]
+    assert own.count("    for (long d1 = 0; d1 < 3; d1++)") == 4  # the phases in it
 
 
 @pytest.mark.c_numeric
