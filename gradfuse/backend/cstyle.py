@@ -126,7 +126,6 @@ class CTarget(CStyleLanguage):
     """C for gcc (OpenMP where a kernel is big), kernels plus the host program."""
 
     dedupe = True
-    optimize = "-O3"  # gcc's level: its vectoriser makes the SIMD code of these kernels
     maximum = "gf_fmaxf"  # fmaxf's result (NaN only if both are), but gcc vectorises it,
     # and without a branch in scalar code: `b > a ? b : a` is one maxss and the NaN test a
     # blend (as `(b > a || a != a) ? b : a` it was a jump per call, mispredicted on data:

@@ -121,7 +121,7 @@ class CProgram:
             def split(cores: int) -> list[str]:  # one unit per core, at least 8 kernels each
                 return split_units(host, min(cores, len(host.kernel_texts) // 8))
 
-            path = build_library(host.source, module, split, host.kernel_target.optimize)
+            path = build_library(host.source, module, split)
         self.profile, self.sites, self.loop_trips = profile, host.sites, host.loop_trips
         self.source, self.saved, self.calls, self.loops = (
             host.source,

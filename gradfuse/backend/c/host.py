@@ -29,7 +29,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 
 from gradfuse.backend.c.cache import UnitFailed, Units, library_path
-from gradfuse.backend.c.loop_render import LoopRenderer
+from gradfuse.backend.c.loop_render import CLoopTarget, LoopRenderer
 from gradfuse.backend.c.profile import KINDS, Site, profiled_context
 from gradfuse.backend.cstyle import CTarget, Renderer, element_ctype
 from gradfuse.backend.disk_cache import verified
@@ -100,7 +100,6 @@ class HostRenderer(Renderer):
         self.loops: list[scf.ForOp] = []  # outermost loops, by gf_loop
         self.source = ""
         self.kernel_texts: list[str] = []  # filled by `render_program`
-        self.kernel_target: CTarget = CTarget()  # what rendered the kernels: its prelude, its -O
         self.host_text = ""
 
     def main(self, fn: func.FuncOp) -> str:
@@ -293,7 +292,7 @@ def with_host(module: ModuleOp, renderer: Renderer, profile: bool = False) -> Ho
     """The host program of `module` rendered, with the kernels that `renderer` rendered."""
     host = HostRenderer(module, host_symbols(module), renderer.aliases, profile)
     main = host.main(main_function(module))
-    host.kernel_texts, host.kernel_target = renderer.kernel_texts, renderer.t
+    host.kernel_texts = renderer.kernel_texts
     context = profiled_context(CONTEXT) if profile else CONTEXT
     host.host_text = "#include <string.h>\n" + context + main
     host.source = "\n".join([renderer.t.prelude, *renderer.kernel_texts]) + host.host_text
@@ -306,7 +305,7 @@ def build_by_kernels(module: ModuleOp, tail: str, size: int) -> tuple[HostRender
     its library (cached as `build_library`'s: the same source, the same library)."""
     renderer = LoopRenderer()
     renderer.start_kernels()
-    units = Units(module, renderer.t.optimize)
+    units = Units(module)
     prelude = renderer.t.prelude + "\n"
 
     def each(part: ModuleOp) -> None:
@@ -319,7 +318,7 @@ def build_by_kernels(module: ModuleOp, tail: str, size: int) -> tuple[HostRender
         host = with_host(module, renderer)
         protos = "".join(hidden(k).split("{", 1)[0].rstrip() + ";\n" for k in host.kernel_texts)
         units.add(prelude + protos + host.host_text)
-        target = library_path(host.source, renderer.t.optimize)
+        target = library_path(host.source)
         return host, target if verified(target) else units.link(target)
     except UnitFailed as failed:
         raise units.error(failed) from None
@@ -345,7 +344,7 @@ def split_units(host: HostRenderer, parts: int) -> list[str]:
     kernels = [hidden(k) for k in host.kernel_texts]
     if parts < 2 or not kernels:
         return [host.source]
-    prelude = host.kernel_target.prelude + "\n"
+    prelude = CLoopTarget.prelude + "\n"
     protos = "".join(k.split("{", 1)[0].rstrip() + ";\n" for k in kernels)
     bins: list[list[int]] = [[] for _ in range(min(parts, len(kernels)))]
     sizes = [0] * len(bins)

@@ -69,9 +69,6 @@ class CLoopTarget(CTarget):
 
     extra_params = ""
     prelude = CTarget.prelude + VECTORS
-    # the loop passes vectorise and unroll: -O3 adds compile time, not speed (DCGAN b8's
-    # gcc 23.5 -> 16.2 s in one unit, its step 281 -> 283 ms, ResNet-18's 150 -> 146 ms)
-    optimize = "-O2"
 
 
 @functools.cache
