@@ -17,7 +17,7 @@ sums, an activation), so the rate is a lower bound on the contraction's own.
 
 The table: per model and class, the FLOPs, seconds and GFLOP/s of a step's
 contractions, their share of the peak, and the `--rows` slowest launches by time.
-`GRADFUSE_C_PIPELINE=cpu` measures the loop-IR pipeline instead of the default one.
+`GRADFUSE_C_PIPELINE` gives the c backend's pipeline options (`cpu{jam-work=0}`).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from xdsl.ir.affine import AffineDimExpr, AffineExpr, AffineMap, AffineSet  # no
 
 import gradfuse  # noqa: E402
 from gradfuse.affine import compose_guard, eval_guard, linear  # noqa: E402
+from gradfuse.backend import pipeline_of  # noqa: E402
 from gradfuse.dialects import kernel as K  # noqa: E402
 from gradfuse.frontend.recorder import program  # noqa: E402
 from gradfuse.passes import run_pipeline  # noqa: E402
@@ -176,7 +177,7 @@ def main() -> None:
     peak = max(rates.values())
     sizes = ", ".join(f"{n}: {r:.1f}" for n, r in rates.items())
     print(f"NumPy SGEMM on {args.threads} thread(s), GFLOP/s by size ({sizes}); peak {peak:.1f}")
-    pipeline = os.environ.get("GRADFUSE_C_PIPELINE", "default")
+    pipeline = pipeline_of("c")
     rows: list[Row] = []
     models: dict[str, tuple[str, Callable[[], None]]] = {
         "transformer": ("transformer", lambda: transformer(args.steps)),

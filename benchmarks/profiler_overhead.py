@@ -72,7 +72,7 @@ def build(batch: int, steps: int) -> tuple[ModuleType, dict[str, np.ndarray], CP
     prog = program()
     params = {k: p.data.copy() for k, p in prog.params.items()}
     module = prog.module.clone()
-    run_pipeline(module, "default")
+    run_pipeline(module, "cpu")
     return dcgan, params, compile_c(module), compile_c(module, profile=True)
 
 
