@@ -228,7 +228,8 @@ def test_the_c_pipeline_is_cpu_and_the_environment_gives_its_options(monkeypatch
     for name in ("fast", "default"):  # `default`'s GPU grids have no c target
         monkeypatch.setenv("GRADFUSE_C_PIPELINE", name)
         with pytest.raises(
-            GradfuseError, match=f'"{name}" is not a pipeline of the c backend \\(choose from cpu\\)'
+            GradfuseError,
+            match=f'"{name}" is not a pipeline of the c backend \\(choose from cpu\\)',
         ):
             compile_module(parse_tg(PROGRAMS["conv"]), "c")
     monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{jam-work=0}")  # a pipeline option
