@@ -1,17 +1,23 @@
 """The one C-style renderer: lowered gpu/scf/memref/arith/math IR to C or CUDA C.
 
 Targets differ only in class attributes (thread indexing, qualifiers, atomics,
-math names), as in tinygrad's `cstyle.py`. `render(module, CTarget)` gives a whole
-translation unit with the kernels and, for C, the host program:
+math names), as in tinygrad's `cstyle.py`. `render_kernels(module, CUDATarget())`
+gives the translation unit of a module's `gpu.func` kernels:
 
-    static void k0(float* __restrict__ b0, float* __restrict__ b1, long grid, long block) {
-      for (long bid = 0; bid < grid; bid++) for (long tid = 0; tid < block; tid++) { ... }
+    extern "C" __global__ void k0(float* __restrict__ v0, float* __restrict__ v1) {
+      {
+        long v9 = (long)threadIdx.x;
+        ...
+      }
     }
+
+The c backend's loop renderer (`backend/c/loop_render.py`) extends `Renderer` for the
+kernel functions of the `cpu` pipeline, with `CTarget`'s C.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from math import prod
 
 from xdsl.dialects import arith, func, gpu, math, memref, scf
@@ -71,8 +77,7 @@ class CStyleLanguage:
     buffer_type = "{t}* __restrict__"
     exchange_type: str | None = None  # a buffer that the kernel both stores to and loads
     # from, where its threads may pass values to each other through it (None: buffer_type)
-    extra_params = ", long grid, long block"
-    ids = {"thread_id": "tid", "block_id": "bid", "block_dim": "block", "grid_dim": "grid"}
+    ids: dict[str, str] = {}  # the C of `gpu.thread_id x` and its kin (none: no grid)
     math = {
         **C_FUNCTIONS, math.ExpOp: "expf", math.LogOp: "logf", math.TanhOp: "tanhf",
         math.CosOp: "cosf",
@@ -86,16 +91,6 @@ class CStyleLanguage:
         "#include <math.h>\n#include <stdint.h>\n"
         "static inline long gf_floordiv(long a, long b) { long q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }\n"
     )
-
-    parallel_work = 1 << 20  # points x inner iterations below which threads cost more than
-    # they win: a parallel region costs microseconds, and far more when another process
-    # holds a core
-
-    def loop_open(self, fn: gpu.FuncOp) -> str:
-        omp = f"#pragma omp parallel for collapse(2) if(grid * block >= {self.parallel_work})\n  "
-        return f"  {omp}for (long bid = 0; bid < grid; bid++) for (long tid = 0; tid < block; tid++) {{\n"
-
-    loop_close = "  }\n"
 
     def atomic_add(self, target: str, value: str) -> str:
         return f"#pragma omp atomic\n{target} += {value};"
@@ -123,7 +118,7 @@ against double exp2; NaN, infinities, 0 and subnormal results as exp2f."""
 
 
 class CTarget(CStyleLanguage):
-    """C for gcc (OpenMP where a kernel is big), kernels plus the host program."""
+    """C for gcc: the kernels (OpenMP where a nest is big) and the host program."""
 
     dedupe = True
     maximum = "gf_fmaxf"  # fmaxf's result (NaN only if both are), but gcc vectorises it,
@@ -142,7 +137,6 @@ class CUDATarget(CStyleLanguage):
     """CUDA C for nvcc: one `__global__` function per kernel."""
 
     kernel_prefix = 'extern "C" __global__ void'
-    extra_params = ""
     ids = {
         "thread_id": "(long)threadIdx.x", "block_id": "(long)blockIdx.x",
         "block_dim": "(long)blockDim.x", "grid_dim": "(long)gridDim.x",
@@ -156,9 +150,6 @@ class CUDATarget(CStyleLanguage):
         "#include <stdint.h>\n"
         "__device__ static inline long gf_floordiv(long a, long b) { long q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }\n"
     )
-
-    def loop_open(self, fn: gpu.FuncOp) -> str:
-        return "  {\n"
 
     def atomic_add(self, target: str, value: str) -> str:
         return f"atomicAdd(&{target}, {value});"
@@ -246,16 +237,15 @@ class Renderer:
         """The texts of `module`'s kernels not equal to one rendered before (in this
         module or since `start_kernels`), also appended to `kernel_texts`."""
         out = []
-        for op in module.walk():
-            if isinstance(op, gpu.FuncOp) or (isinstance(op, func.FuncOp) and is_kernel(op)):
-                name = op.sym_name.data  # type: ignore[attr-defined]
-                text = self.kernel(op)  # type: ignore[arg-type]
-                body = text.replace(f" {name}(", " (", 1)
-                if self.t.dedupe and body in self.seen:
-                    self.aliases[name] = self.seen[body]
-                    continue
-                self.seen[body] = name
-                out.append(text)
+        for op in kernel_ops(module):
+            name = op.sym_name.data
+            text = self.kernel(op)  # type: ignore[arg-type]
+            body = text.replace(f" {name}(", " (", 1)
+            if self.t.dedupe and body in self.seen:
+                self.aliases[name] = self.seen[body]
+                continue
+            self.seen[body] = name
+            out.append(text)
         self.kernel_texts.extend(out)
         return out
 
@@ -264,13 +254,11 @@ class Renderer:
         block = fn.body.block
         head = self.head(fn)
         self.block(block.ops, 2)
-        return (
-            head + self.t.loop_open(fn) + "\n".join(self.lines) + "\n" + self.t.loop_close + "}\n"
-        )
+        return head + "  {\n" + "\n".join(self.lines) + "\n  }\n}\n"
 
     def head(self, fn: gpu.FuncOp) -> str:
         """The kernel's signature, naming its buffers: `static void k0(float* __restrict__
-        v0, ..., long grid, long block) {`."""
+        v0, ...) {`."""
         t = self.t
         exchange = t.exchange_type or t.buffer_type
         exchanged = _stored_and_loaded(fn) if exchange != t.buffer_type else set()
@@ -281,7 +269,7 @@ class Renderer:
             + f" {self.name(a)}"
             for a in fn.body.block.args
         )
-        return f"{self.t.kernel_prefix} {fn.sym_name.data}({params}{self.t.extra_params}) {{\n"
+        return f"{self.t.kernel_prefix} {fn.sym_name.data}({params}) {{\n"
 
     def block(self, ops: Iterable[Operation], depth: int) -> None:
         for op in ops:
@@ -330,7 +318,10 @@ class Renderer:
             self.emit(f"{decl}({ctype(op.results[0].type)})({a[0]});", depth)
         elif type(op) in self.t.math:
             self.emit(f"{decl}{_width(self.t.math[type(op)], op)}({a[0]});", depth)
-        elif isinstance(op, gpu.ThreadIdOp | gpu.BlockIdOp | gpu.BlockDimOp | gpu.GridDimOp):
+        elif (
+            isinstance(op, gpu.ThreadIdOp | gpu.BlockIdOp | gpu.BlockDimOp | gpu.GridDimOp)
+            and self.t.ids
+        ):
             kind = {gpu.ThreadIdOp: "thread_id", gpu.BlockIdOp: "block_id", gpu.BlockDimOp: "block_dim", gpu.GridDimOp: "grid_dim"}[type(op)]  # fmt: skip
             self.emit(f"{decl}{self.t.ids[kind]};", depth)
         elif isinstance(op, memref.LoadOp):
@@ -389,6 +380,16 @@ class Renderer:
             self.emit(f"if ({self.name(op.cond)}) {{" if k == 0 else "else {", depth)
             self.body(op, region.block, depth + 1)
             self.emit("}", depth)
+
+
+def kernel_ops(module: ModuleOp) -> Iterator[gpu.FuncOp | func.FuncOp]:
+    """The kernels of `module` in program order, found without walking their bodies: the
+    `gpu.func`s of its `gpu.module`s, and its kernel `func.func`s (the `cpu` pipeline)."""
+    for op in module.ops:
+        if isinstance(op, gpu.ModuleOp):
+            yield from (fn for fn in op.body.block.ops if isinstance(fn, gpu.FuncOp))
+        elif isinstance(op, func.FuncOp) and is_kernel(op):
+            yield op
 
 
 def render_kernels(module: ModuleOp, target: CStyleLanguage) -> str:

@@ -65,9 +65,8 @@ as blends by a mask of whole lanes (`gf_intx8`, what a vector comparison gives: 
 
 
 class CLoopTarget(CTarget):
-    """C for kernel functions: no grid or block parameters; GCC vector types."""
+    """C for kernel functions, with GCC vector types."""
 
-    extra_params = ""
     prelude = CTarget.prelude + VECTORS
 
 

@@ -33,7 +33,7 @@ from gradfuse.passes.loops.loop_ir import OMP, dim_trips, int_constant, kernel_f
 
 PARALLEL_WORK = 1 << 16
 """The default `min-work`: 64K points x inner iterations, a sixteenth of the threshold
-of the C backend's `default` pipeline (`CStyleLanguage.parallel_work`). An optimizer's
+that the C backend's renderer of GPU grids used (gone with it). An optimizer's
 update of a [128, 128, 3, 3] weight (147K points, each a few loads and stores) takes
 tens of microseconds, a parallel region a few: at 2^20, ResNet-18's SGD kernel ran its
 every nest on one thread (2 threads: 11.7 ms a 3-step chunk against 11.2 on one).
