@@ -91,11 +91,12 @@ def _contiguous(a: Any, dtype: Any = None) -> np.ndarray:
 
 
 def compile_c(module: ModuleOp, profile: bool = False, tail: str = "") -> CProgram:
-    """Renders and compiles a lowered module (gcc at its C target's -O level, OpenMP);
-    `profile`: the profiling build, `compile_c(m, profile=True).run(profile=(1, 3)).events`;
-    `tail`: the pipeline's function-local passes still to run (`kernel_tail`), which a
-    program of `GROUP` kernels or more runs a group at a time, gcc compiling the groups
-    before meanwhile."""
+    """Renders and compiles a module lowered by the `cpu` pipeline (gcc at
+    `cache.OPTIMIZE`, OpenMP); `profile`: the profiling build,
+    `compile_c(m, profile=True).run(profile=(1, 3)).events`; `tail`: the pipeline's
+    function-local passes still to run (`kernel_tail`), which a program of 2 x `GROUP`
+    kernels or more (not a profiling build) runs a group at a time, gcc compiling the
+    groups before meanwhile."""
     return CProgram(module, profile, tail)
 
 

@@ -13,7 +13,7 @@ status 2) and ends with the optional `ctx->check` (`check_finite`):
         GF_STOP((v3 - 0) / 1, v3, 0)
         gf_iter = (v3 - 0) / 1; gf_index = v3; gf_loop = 0;
         if (ctx->feed(0, v5)) GF_FAIL
-        k0(v5, v1, ..., 1, 32);
+        k0(v5, v1, ...);
         if (ctx->check && ctx->check(gf_iter)) GF_FAIL
       }
       return 0;

@@ -22,7 +22,7 @@ build (`profile=False`) is byte-identical to a build without this module.
 A site's `launch` is its number among the kernel and callback sites in program order
 (param copies and steps have none): for a one-function program it indexes the list of
 `gradfuse.profiler.launches(module_after_kernels)`, whose records come in the same
-order (a `kernel.kernel`, `kernel.group` or `kernel.rows` is one `gpu.launch_func`, a
+order (a `kernel.kernel`, `kernel.group` or `kernel.rows` is one kernel `func.call`, a
 `kernel.feed` / `kernel.receive` one callback), and the site's `name` is that record's
 `symbol`: the launched kernel's name or the callback's key.
 """
@@ -82,7 +82,7 @@ def profiled_context(context: str) -> str:
 class Site:
     """One timed place of the host program: `index` is what its events record.
 
-    `name` is the kernel (the `gpu.launch_func`'s symbol), the callback's key, the
+    `name` is the kernel (the `func.call`'s callee), the callback's key, the
     param copied (`copy`: its index in `ctx->params`) or the loop's function (`step`);
     `launch` its index in `launches()` (kernels and callbacks only); `loop` the outermost
     loop it is in (None outside loops) and `per_iteration` how often one iteration of
