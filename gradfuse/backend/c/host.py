@@ -306,18 +306,16 @@ def build_by_kernels(module: ModuleOp, tail: str, size: int) -> tuple[HostRender
     renderer = LoopRenderer()
     renderer.start_kernels()
     units = Units(module)
-    prelude = renderer.t.prelude + "\n"
 
     def each(part: ModuleOp) -> None:
         texts = [hidden(k) for k in renderer.more_kernels(part)]
         if texts:
-            units.add(prelude + "\n".join(texts))
+            units.add(PRELUDE + "\n".join(texts))
 
     try:
         run_by_kernels(module, tail, size, each)
         host = with_host(module, renderer)
-        protos = "".join(hidden(k).split("{", 1)[0].rstrip() + ";\n" for k in host.kernel_texts)
-        units.add(prelude + protos + host.host_text)
+        units.add(host_unit(host, [hidden(k) for k in host.kernel_texts]))
         target = library_path(host.source)
         return host, target if verified(target) else units.link(target)
     except UnitFailed as failed:
@@ -327,11 +325,20 @@ def build_by_kernels(module: ModuleOp, tail: str, size: int) -> tuple[HostRender
 
 
 HIDDEN = '__attribute__((visibility("hidden"))) void '
+PRELUDE = CLoopTarget.prelude + "\n"
+"""What each translation unit of a program built in several starts with."""
 
 
 def hidden(kernel: str) -> str:
     """A kernel's text as an external of the library only (it is `static` in one unit)."""
     return kernel.replace(CTarget.kernel_prefix + " ", HIDDEN, 1)
+
+
+def host_unit(host: HostRenderer, kernels: list[str]) -> str:
+    """The host program's translation unit: the prelude, the prototypes of the `hidden`
+    `kernels` it calls, and the program."""
+    protos = "".join(k.split("{", 1)[0].rstrip() + ";\n" for k in kernels)
+    return PRELUDE + protos + host.host_text
 
 
 def split_units(host: HostRenderer, parts: int) -> list[str]:
@@ -344,16 +351,14 @@ def split_units(host: HostRenderer, parts: int) -> list[str]:
     kernels = [hidden(k) for k in host.kernel_texts]
     if parts < 2 or not kernels:
         return [host.source]
-    prelude = CLoopTarget.prelude + "\n"
-    protos = "".join(k.split("{", 1)[0].rstrip() + ";\n" for k in kernels)
     bins: list[list[int]] = [[] for _ in range(min(parts, len(kernels)))]
     sizes = [0] * len(bins)
     for k in sorted(range(len(kernels)), key=lambda k: -len(kernels[k])):
         least = sizes.index(min(sizes))
         bins[least].append(k)
         sizes[least] += len(kernels[k])
-    units = [prelude + "\n".join(kernels[k] for k in sorted(b)) for b in bins]
-    return [*units, prelude + protos + host.host_text]
+    units = [PRELUDE + "\n".join(kernels[k] for k in sorted(b)) for b in bins]
+    return [*units, host_unit(host, kernels)]
 
 
 def render_c(module: ModuleOp) -> str:
