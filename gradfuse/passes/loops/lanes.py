@@ -43,7 +43,7 @@ from xdsl.ir.affine import AffineExpr, AffineMap
 
 from gradfuse.dialects import lanes
 from gradfuse.passes.lib import fast_ops as fast
-from gradfuse.passes.loops.loop_ir import block_like, depends, int_constant, peel
+from gradfuse.passes.loops.loop_ir import block_like, dependents, int_constant, peel
 
 WIDTHS = (8,)
 """Lanes per vector, widest first: 8 floats, one AVX2 register. Wider GCC vectors (16,
@@ -69,23 +69,19 @@ class NotLanes(Exception):
 class Widen:
     """Clones a nest body with `d` stepping by `width`, varying values as vectors."""
 
-    def __init__(self, d: SSAValue, width: int):
+    def __init__(self, d: SSAValue, width: int, dependent: set[SSAValue]):
         self.d, self.width = d, width
+        self.dependent = dependent  # the old values computed from `d` (`dependents`)
         self.vm: dict[SSAValue, SSAValue] = {}
         self.varying: set[SSAValue] = set()  # new values that are vectors
         self.starts: set[SSAValue] = {d}  # old values `d + i`, `i` the same in every lane
         self.deferred: set[SSAValue] = set()  # old index values that differ by lane
         self.outer = True  # at the nest's level, not in a loop: gathers and scatters
         self.lane_values: dict[tuple[SSAValue, int], SSAValue] = {}
-        self.dependent: dict[SSAValue, bool] = {}
 
     def depends(self, v: SSAValue) -> bool:
-        """Whether old value `v` is computed from `d` (`loop_ir.depends`, once per value:
-        a lane's index is asked once per lane)."""
-        found = self.dependent.get(v)
-        if found is None:
-            found = self.dependent[v] = depends(v, self.d)
-        return found
+        """Whether old value `v` is computed from `d`."""
+        return v in self.dependent
 
     def vec(self, ty: object) -> VectorType:
         """`ty`'s lanes: `vector<Wxf32>`, or a mask `vector<Wxi1>`."""
@@ -320,7 +316,7 @@ class Widen:
         body = op.body.block
         lanes: set[int] = {k for k, v in enumerate(op.iter_args) if self.get(v) in self.varying}
         while True:
-            trial = Widen(self.d, self.width)
+            trial = Widen(self.d, self.width, self.dependent)
             trial.vm, trial.varying = dict(self.vm), set(self.varying)
             trial.starts = set(self.starts)
             trial.deferred, trial.outer = set(self.deferred), False
@@ -366,7 +362,7 @@ def strip_mine(nest: scf.ParallelOp) -> bool:
     body = nest.body.block
     d = body.args[-1]
     new_body = block_like(body.args)
-    widen = Widen(d, width)
+    widen = Widen(d, width, dependents(d, nest))
     widen.vm.update(zip(body.args, new_body.args))
     try:
         widen.block([o for o in body.ops if not isinstance(o, scf.ReduceOp)], new_body)
