@@ -191,3 +191,12 @@ def workgroup_globals(fn: gpu.FuncOp) -> list[memref.GlobalOp]:
             found.location = op.location
             Rewriter.replace_op(op, found)
     return made
+
+
+def clone(op: Operation, mapper: dict[SSAValue, SSAValue]) -> Operation:
+    """`op.clone(value_mapper=mapper)`: operands through `mapper`, which gains the new
+    results. Without regions in one step (xDSL's `clone` creates the op without operands,
+    then walks the old op and the new one to set them)."""
+    if op.regions:
+        return op.clone(value_mapper=mapper)
+    return op.clone_without_regions(mapper)

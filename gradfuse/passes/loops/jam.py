@@ -69,7 +69,7 @@ class Jam:
     def op(self, op: Operation, into: Block) -> None:
         varying = self.uses_varying(op)
         if not varying and shareable(op):
-            new = op.clone(value_mapper=dict(self.vms[0]))
+            new = fast.clone(op, self.vms[0])
             into.add_op(new)
             for vm in self.vms:
                 vm.update(zip(op.results, new.results))
@@ -78,7 +78,7 @@ class Jam:
             self.loop(op, into)
             return
         for vm in self.vms:
-            new = op.clone(value_mapper=dict(vm))
+            new = fast.clone(op, vm)
             into.add_op(new)
             vm.update(zip(op.results, new.results))
         if varying:
