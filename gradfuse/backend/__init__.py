@@ -46,22 +46,29 @@ and the `loops-*` passes), with or without options (`cpu{jam-work=0}`)."""
 
 def pipeline_of(backend: str) -> str:
     """The pipeline `backend` compiles with; for c, $GRADFUSE_C_PIPELINE when it is set
-    (the `cpu` pipeline with options: `GRADFUSE_C_PIPELINE='cpu{jam-work=0}'`)."""
-    chosen = os.environ.get("GRADFUSE_C_PIPELINE") if backend == "c" else None
-    if not chosen:
+    (the `cpu` pipeline with options: `GRADFUSE_C_PIPELINE='cpu{jam-work=0}'`), with the
+    vector width measured for this machine unless it sets one (`cpu{lanes=16}`, see
+    `gradfuse.backend.c.lanes`)."""
+    if backend != "c":
         return PIPELINE_OF[backend]
+    from gradfuse.backend.c.lanes import c_pipeline
+
+    chosen = os.environ.get("GRADFUSE_C_PIPELINE")
+    if not chosen:
+        return c_pipeline(PIPELINE_OF[backend])
     if chosen.partition("{")[0] not in C_PIPELINES:
         raise GradfuseError(
             f'GRADFUSE_C_PIPELINE="{chosen}" is not a pipeline of the c backend'
             f" (choose from {', '.join(C_PIPELINES)})"
         )
-    from gradfuse.passes import expand
+    from gradfuse.passes import pipeline
 
     try:
-        expand(chosen)
-    except ValueError as e:
-        raise GradfuseError(f'GRADFUSE_C_PIPELINE="{chosen}": {e}') from None
-    return chosen
+        pipeline(chosen)
+    except (ValueError, GradfuseError) as e:
+        why = e.message if isinstance(e, GradfuseError) else e
+        raise GradfuseError(f'GRADFUSE_C_PIPELINE="{chosen}": {why}') from None
+    return c_pipeline(chosen)
 
 
 @dataclass(frozen=True)

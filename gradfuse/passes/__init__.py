@@ -98,6 +98,7 @@ def make_context() -> Context:
 
 PIPELINE_OPTIONS: dict[str, tuple[str, str]] = {
     "jam-work": ("loops-unroll-jam", "min-work"),
+    "lanes": ("loops-vectorize", "lanes"),
 }
 """Options of the named pipelines, as MLIR's registered pipelines take them: each sets an
 option of one pass in the pipeline (`ir-opt m.tg -p 'cpu{jam-work=0}'`: register blocks

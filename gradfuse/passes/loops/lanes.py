@@ -45,11 +45,22 @@ from gradfuse.dialects import lanes
 from gradfuse.passes.lib import fast_ops as fast
 from gradfuse.passes.loops.loop_ir import block_like, dependents, int_constant, peel
 
-WIDTHS = (8,)
-"""Lanes per vector, widest first: 8 floats, one AVX2 register. Wider GCC vectors (16,
-32: several registers, several independent chains of sums) measured slower with gcc 12
-on the 2-core AVX-512 developer machine (the transformer's update group: 8 lanes 368
-us, 16 lanes 519 us, 32 lanes 659 us)."""
+WIDTHS = (16, 8)
+"""Lanes per vector that the C target declares types for, widest first: 16 floats (one
+AVX-512 register) and 8 (one AVX2 register)."""
+LANES = 8
+"""The default widest vector (`loops-vectorize{lanes=16}` sets it): 8 floats. The c
+backend measures its machine (`gradfuse.backend.c.lanes`): on the 2-core Zen 4 developer
+machine (AVX-512 as two 256-bit halves), 16 lanes ran the transformer's update group in
+519 us against 368 us; on a 2-core Sapphire Rapids one (two 512-bit FMA units), 16
+lanes ran DCGAN b8's step in 213 ms against 252 ms (one thread, gcc 12)."""
+
+
+def widths(widest: int) -> tuple[int, ...]:
+    """The vector widths to use, widest first, up to `widest` lanes: (16, 8) for 16."""
+    return tuple(w for w in WIDTHS if w <= widest)
+
+
 FLOAT_OPS = (
     arith.AddfOp, arith.SubfOp, arith.MulfOp, arith.DivfOp, arith.MaximumfOp, arith.NegfOp,
 )  # fmt: skip
@@ -139,7 +150,7 @@ class Widen:
                 op = v.owner
                 assert isinstance(op, Operation)
                 vm = {o: self.lane_value(o, lane, into) for o in op.operands}
-                new = op.clone(value_mapper=vm)
+                new = fast.clone(op, vm)
                 into.add_op(new)
                 self.lane_values.update(((r, lane), n) for r, n in zip(op.results, new.results))
         return self.lane_values[key]
@@ -281,7 +292,7 @@ class Widen:
             self.starts.add(op.result)  # (the lanes' first index: a scalar)
         elif any(self.depends(v) for v in op.operands):
             raise NotLanes(f"{op.name} of the lane index")
-        new = op.clone(value_mapper=dict(self.vm))
+        new = fast.clone(op, self.vm)
         into.add_op(new)
         self.vm.update(zip(op.results, new.results))
 
@@ -352,13 +363,15 @@ class Widen:
         self.varying.update(r for k, r in enumerate(new.results) if k in lanes)
 
 
-def strip_mine(nest: scf.ParallelOp) -> bool:
-    """Rewrites `nest` (innermost dim from 0, step 1, at least 8 points) into lanes and a
-    scalar remainder nest; False (nothing changed) where it cannot."""
+def strip_mine(nest: scf.ParallelOp, widest: int = LANES) -> bool:
+    """Rewrites `nest` (innermost dim from 0, step 1, at least 8 points) into lanes, the
+    widest vectors up to `widest` lanes that its points fill, and a scalar remainder
+    nest; False (nothing changed) where it cannot."""
     n, lo, step = (int_constant(v[-1]) for v in (nest.upperBound, nest.lowerBound, nest.step))
-    if n is None or lo != 0 or step != 1 or n < WIDTHS[-1]:
+    usable = widths(widest)
+    if n is None or lo != 0 or step != 1 or n < usable[-1]:
         return False
-    width = next(w for w in WIDTHS if n >= w)
+    width = next(w for w in usable if n >= w)
     body = nest.body.block
     d = body.args[-1]
     new_body = block_like(body.args)

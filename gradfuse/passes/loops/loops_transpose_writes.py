@@ -38,7 +38,7 @@ from gradfuse.passes.lib import fast_ops as fast
 from gradfuse.passes.loops.loop_ir import Form, Write, kernel_functions, transfer_dim, writes
 
 LANES = 8
-"""The tile's side: the transpose below is that of 8 x 8 (`WIDTHS`' only width)."""
+"""The tile's side: the transpose below is that of 8 x 8 (writes of 16 lanes stay as they are)."""
 STAGES = (
     ((0, 8, 1, 9, 4, 12, 5, 13), (2, 10, 3, 11, 6, 14, 7, 15)),  # unpcklps, unpckhps
     ((0, 1, 8, 9, 4, 5, 12, 13), (2, 3, 10, 11, 6, 7, 14, 15)),  # shufps 0x44, 0xee

@@ -31,7 +31,8 @@ from xdsl.dialects.builtin import ModuleOp, UnitAttr
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
-from gradfuse.passes.loops.lanes import strip_mine
+from gradfuse.diagnostics import GradfuseError
+from gradfuse.passes.loops.lanes import LANES, WIDTHS, strip_mine
 from gradfuse.passes.loops.loop_ir import (
     REDUCING,
     SIMD,
@@ -113,14 +114,15 @@ def in_nest(op: Operation) -> bool:
     return parent is not None and innermost(parent)
 
 
-def vectorize(nest: scf.ParallelOp) -> None:
-    """Marks the loop of `nest` (an innermost `scf.parallel`) that runs in lanes."""
+def vectorize(nest: scf.ParallelOp, widest: int = LANES) -> None:
+    """Marks the loop of `nest` (an innermost `scf.parallel`) that runs in lanes, or
+    strip-mines it into vectors of up to `widest` lanes."""
     if any(isinstance(o, memref.AtomicRMWOp) for o in nest.walk()):
         return
     loop = innermost_reduction(nest)
     if loop is not None and along_reduction(loop, nest):
         loop.attributes[SIMD] = UnitAttr()
-    elif not strip_mine(nest):
+    elif not strip_mine(nest, widest):
         nest.attributes[SIMD] = UnitAttr()
 
 
@@ -129,15 +131,26 @@ class LoopsVectorizePass(ModulePass):
     """Runs one loop per innermost nest of each kernel function in lanes: strip-mined
     into vectors, or marked `gradfuse.simd`.
 
-    `ir-opt k.mlir -p loops-vectorize`
+    `ir-opt k.mlir -p loops-vectorize` (vectors of 8 lanes), `-p 'loops-vectorize{lanes=16}'`
+    (of 16 where a dim has 16 points, else of 8)
     """
 
     name = "loops-vectorize"
 
+    lanes: int = LANES
+    """The widest vectors, in floats: one of `WIDTHS`."""
+
+    def __post_init__(self) -> None:
+        if self.lanes not in WIDTHS:
+            raise GradfuseError(
+                f"loops-vectorize: lanes={self.lanes} is not a vector width of the C target"
+                f" (choose from {', '.join(map(str, WIDTHS))})"
+            )
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for fn in kernel_functions(op):
             for nest in innermost_nests(fn):
-                vectorize(nest)
+                vectorize(nest, self.lanes)
             for loop in fn.walk():  # a reduction with no nest of its own (one output)
                 if (
                     isinstance(loop, scf.ForOp)

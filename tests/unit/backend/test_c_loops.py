@@ -16,6 +16,7 @@ from hypothesis import given, settings
 
 from gradfuse.backend import compile_module
 from gradfuse.backend.c.host import render_c, render_program, split_units
+from gradfuse.backend.c.lanes import host_lanes
 from gradfuse.backend.interpreters.tg import run
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.frontend.parser import parse_tg
@@ -232,8 +233,11 @@ def test_the_c_pipeline_is_cpu_and_the_environment_gives_its_options(monkeypatch
             match=f'"{name}" is not a pipeline of the c backend \\(choose from cpu\\)',
         ):
             compile_module(parse_tg(PROGRAMS["conv"]), "c")
-    monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{jam-work=0}")  # a pipeline option
+    monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{jam-work=0 lanes=8}")  # pipeline options
     assert "vector<8xf32>, vector<8xf32>" in str(compile_module(parse_tg(LANES), "c").module)
+    monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{jam-work=0}")  # lanes: this machine's
+    wide = f"vector<{host_lanes()}xf32>, vector<{host_lanes()}xf32>"
+    assert wide in str(compile_module(parse_tg(LANES), "c").module)
     monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{jam-rows=4}")
     with pytest.raises(GradfuseError, match="pipeline cpu has no option 'jam-rows=4'"):
         compile_module(parse_tg(PROGRAMS["conv"]), "c")

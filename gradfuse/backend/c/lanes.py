@@ -1,0 +1,114 @@
+"""The widest vectors that pay on this machine: the `lanes` the c backend asks of
+`loops-vectorize`, measured once per CPU, compiler and flags, and cached on disk.
+
+AVX-512 is not the same everywhere: Intel's server cores have two 512-bit FMA units,
+Zen 4 runs a 512-bit op as two 256-bit halves, and a CPU without it splits a 16-lane
+GCC vector into two. So gcc compiles a probe with the c backend's own flags: 12
+independent chains of FMAs on vectors of 8 lanes, then of 16; 16 lanes are chosen when
+they do at least 4/3 of the work per second of 8 (about 2x on a Sapphire Rapids, 1x on
+Zen 4 or on AVX2):
+
+    host_lanes()               # 16 or 8
+    c_pipeline("cpu")          # "cpu{lanes=16}"
+    c_pipeline("cpu{lanes=8}") # as given: an explicit choice is kept
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+from functools import cache
+from pathlib import Path
+
+from gradfuse.backend.c.cache import build_library, flags
+from gradfuse.backend.disk_cache import cache_dir, seal, verified
+
+CHAINS = "".join(f"  a{k} = a{k} * m + c;\n" for k in range(12))
+PROBE = "#include <time.h>\nvolatile float gf_sink;\n" + "".join(
+    f"""typedef float gf_floatx{w} __attribute__((vector_size({4 * w})));
+long long gf_probe{w}(long n, float s) {{
+  gf_floatx{w} m = (gf_floatx{w}){{}} + s, c = m * 0.5f;
+  {"".join(f"gf_floatx{w} a{k} = m + {k}.0f; " for k in range(12))}
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (long i = 0; i < n; i++) {{
+{CHAINS}  }}
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  gf_floatx{w} all = {" + ".join(f"a{k}" for k in range(12))};
+  for (int l = 0; l < {w}; l++) gf_sink += all[l];
+  return (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
+}}
+"""
+    for w in (8, 16)
+)
+"""The probe: `gf_probe8(n, s)` and `gf_probe16(n, s)`, each the nanoseconds of `n`
+steps of 12 vector FMA chains (`s` near 1 keeps the values normal)."""
+
+STEPS = 400_000  # about 1-2 ms a run: 4.8M vector FMAs
+GAIN = 4 / 3
+"""How much more work per second 16 lanes must do than 8 to be chosen (noise: the
+best of 5 runs of each, taking turns)."""
+
+
+def measure() -> tuple[int, int]:
+    """The best nanoseconds of the probe's 8-lane run and of its 16-lane run."""
+    lib = ctypes.CDLL(str(build_library(PROBE)))
+    runs = {}
+    for w in (8, 16):
+        fn = getattr(lib, f"gf_probe{w}")
+        fn.argtypes, fn.restype = [ctypes.c_long, ctypes.c_float], ctypes.c_longlong
+        runs[w] = fn
+    best = {8: 1 << 62, 16: 1 << 62}
+    for _ in range(5):
+        for w, fn in runs.items():
+            best[w] = min(best[w], fn(STEPS, 0.999))
+    return best[8], best[16]
+
+
+def choose(ns8: int, ns16: int) -> int:
+    """16 where 16 lanes do at least `GAIN` times the work of 8 per second, else 8."""
+    return 16 if 2 * ns8 >= GAIN * ns16 else 8
+
+
+def _record(library: Path) -> Path:
+    """Where the choice for the probe `library` (keyed by source, flags and compiler)
+    on this CPU is kept."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as info:
+            cpu = next((line for line in info if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    key = hashlib.sha256(f"{library.name}\0{cpu}".encode()).hexdigest()[:32]
+    return cache_dir("c") / f"lanes-{key}.txt"
+
+
+def host_lanes() -> int:
+    """The widest vectors, in floats, for the machine and the c backend's flags
+    ($GRADFUSE_CFLAGS included): measured once, then read from the cache."""
+    return _lanes(flags())
+
+
+@cache
+def _lanes(cflags: tuple[str, ...]) -> int:
+    record = _record(build_library(PROBE))
+    if verified(record):
+        return int(record.read_text())
+    lanes = choose(*measure())
+    tmp = record.with_name(f"{record.name}.{os.getpid()}.tmp")
+    tmp.write_text(f"{lanes}\n")
+    os.replace(tmp, record)
+    seal(record)
+    return lanes
+
+
+def c_pipeline(spec: str) -> str:
+    """`spec` (a pipeline of the c backend, `cpu` or `cpu{jam-work=0}`) with this
+    machine's `lanes`, unless it chooses them itself."""
+    name, _, options = spec.partition("{")
+    options = options.rstrip("}")
+    if "lanes=" in options:
+        return spec
+    return f"{name}{{{' '.join([*options.split(), f'lanes={host_lanes()}'])}}}"

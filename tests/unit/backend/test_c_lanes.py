@@ -1,0 +1,95 @@
+"""The vector width of the c backend: `loops-vectorize{lanes=16}` against the reference
+and against 8 lanes, and the probe that chooses the width for this machine
+(`gradfuse.backend.c.lanes`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from compiled import agree  # tests/unit
+from xdsl.dialects.builtin import i1
+
+from gradfuse.backend import compile_module, pipeline_of
+from gradfuse.backend.c import lanes
+from gradfuse.backend.c.host import render_c
+from gradfuse.frontend.parser import parse_tg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_c_loops import BLOCKS, LANES, MASKS  # noqa: E402
+
+WIDE = """
+func @main(%x: tensor<5x70xf32>, %w: tensor<70x53xf32>, %b: tensor<53xf32>) -> (tensor<5x53xf32>, tensor<53xf32>) {
+  %h = tg.dot %x, %w : tensor<5x53xf32>
+  %br = tg.reshape %b : tensor<1x53xf32>
+  %bb = tg.broadcast %br : tensor<5x53xf32>
+  %y = tg.add %h, %bb : tensor<5x53xf32>
+  %r = tg.relu %y : tensor<5x53xf32>
+  %c = tg.reduce_sum %r dims=[0] : tensor<53xf32>
+  return %r, %c
+}
+"""
+"""53 outputs: 3 vectors of 16 lanes, then 5 scalar points (with 8 lanes: 6 vectors
+and 5 points), each a 70-term dot product."""
+
+
+@pytest.mark.parametrize("width", [8, 16])
+@pytest.mark.parametrize("name", ["WIDE", "LANES", "BLOCKS", "MASKS"])
+def test_programs_in_lanes_of_either_width_match_the_reference(name, width):
+    src = {"WIDE": WIDE, "LANES": LANES, "BLOCKS": BLOCKS, "MASKS": MASKS}[name]
+    rng = np.random.default_rng(5)
+    types = [a.type for a in parse_tg(src).ops.first.body.block.args]
+    args = [
+        rng.random(t.get_shape()) < 0.5  # MASKS' i1 mask
+        if t.element_type == i1
+        else rng.standard_normal(t.get_shape()).astype(np.float32) * 0.3
+        for t in types
+    ]
+    pipeline = f"cpu{{jam-work=0 lanes={width}}}"
+    agree(src, "c", pipeline=pipeline, args=args)
+    source = render_c(compile_module(parse_tg(src), "c", pipeline=pipeline).module)
+    assert f"gf_floatx{width} v" in source  # vectors of `width` lanes are used
+    if width == 8:
+        assert "gf_floatx16 v" not in source
+
+
+def test_sixteen_lanes_step_by_16_and_leave_a_scalar_remainder():
+    module = compile_module(parse_tg(WIDE), "c", pipeline="cpu{lanes=16}").module
+    text = str(module)
+    assert "vector<16xf32>" in text
+    source = render_c(module)
+    assert "d1 < 48; d1 += 16)" in source  # 3 vectors of 16 lanes
+    assert "d1 = 48; d1 < 53; d1++)" in source  # the 5 scalar points
+
+
+def test_the_choice_needs_a_third_more_work_per_second():
+    assert lanes.choose(600_000, 650_000) == 16  # 16 lanes do 1.85x the work of 8
+    assert lanes.choose(600_000, 900_000) == 16  # 1.33x
+    assert lanes.choose(600_000, 1_000_000) == 8  # 1.2x: a double-pumped AVX-512
+    assert lanes.choose(600_000, 7_900_000) == 8  # AVX2: a 16-lane vector spills
+
+
+def test_the_probe_measures_once_and_the_pipeline_carries_its_width(monkeypatch, tmp_path):
+    monkeypatch.setenv("GRADFUSE_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("GRADFUSE_C_PIPELINE", raising=False)
+    lanes._lanes.cache_clear()
+    ns8, ns16 = lanes.measure()
+    assert ns8 > 0 and ns16 > 0
+    width = lanes.host_lanes()
+    assert width in (8, 16)
+    assert len(list(tmp_path.glob("c/lanes-*.txt"))) == 1  # the choice, cached on disk
+    lanes._lanes.cache_clear()
+
+    def again() -> tuple[int, int]:
+        raise AssertionError("measured again: the cached choice was not read")
+
+    monkeypatch.setattr(lanes, "measure", again)
+    assert lanes.host_lanes() == width  # read back, not measured
+    assert pipeline_of("c") == f"cpu{{lanes={width}}}"
+    monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{jam-work=0}")
+    assert pipeline_of("c") == f"cpu{{jam-work=0 lanes={width}}}"
+    monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{lanes=8}")
+    assert pipeline_of("c") == "cpu{lanes=8}"  # an explicit width is kept
+    lanes._lanes.cache_clear()
