@@ -252,12 +252,14 @@ def _to_expr(lin: Linear) -> AffineExpr:
 
 
 def eval_grid(map: AffineMap, shape: Sequence[int]) -> tuple[np.ndarray, ...]:
-    """The map's results at every point of `shape`, as index arrays of that shape."""
-    grid = np.indices(tuple(shape), dtype=np.int64) if shape else np.zeros((0,), np.int64)
+    """The map's results at every point of `shape`, as index arrays of that shape
+    (broadcast views: the dims are evaluated as sparse index vectors, so no array of
+    every point's coordinates is built)."""
+    grid = np.indices(tuple(shape), dtype=np.int64, sparse=True) if shape else ()
     return tuple(np.broadcast_to(_eval(e, grid), tuple(shape)) for e in map.results)
 
 
-def _eval(expr: AffineExpr, grid: np.ndarray) -> np.ndarray | int:
+def _eval(expr: AffineExpr, grid: Sequence[np.ndarray]) -> np.ndarray | int:
     if isinstance(expr, AffineConstantExpr):
         return expr.value
     if isinstance(expr, AffineDimExpr):
@@ -332,7 +334,7 @@ def simplify_guard(guard: AffineSet, sizes: Sequence[int]) -> AffineSet | None:
 
 def eval_guard(guard: AffineSet, shape: Sequence[int]) -> np.ndarray:
     """A boolean mask of `shape`: where every constraint holds."""
-    grid = np.indices(tuple(shape), dtype=np.int64) if shape else np.zeros((0,), np.int64)
+    grid = np.indices(tuple(shape), dtype=np.int64, sparse=True) if shape else ()
     mask = np.ones(tuple(shape), dtype=bool)
     for c in guard.constraints:
         value = np.broadcast_to(_eval(c.lhs - c.rhs, grid), tuple(shape))
