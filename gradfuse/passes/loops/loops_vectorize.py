@@ -23,6 +23,7 @@ a kernel with one output) is vectorised when it reads contiguously along its ind
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -93,25 +94,34 @@ def along_reduction(loop: scf.ForOp, nest: scf.ParallelOp) -> bool:
     return not across
 
 
-def innermost(op: Operation) -> bool:
-    """Whether `op` is an `scf.parallel` that holds no other."""
-    return isinstance(op, scf.ParallelOp) and not any(
-        isinstance(o, scf.ParallelOp) for o in op.body.walk()
-    )
-
-
 def innermost_nests(fn: Operation) -> list[scf.ParallelOp]:
     """The innermost `scf.parallel`s in `fn` (what most `loops-*` passes transform),
-    listed before any is rewritten."""
-    return [o for o in fn.walk() if isinstance(o, scf.ParallelOp) and innermost(o)]
+    listed before any is rewritten, in program order: one walk, each op asking whether
+    it holds an `scf.parallel` once."""
+    found: list[scf.ParallelOp] = []
+
+    def holds_nest(op: Operation) -> bool:  # `op` is, or holds, an scf.parallel
+        inside = False
+        for region in op.regions:
+            for block in region.blocks:
+                for o in block.ops:
+                    inside = holds_nest(o) or inside
+        if isinstance(op, scf.ParallelOp):
+            if not inside:
+                found.append(op)
+            return True
+        return inside
+
+    holds_nest(fn)
+    return found
 
 
-def in_nest(op: Operation) -> bool:
-    """Whether `op` lies in an innermost `scf.parallel`."""
+def in_nest(op: Operation, nests: Collection[Operation]) -> bool:
+    """Whether `op` lies in one of `nests` (innermost `scf.parallel`s)."""
     parent = op.parent_op()
     while parent is not None and not isinstance(parent, scf.ParallelOp):
         parent = parent.parent_op()
-    return parent is not None and innermost(parent)
+    return parent is not None and parent in nests
 
 
 def vectorize(nest: scf.ParallelOp, widest: int = LANES) -> None:
@@ -151,10 +161,11 @@ class LoopsVectorizePass(ModulePass):
         for fn in kernel_functions(op):
             for nest in innermost_nests(fn):
                 vectorize(nest, self.lanes)
+            nests = set(innermost_nests(fn))  # (after strip-mining: the nests now)
             for loop in fn.walk():  # a reduction with no nest of its own (one output)
                 if (
                     isinstance(loop, scf.ForOp)
-                    and not in_nest(loop)
+                    and not in_nest(loop, nests)
                     and loop.iter_args
                     and contiguous(loop)
                 ):
