@@ -46,6 +46,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "loops-vectorize": _lazy("loops.loops_vectorize", "LoopsVectorizePass"),
     "loops-unroll-jam": _lazy("loops.loops_unroll_jam", "LoopsUnrollJamPass"),
     "loops-transpose-writes": _lazy("loops.loops_transpose_writes", "LoopsTransposeWritesPass"),
+    "loops-transpose-reads": _lazy("loops.loops_transpose_reads", "LoopsTransposeReadsPass"),
     "loops-parallelize": _lazy("loops.loops_parallelize", "LoopsParallelizePass"),
     "canonicalize": _lazy("cleanup", "FastCanonicalizePass"),
     "cse": _lazy("cleanup", "FastCSEPass"),
@@ -66,7 +67,7 @@ PIPELINES: dict[str, str] = {
         "kernels,kernel-layout,kernel-split-dims,kernel-split-phases,kernel-plan-buffers,convert-kernel-to-loops,"
         "canonicalize,cse,"
         "loops-distribute,loops-interchange,loops-pack,loops-trim-taps,loops-pad,loops-vectorize,cse,loops-unroll-jam,cse,"
-        "loops-transpose-writes,loops-pack-tiles,loops-parallelize"
+        "loops-transpose-writes,loops-transpose-reads,loops-pack-tiles,loops-parallelize"
     ),
 }
 """Named pipelines, each extending the one before: `tg` (differentiate and simplify,

@@ -130,6 +130,8 @@ class LoopRenderer(Renderer):
             pass
         elif isinstance(op, memref.AllocOp | memref.AllocaOp):
             self.scratch(op, depth)
+        elif isinstance(op, memref.CollapseShapeOp):  # the same pointer, fewer dims
+            self.names[op.result] = self.name(op.src)
         elif isinstance(op, vector.ExtractOp):
             (lane,) = op.static_position.get_values()
             r = self.name(op.result)

@@ -10,6 +10,7 @@
 | `loops_vectorize.py`         | `loops-vectorize`         | one loop per nest runs in SIMD lanes   |
 | `loops_unroll_jam.py`        | `loops-unroll-jam`        | reduction nests run in register blocks (`jam.py`) |
 | `loops_transpose_writes.py`  | `loops-transpose-writes`  | 8 x 8 tiles written across the lanes stored by rows |
+| `loops_transpose_reads.py`   | `loops-transpose-reads`   | 16 lanes gathered across a block: loaded whole, shuffled |
 | `loops_pack_tiles.py`        | `loops-pack-tiles`        | a large copy made block by block in the nest that reads it |
 | `loops_parallelize.py`       | `loops-parallelize`       | nests with enough work run on OpenMP threads |
 

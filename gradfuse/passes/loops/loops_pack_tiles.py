@@ -20,7 +20,9 @@ buffer's first dim (from 0 by 1) and is that index of every access: the copy rea
 one block's source at a time and the nest keeps its order. A copy that runs its
 blocks inside (an input gradient's weight copy, which reads the weight in its own
 order) is left whole: one tile's copy would read across all of the weight (ResNet-18's
-input gradients took 12-47% longer so, but for one). It also takes a whole copy of at least
+input gradients took 12-47% longer so, but for one, gathering lanes of 8 on Zen 4).
+`loops-transpose-reads` runs such a copy tiles outermost where its lanes are 16 and it
+loads them whole: it is then made tile by tile here. It also takes a whole copy of at least
 `min-bytes`, one block of at most `max-bytes` (a stack array in C) and at least
 `min-tiles` blocks, which are then all that the threads share; and nothing between
 the two nests may write what the copy reads.

@@ -16,9 +16,12 @@ from gradfuse.backend import compile_module, pipeline_of
 from gradfuse.backend.c import lanes
 from gradfuse.backend.c.host import render_c
 from gradfuse.frontend.parser import parse_tg
+from gradfuse.frontend.recorder import program
+from gradfuse.passes import expand
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_c_loops import BLOCKS, LANES, MASKS  # noqa: E402
+from test_c_loops_conv import CASES, record  # noqa: E402
 
 
 @pytest.mark.parametrize("width", [8, 16])
@@ -81,3 +84,25 @@ def test_the_probe_measures_once_and_the_pipeline_carries_its_width(monkeypatch,
     monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{lanes=8}")
     assert pipeline_of("c") == "cpu{lanes=8}"  # an explicit width is kept
     lanes._lanes.cache_clear()
+
+
+@pytest.mark.parametrize("name", ["conv-to-4x4", "convT-to-8x8"])
+def test_weights_gathered_in_16_lanes_are_transposed_in_registers_exactly(name):
+    """`loops-transpose-reads` moves the same floats as the gathers it replaces: an
+    input gradient's packed weight (16 lanes along the input channels, 4 x 4 taps
+    apart) loaded whole and shuffled gives bitwise the gathers' results."""
+    make, shape = CASES[name]
+    spec = expand("cpu{lanes=16}")
+    without = ",".join(p for p in spec.split(",") if p != "loops-transpose-reads")
+    got = {}
+    for label, pipeline in (("transposed", spec), ("gathered", without)):
+        out = record(make, shape, np.float32)
+        recorded = program()
+        program_c = compile_module(recorded.module.clone(), "c", pipeline=pipeline)
+        assert ("memref.collapse_shape" in str(program_c.module)) == (label == "transposed")
+        params = {key: p.data for key, p in recorded.params.items()}
+        program_c.run(receivers=recorded.receivers, params=params)
+        got[label] = out
+    assert len(got["transposed"]) == len(list(make().parameters())) + 2
+    for a, b in zip(got["transposed"], got["gathered"], strict=True):
+        assert np.array_equal(a, b)

@@ -1,0 +1,74 @@
+// RUN: ir-opt %s --split-input-file -p loops-transpose-reads | filecheck %s
+// RUN: ir-opt %s --split-input-file -p loops-transpose-reads -t c | filecheck %s --check-prefix=C
+
+// loops-transpose-reads: an input gradient's weight copy gathers 16 lanes 9 apart
+// (w[co, ci, kh, kw] along ci); the 16 x 9 floats of a tile's lanes and taps are one
+// contiguous block: 9 vector loads of it, each tap's vector built by 8 two-source
+// shuffles, stored where the gathered vector was; the tile runs outermost.
+func.func private @pack(%w: memref<32x16x3x3xf32>, %p: memref<1x3x3x32x16xf32>) attributes {gradfuse.kernel} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c3 = arith.constant 3 : index
+  %c16 = arith.constant 16 : index
+  %c32 = arith.constant 32 : index
+  %pad = arith.constant 0.000000e+00 : f32
+  "scf.parallel"(%c0, %c0, %c0, %c0, %c0, %c32, %c1, %c3, %c3, %c16, %c1, %c1, %c1, %c1, %c16) <{operandSegmentSizes = array<i32: 5, 5, 5, 0>}> ({
+  ^bb0(%co: index, %t: index, %kh: index, %kw: index, %q: index):
+    %b = arith.muli %t, %c16 : index
+    %ci = arith.addi %b, %q : index
+    %v = vector.transfer_read %w[%co, %ci, %kh, %kw], %pad {in_bounds = [true], permutation_map = affine_map<(d0, d1, d2, d3) -> (d1)>} : memref<32x16x3x3xf32>, vector<16xf32>
+    vector.store %v, %p[%t, %kh, %kw, %co, %q] : memref<1x3x3x32x16xf32>, vector<16xf32>
+    scf.reduce
+  }) : (index, index, index, index, index, index, index, index, index, index, index, index, index, index, index) -> ()
+  func.return
+}
+func.func @main(%w: memref<32x16x3x3xf32>, %p: memref<1x3x3x32x16xf32>) {
+  func.call @pack(%w, %p) {gradfuse.kernel} : (memref<32x16x3x3xf32>, memref<1x3x3x32x16xf32>) -> ()
+  func.return
+}
+// CHECK:      %[[F:.*]] = memref.collapse_shape %w {{\[}}[0 : i64], [1 : i64, 2 : i64, 3 : i64]] : memref<32x16x3x3xf32> into memref<32x144xf32>
+// CHECK-NEXT: "scf.parallel"
+// CHECK-NEXT: ^bb0(%t: index, %co: index, %q: index):
+// CHECK:        %[[CI:.*]] = arith.addi %b, %q : index
+// CHECK:        %[[B:.*]] = arith.muli %[[CI]], %{{.*}} : index
+// CHECK-NEXT:   %[[R0:.*]] = vector.load %[[F]][%co, %[[B]]] : memref<32x144xf32>, vector<16xf32>
+// CHECK:        %[[R1:.*]] = vector.load %[[F]][%co, %{{.*}}] : memref<32x144xf32>, vector<16xf32>
+// CHECK-COUNT-7: vector.load %[[F]][%co, %{{.*}}] : memref<32x144xf32>, vector<16xf32>
+// CHECK-NEXT:   vector.shuffle %[[R0]], %[[R1]] [0, 9, 18, 27, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+// CHECK-COUNT-7: vector.shuffle
+// CHECK:        vector.store %{{.*}}, %p[%t, %{{.*}}, %{{.*}}, %co, %q]
+// CHECK-COUNT-8: vector.store
+// CHECK-NOT:    vector.transfer_read
+// C:      for (long v{{[0-9]+}} = 0; v{{[0-9]+}} < 1; v{{[0-9]+}}++)
+// C-NEXT: for (long v{{[0-9]+}} = 0; v{{[0-9]+}} < 32; v{{[0-9]+}}++)
+// C:        __builtin_memcpy(&[[R:v[0-9]+]], &v0[v{{[0-9]+}} * 144 + v{{[0-9]+}}], sizeof [[R]]);
+// C:        gf_floatx16 {{v[0-9]+}} = __builtin_shuffle({{v[0-9]+}}, {{v[0-9]+}}, (gf_intx16){0, 9, 18, 27, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15});
+
+// -----
+
+// Lanes of 8 (a machine that runs 16 no faster, `gradfuse.backend.c.lanes`) stay
+// gathered: this pass takes vectors of 16 only.
+func.func private @eight(%w: memref<32x8x3x3xf32>, %p: memref<1x3x3x32x8xf32>) attributes {gradfuse.kernel} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c3 = arith.constant 3 : index
+  %c8 = arith.constant 8 : index
+  %c32 = arith.constant 32 : index
+  %pad = arith.constant 0.000000e+00 : f32
+  "scf.parallel"(%c0, %c0, %c0, %c0, %c0, %c32, %c1, %c3, %c3, %c8, %c1, %c1, %c1, %c1, %c8) <{operandSegmentSizes = array<i32: 5, 5, 5, 0>}> ({
+  ^bb0(%co: index, %t: index, %kh: index, %kw: index, %q: index):
+    %b = arith.muli %t, %c8 : index
+    %ci = arith.addi %b, %q : index
+    %v = vector.transfer_read %w[%co, %ci, %kh, %kw], %pad {in_bounds = [true], permutation_map = affine_map<(d0, d1, d2, d3) -> (d1)>} : memref<32x8x3x3xf32>, vector<8xf32>
+    vector.store %v, %p[%t, %kh, %kw, %co, %q] : memref<1x3x3x32x8xf32>, vector<8xf32>
+    scf.reduce
+  }) : (index, index, index, index, index, index, index, index, index, index, index, index, index, index, index) -> ()
+  func.return
+}
+func.func @main(%w: memref<32x8x3x3xf32>, %p: memref<1x3x3x32x8xf32>) {
+  func.call @eight(%w, %p) {gradfuse.kernel} : (memref<32x8x3x3xf32>, memref<1x3x3x32x8xf32>) -> ()
+  func.return
+}
+// CHECK-LABEL: func.func private @eight
+// CHECK-NOT:   memref.collapse_shape
+// CHECK:       vector.transfer_read
