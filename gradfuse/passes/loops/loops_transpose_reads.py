@@ -65,7 +65,10 @@ from gradfuse.passes.loops.loop_ir import (
 from gradfuse.passes.loops.loops_vectorize import innermost_nests
 
 LANES = 16
-"""The lanes of the vectors this pass transposes (see the module docstring)."""
+"""The lanes of the vectors this pass transposes (see the module docstring), and the
+bound on the points of the trailing dims: 4 x 4 taps would take 15 shuffles a tap, 240 a
+block, and DCGAN b8's step (its 4 x 4 input gradients) ran no faster so (209 ms either
+way), its compile longer."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,7 @@ def match(nest: scf.ParallelOp) -> Copy | None:
     shape = read.source.type.get_shape()  # type: ignore[attr-defined]
     trailing = list(read.indices[a + 1 :])
     args = list(body.args)
-    if not trailing or not 2 <= prod(shape[a + 1 :]) <= LANES or len(set(trailing)) < len(trailing):
+    if not trailing or not 2 <= prod(shape[a + 1 :]) < LANES or len(set(trailing)) < len(trailing):
         return None
     for iv, size in zip(trailing, shape[a + 1 :]):
         if iv not in args:

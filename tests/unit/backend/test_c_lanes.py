@@ -17,11 +17,12 @@ from gradfuse.backend.c import lanes
 from gradfuse.backend.c.host import render_c
 from gradfuse.frontend.parser import parse_tg
 from gradfuse.frontend.recorder import program
+from gradfuse.nn import Conv2d
 from gradfuse.passes import expand
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_c_loops import BLOCKS, LANES, MASKS  # noqa: E402
-from test_c_loops_conv import CASES, record  # noqa: E402
+from test_c_loops_conv import record  # noqa: E402
 
 
 @pytest.mark.parametrize("width", [8, 16])
@@ -86,12 +87,20 @@ def test_the_probe_measures_once_and_the_pipeline_carries_its_width(monkeypatch,
     lanes._lanes.cache_clear()
 
 
-@pytest.mark.parametrize("name", ["conv-to-4x4", "convT-to-8x8"])
+TRANSPOSED = {
+    "conv-3x3": (lambda: Conv2d(16, 32, 3, 1, 1, bias=False), (2, 16, 8, 8)),
+    "conv-3x3-to-4x4": (lambda: Conv2d(32, 32, 3, 1, 1), (2, 32, 4, 4)),
+}
+"""Input gradients whose weight copies gather 16 lanes 9 elements apart (as ResNet-18's
+3 x 3 convolutions; the second with a bias, on a small image as layer4's)."""
+
+
+@pytest.mark.parametrize("name", sorted(TRANSPOSED))
 def test_weights_gathered_in_16_lanes_are_transposed_in_registers_exactly(name):
     """`loops-transpose-reads` moves the same floats as the gathers it replaces: an
-    input gradient's packed weight (16 lanes along the input channels, 4 x 4 taps
+    input gradient's packed weight (16 lanes along the input channels, the taps
     apart) loaded whole and shuffled gives bitwise the gathers' results."""
-    make, shape = CASES[name]
+    make, shape = TRANSPOSED[name]
     spec = expand("cpu{lanes=16}")
     without = ",".join(p for p in spec.split(",") if p != "loops-transpose-reads")
     got = {}
