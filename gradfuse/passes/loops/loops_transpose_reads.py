@@ -188,6 +188,7 @@ def transpose(copy: Copy, nest: scf.ParallelOp) -> None:
     width = fast.constant(count)
     start = fast.index_op(arith.MuliOp, value(read.indices[a], origin), width.results[0])
     ops += [width, start]
+    shared = {v: new for v, new in origin.items() if not any(depends(v, iv) for iv in trailing)}
     vec_type = read.result.type
     rows = []
     for m in range(count):
@@ -207,7 +208,7 @@ def transpose(copy: Copy, nest: scf.ParallelOp) -> None:
             shuffle = vector.ShuffleOp(part, rows[row], lanes, result_type=vec_type)  # type: ignore[arg-type]
             ops.append(shuffle)
             part = shuffle.result
-        point = dict(at)
+        point = dict(shared)  # what the read computed apart from the taps: once
         for iv, c in zip(trailing, coords):
             k = fast.constant(c)
             ops.append(k)
