@@ -51,7 +51,7 @@ from xdsl.dialects.builtin import (
     VectorType,
     i64,
 )
-from xdsl.ir import Operation, Region, SSAValue
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from gradfuse.passes.lib import fast_ops as fast
@@ -60,9 +60,11 @@ from gradfuse.passes.loops.loop_ir import (
     depends,
     int_constant,
     kernel_functions,
+    replace_nest,
     transfer_dim,
 )
 from gradfuse.passes.loops.loops_vectorize import innermost_nests
+from gradfuse.passes.loops.pack_copy import clone_indices
 
 LANES = 16
 """The lanes of the vectors this pass transposes (see the module docstring), and the
@@ -167,19 +169,8 @@ def transpose(copy: Copy, nest: scf.ParallelOp) -> None:
     ops: list[Operation] = []
 
     def value(v: SSAValue, point: dict[SSAValue, SSAValue]) -> SSAValue:
-        """`v` in the new body, with the trailing indices at `point` (ops of the old
-        body cloned once per point)."""
-        if v in point:
-            return point[v]
-        owner = v.owner
-        if not isinstance(owner, Operation) or owner.parent_block() is not body:
-            return v
-        new = owner.clone_without_regions()
-        for k, o in enumerate(owner.operands):
-            new.operands[k] = value(o, point)
-        ops.append(new)
-        point.update(zip(owner.results, new.results))
-        return point[v]
+        """`v` in the new body, with the trailing indices at `point`."""
+        return clone_indices([v], point, ops, within=body)[0]
 
     zero = fast.constant(0)
     ops.append(zero)
@@ -218,14 +209,13 @@ def transpose(copy: Copy, nest: scf.ParallelOp) -> None:
     if not zero.result.uses:  # (the trailing indices took part in no other index)
         ops.remove(zero)
     new_body.add_ops([*ops, scf.ReduceOp()])
-    bounds = [[list(vs)[k] for k in keep] for vs in (nest.lowerBound, nest.upperBound, nest.step)]
-    new = scf.ParallelOp(*bounds, Region(new_body))
-    new.attributes.update(nest.attributes)
     parent = nest.parent_block()
     assert parent is not None
-    parent.insert_ops_before([flat, new], nest)
-    nest.detach()
-    nest.erase()
+    parent.insert_op_before(flat, nest)
+    lower, upper, steps = (
+        [list(vs)[k] for k in keep] for vs in (nest.lowerBound, nest.upperBound, nest.step)
+    )
+    replace_nest(nest, new_body, (lower, upper, steps))
 
 
 @dataclass(frozen=True)

@@ -40,14 +40,20 @@ def iv_trips(iv: SSAValue) -> int | None:
 
 
 def clone_indices(
-    indices: list[SSAValue], at: dict[SSAValue, SSAValue], ops: list[Operation]
+    indices: list[SSAValue],
+    at: dict[SSAValue, SSAValue],
+    ops: list[Operation],
+    within: Block | None = None,
 ) -> list[SSAValue]:
     """`indices` computed again from the values `at` maps loop indices to: the ops that
-    compute them cloned into `ops`."""
+    compute them cloned into `ops` (`within`: only the ops of that block, other values
+    used as they are), `at` gaining the clones' results."""
 
     def value(v: SSAValue) -> SSAValue:
         if v not in at:
             op = v.owner
+            if within is not None and (not isinstance(op, Operation) or op.parent is not within):
+                return v
             assert isinstance(op, Operation)
             new = op.clone_without_regions()
             for k, o in enumerate(op.operands):
