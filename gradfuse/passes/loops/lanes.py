@@ -48,7 +48,7 @@ from gradfuse.passes.loops.loop_ir import block_like, dependents, int_constant, 
 WIDTHS = (16, 8)
 """Lanes per vector that the C target declares types for, widest first: 16 floats (one
 AVX-512 register) and 8 (one AVX2 register)."""
-LANES = 8
+DEFAULT_LANES = 8
 """The default widest vector (`loops-vectorize{lanes=16}` sets it): 8 floats. The c
 backend measures its machine (`gradfuse.backend.c.lanes`): on the 2-core Zen 4 developer
 machine (AVX-512 as two 256-bit halves), 16 lanes ran the transformer's update group in
@@ -363,7 +363,7 @@ class Widen:
         self.varying.update(r for k, r in enumerate(new.results) if k in lanes)
 
 
-def strip_mine(nest: scf.ParallelOp, widest: int = LANES) -> bool:
+def strip_mine(nest: scf.ParallelOp, widest: int = DEFAULT_LANES) -> bool:
     """Rewrites `nest` (innermost dim from 0, step 1, at least 8 points) into lanes, the
     widest vectors up to `widest` lanes that its points fill, and a scalar remainder
     nest; False (nothing changed) where it cannot."""

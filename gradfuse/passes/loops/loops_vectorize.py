@@ -33,7 +33,7 @@ from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
 from gradfuse.diagnostics import GradfuseError
-from gradfuse.passes.loops.lanes import LANES, WIDTHS, strip_mine
+from gradfuse.passes.loops.lanes import DEFAULT_LANES, WIDTHS, strip_mine
 from gradfuse.passes.loops.loop_ir import (
     REDUCING,
     SIMD,
@@ -124,7 +124,7 @@ def in_nest(op: Operation, nests: Collection[Operation]) -> bool:
     return parent is not None and parent in nests
 
 
-def vectorize(nest: scf.ParallelOp, widest: int = LANES) -> None:
+def vectorize(nest: scf.ParallelOp, widest: int = DEFAULT_LANES) -> None:
     """Marks the loop of `nest` (an innermost `scf.parallel`) that runs in lanes, or
     strip-mines it into vectors of up to `widest` lanes."""
     if any(isinstance(o, memref.AtomicRMWOp) for o in nest.walk()):
@@ -147,7 +147,7 @@ class LoopsVectorizePass(ModulePass):
 
     name = "loops-vectorize"
 
-    lanes: int = LANES
+    lanes: int = DEFAULT_LANES
     """The widest vectors, in floats: one of `WIDTHS`."""
 
     def __post_init__(self) -> None:
