@@ -100,15 +100,19 @@ def make_context() -> Context:
 PIPELINE_OPTIONS: dict[str, tuple[str, str]] = {
     "jam-work": ("loops-unroll-jam", "min-work"),
     "lanes": ("loops-vectorize", "lanes"),
+    "jam-rows": ("loops-unroll-jam", "rows"),
 }
 """Options of the named pipelines, as MLIR's registered pipelines take them: each sets an
 option of one pass in the pipeline (`ir-opt m.tg -p 'cpu{jam-work=0}'`: register blocks
-for nests of any size, as the golden tests of small programs ask)."""
+for nests of any size, as the golden tests of small programs ask; `jam-rows=4`: blocks of
+4 rows, for a machine of 16 vector registers)."""
 
 
 def with_options(name: str, options: str) -> str:
-    """The passes of pipeline `name` with its `options` (`jam-work=0 ...`) set."""
+    """The passes of pipeline `name` with its `options` (`jam-work=0 ...`) set; options of
+    one pass go in one brace (`loops-unroll-jam{min-work=0 rows=4}`)."""
     passes = expand(PIPELINES[name]).split(",")
+    fields: dict[str, list[str]] = {}
     for option in options.split():
         key, _, value = option.partition("=")
         target = PIPELINE_OPTIONS.get(key)
@@ -119,8 +123,8 @@ def with_options(name: str, options: str) -> str:
                 f"{', '.join(f'{k}=N' for k in known) or 'none'})"
             )
         flag, field = target
-        passes = [f"{p}{{{field}={value}}}" if p == flag else p for p in passes]
-    return ",".join(passes)
+        fields.setdefault(flag, []).append(f"{field}={value}")
+    return ",".join(f"{p}{{{' '.join(fields[p])}}}" if p in fields else p for p in passes)
 
 
 def expand(spec: str) -> str:

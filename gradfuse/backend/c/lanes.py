@@ -1,5 +1,6 @@
-"""The widest vectors that pay on this machine: the `lanes` the c backend asks of
-`loops-vectorize`, measured once per CPU, compiler and flags, and cached on disk.
+"""The widest vectors that pay on this machine, and the register blocks its register
+file holds: the `lanes` the c backend asks of `loops-vectorize`, measured once per CPU,
+compiler and flags and cached on disk, and the `jam-rows` of `loops-unroll-jam`.
 
 AVX-512 is not the same everywhere: Intel's server cores have two 512-bit FMA units,
 Zen 4 runs a 512-bit op as two 256-bit halves, and a CPU without it splits a 16-lane
@@ -8,9 +9,18 @@ independent chains of FMAs on vectors of 8 lanes, then of 16; 16 lanes are chose
 they do at least 4/3 of the work per second of 8 (about 2x on a Sapphire Rapids, 1x on
 Zen 4 or on AVX2):
 
+A register block of `loops-unroll-jam` keeps rows x 2 vectors of sums in registers.
+How many vector registers the target has is no measurement but the instruction set gcc
+builds for: 32 with AVX-512 (and on AArch64), 16 with AVX2 or SSE. Blocks of 8 rows
+(16 sums) fit 32; on 16 they spill, and 4 rows (8 sums, 2 loads and a broadcast) fit.
+On the 2-core Zen 3 developer machine (AVX2, one thread, DCGAN b8's step): 8 rows 541 /
+569 ms, 6 rows 612 / 684, 4 rows 437 / 450, 3 rows 676, 2 rows 614; on AVX-512 machines
+8 rows were the faster (`loops_unroll_jam.ROWS`).
+
     host_lanes()               # 16 or 8
-    c_pipeline("cpu")          # "cpu{lanes=16}"
-    c_pipeline("cpu{lanes=8}") # as given: an explicit choice is kept
+    host_rows()                # 8 or 4
+    c_pipeline("cpu")          # "cpu{lanes=16 jam-rows=8}"
+    c_pipeline("cpu{lanes=8}") # "cpu{lanes=8 jam-rows=4}": an explicit choice is kept
 """
 
 from __future__ import annotations
@@ -19,10 +29,11 @@ import ctypes
 import hashlib
 import os
 import platform
+import subprocess
 from functools import cache
 from pathlib import Path
 
-from gradfuse.backend.c.cache import build_library, flags
+from gradfuse.backend.c.cache import build_library, compiler, flags
 from gradfuse.backend.disk_cache import cache_dir, seal, verified
 
 CHAINS = "".join(f"  a{k} = a{k} * m + c;\n" for k in range(12))
@@ -104,11 +115,36 @@ def _lanes(cflags: tuple[str, ...]) -> int:
     return lanes
 
 
+def vector_registers(cflags: tuple[str, ...]) -> int:
+    """The vector registers of the instruction set gcc builds for with `cflags` (its
+    predefined macros): 32 with AVX-512 or on AArch64, else 16 (also where gcc refuses
+    the flags: the build then fails with gcc's own message)."""
+    macros = subprocess.run(
+        [compiler(), *cflags, "-dM", "-E", "-x", "c", os.devnull],
+        capture_output=True,
+        text=True,
+    ).stdout
+    return 32 if "__AVX512F__" in macros or "__aarch64__" in macros else 16
+
+
+def host_rows() -> int:
+    """The rows of `loops-unroll-jam`'s register blocks for the c backend's flags: a
+    quarter of the vector registers (8 with 32, 4 with 16)."""
+    return _rows(flags())
+
+
+@cache
+def _rows(cflags: tuple[str, ...]) -> int:
+    return vector_registers(cflags) // 4
+
+
 def c_pipeline(spec: str) -> str:
     """`spec` (a pipeline of the c backend, `cpu` or `cpu{jam-work=0}`) with this
-    machine's `lanes`, unless it chooses them itself."""
+    machine's `lanes` and `jam-rows`, unless it chooses them itself."""
     name, _, options = spec.partition("{")
-    options = options.rstrip("}")
-    if "lanes=" in options:
-        return spec
-    return f"{name}{{{' '.join([*options.split(), f'lanes={host_lanes()}'])}}}"
+    words = options.rstrip("}").split()
+    if not any(w.startswith("lanes=") for w in words):
+        words.append(f"lanes={host_lanes()}")
+    if not any(w.startswith("jam-rows=") for w in words):
+        words.append(f"jam-rows={host_rows()}")
+    return f"{name}{{{' '.join(words)}}}"

@@ -52,8 +52,10 @@ ROWS = 8
 """Points jammed along a row dim: with 2 vectors of lanes, 16 sums, 2 loads and a
 broadcast per step of the reduction. AVX-512's 32 registers hold them; measured on the
 2-core AVX-512 developer machine (DCGAN b8's kernels, one thread, gcc 12), 8 rows took
-617 ms against 687 ms for 4 with `-march=native`, and 652 ms against 655 ms compiled
-for AVX2 (`-march=haswell`, 16 registers: some sums spill, no loss)."""
+617 ms against 687 ms for 4 with `-march=native`. With 16 registers (AVX2) the sums
+spill: on a Zen 3, 4 rows took DCGAN b8's step from 541-569 to 437-450 ms. The c
+backend sets `rows` for its target (`jam-rows`, `gradfuse.backend.c.lanes.host_rows`);
+this default keeps `ir-opt -p cpu`'s output the same on every machine."""
 
 JAM_WORK = 1 << 20
 """The default `min-work`: a nest of fewer points x inner iterations (as

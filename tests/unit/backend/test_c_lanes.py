@@ -79,12 +79,37 @@ def test_the_probe_measures_once_and_the_pipeline_carries_its_width(monkeypatch,
 
     monkeypatch.setattr(lanes, "measure", again)
     assert lanes.host_lanes() == width  # read back, not measured
-    assert pipeline_of("c") == f"cpu{{lanes={width}}}"
+    rows = lanes.host_rows()
+    assert pipeline_of("c") == f"cpu{{lanes={width} jam-rows={rows}}}"
     monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{jam-work=0}")
-    assert pipeline_of("c") == f"cpu{{jam-work=0 lanes={width}}}"
-    monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{lanes=8}")
-    assert pipeline_of("c") == "cpu{lanes=8}"  # an explicit width is kept
+    assert pipeline_of("c") == f"cpu{{jam-work=0 lanes={width} jam-rows={rows}}}"
+    monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{lanes=8 jam-rows=2}")
+    assert pipeline_of("c") == "cpu{lanes=8 jam-rows=2}"  # explicit choices are kept
     lanes._lanes.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("tuning", "registers"),
+    [("-march=skylake-avx512", 32), ("-march=haswell -mavx512f", 32), ("-march=haswell", 16),
+     ("-march=znver3", 16), ("-march=x86-64 -mno-fma", 16)],
+)  # fmt: skip
+def test_register_blocks_take_a_quarter_of_the_vector_registers(tuning, registers):
+    """The register file is the instruction set's: gcc's macros for the flags say it."""
+    flags = ("-O2", *tuning.split())
+    assert lanes.vector_registers(flags) == registers
+    assert lanes._rows(flags) == registers // 4
+
+
+def test_register_blocks_of_four_rows_hold_8_sums():
+    """`jam-rows=4` (16 registers) jams 4 rows x 2 vectors: 8 sums a block."""
+    pipeline = "cpu{jam-work=0 lanes=8 jam-rows=4}"
+    module = str(compile_module(parse_tg(BLOCKS), "c", pipeline=pipeline).module)
+    assert "-> (" + ", ".join(["vector<8xf32>"] * 8) + ")" in module
+    assert "-> (" + ", ".join(["vector<8xf32>"] * 16) + ")" not in module
+    rng = np.random.default_rng(5)
+    types = [a.type for a in parse_tg(BLOCKS).ops.first.body.block.args]
+    args = [rng.standard_normal(t.get_shape()).astype(np.float32) * 0.3 for t in types]
+    agree(BLOCKS, "c", pipeline=pipeline, args=args)
 
 
 TRANSPOSED = {

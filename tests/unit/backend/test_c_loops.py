@@ -238,8 +238,8 @@ def test_the_c_pipeline_is_cpu_and_the_environment_gives_its_options(monkeypatch
     monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{jam-work=0}")  # lanes: this machine's
     wide = f"vector<{host_lanes()}xf32>, vector<{host_lanes()}xf32>"
     assert wide in str(compile_module(parse_tg(LANES), "c").module)
-    monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{jam-rows=4}")
-    with pytest.raises(GradfuseError, match="pipeline cpu has no option 'jam-rows=4'"):
+    monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{tile-rows=4}")
+    with pytest.raises(GradfuseError, match="pipeline cpu has no option 'tile-rows=4'"):
         compile_module(parse_tg(PROGRAMS["conv"]), "c")
 
 
