@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from xdsl.dialects import memref
-from xdsl.dialects.builtin import MemRefType, ModuleOp
+from xdsl.dialects import func, memref
+from xdsl.dialects.builtin import MemRefType, ModuleOp, TensorType
 
 from gradfuse.backend.c.cache import build_library
 from gradfuse.backend.c.host import (
@@ -44,7 +45,7 @@ from gradfuse.backend.runner import (
     entry_function,
     tensor_of,
 )
-from gradfuse.diagnostics import GradfuseError, position_of
+from gradfuse.diagnostics import GradfuseError, Position, position_of
 from gradfuse.passes import run_pipeline
 from gradfuse.passes.loops.loop_ir import kernel_functions
 
@@ -77,12 +78,41 @@ class Context(ctypes.Structure):
     ]
 
 
-def _array_at(ptr: int, ty: MemRefType) -> np.ndarray:
-    dtype = dtype_of(tensor_of(ty))
-    shape = tuple(ty.get_shape())
-    count = int(np.prod(shape, dtype=np.int64))
-    raw = (ctypes.c_char * (count * dtype.itemsize)).from_address(ptr)
-    return np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)
+@dataclass(frozen=True)
+class HostBuffer:
+    """A buffer the host program hands Python by pointer (a feeder's target, a
+    receiver's source, a result), its type worked out once per program."""
+
+    tensor: TensorType
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    nbytes: int
+
+    @staticmethod
+    def of(ty: MemRefType) -> HostBuffer:
+        tensor = tensor_of(ty)
+        dtype, shape = dtype_of(tensor), tuple(ty.get_shape())
+        return HostBuffer(tensor, dtype, shape, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+
+    def at(self, ptr: int) -> np.ndarray:
+        """The buffer at `ptr` as an array (no copy)."""
+        raw = (ctypes.c_char * self.nbytes).from_address(ptr)
+        return np.frombuffer(raw, dtype=self.dtype).reshape(self.shape)
+
+
+@dataclass(frozen=True)
+class HostCall:
+    """A feeder or receiver call site of the host program: its callback's key, its
+    buffers and its position in the user's program."""
+
+    key: str
+    buffers: tuple[HostBuffer, ...]
+    position: Position | None
+
+    @staticmethod
+    def of(op: func.CallOp) -> HostCall:
+        buffers = tuple(HostBuffer.of(a.type) for a in op.arguments)  # type: ignore[arg-type]
+        return HostCall(callback_key(op), buffers, position_of(op.location))
 
 
 def _contiguous(a: Any, dtype: Any = None) -> np.ndarray:
@@ -138,6 +168,7 @@ class CProgram:
         by_name = {op.sym_name.data: op for op in module.ops if isinstance(op, memref.GlobalOp)}
         self.globals = [by_name[n] for n in host_symbols(module)]
         self.main = main_function(module)
+        self.sites_of_calls = [HostCall.of(op) for op in self.calls]
         allocs = [op for op in self.main.walk() if isinstance(op, memref.AllocOp)]
         self.arena_bytes = max((int(np.prod(a.memref.type.get_shape())) for a in allocs), default=1)  # type: ignore[attr-defined]
         # arenas of finished runs, for the next: a fresh one pays a page fault per 4 KiB
@@ -182,7 +213,7 @@ class CProgram:
         ]
         arena = self.arenas.pop() if self.arenas else np.zeros(self.arena_bytes + 64, np.uint8)
         failure: list[BaseException] = []
-        ext = self.calls
+        sites = self.sites_of_calls
 
         def guarded(callback: Callable[..., None]) -> Callable[..., int]:
             """`callback` for C: 0 when it returns, 1 when it raises (the error kept)."""
@@ -198,16 +229,14 @@ class CProgram:
             return call
 
         def feed(index: int, ptr: int) -> None:
-            op = ext[index]
-            ty = op.arguments[0].type
-            target = _array_at(ptr, ty)  # type: ignore[arg-type]
-            target[...] = state.feed(callback_key(op), tensor_of(ty), position_of(op.location))  # type: ignore[arg-type]
+            site = sites[index]
+            (buffer,) = site.buffers
+            buffer.at(ptr)[...] = state.feed(site.key, buffer.tensor, site.position)
 
         def receive(index: int, ptrs: Any, n: int) -> None:
-            op = ext[index]
-            tys = [a.type for a in op.arguments]
-            got = tuple(np.array(_array_at(ptrs[i], tys[i])) for i in range(n))  # type: ignore[arg-type]
-            state.receive(callback_key(op), got, position_of(op.location))
+            site = sites[index]
+            got = tuple(np.array(b.at(ptrs[i])) for i, b in enumerate(site.buffers))
+            state.receive(site.key, got, site.position)
 
         last = [v.copy() for v in values] if check_finite else []  # the last finite params
 
@@ -273,7 +302,7 @@ class CProgram:
             err.received = state.received  # type: ignore[attr-defined]
             raise err
         results = [
-            np.array(_array_at(ctx.results[k], t))  # type: ignore[arg-type]
+            np.array(HostBuffer.of(t).at(ctx.results[k]))  # type: ignore[arg-type]
             for k, t in enumerate(self.main.function_type.outputs.data)
         ]
         # results may lie in the arena: it serves another run once they are copied (pop
