@@ -9,18 +9,21 @@ with a cold and a warm compile cache (trace to runnable), run time per step; for
 PyTorch eager (when importable; CPU here, the GPU too when both see one): time per
 step, the same steps as a Python loop; and their ratio; with `--torch-compile` (the
 default on a GPU) the same for `torch.compile` (mode "reduce-overhead" on a GPU).
-Each time is the best of `--repeat` runs.
+Each time is the best of `--repeat` runs, gradfuse's and PyTorch eager's taking turns
+(after an untimed run of each), so that the shared machine's load weighs on both alike.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from empty_cache import empty_cache  # benchmarks/empty_cache.py
 from threads import add_threads_option, use_threads  # benchmarks/threads.py
+from timing import best_of  # benchmarks/timing.py
 from torch_compile import add_torch_compile_option, mode, step_begin, torch_compile_wanted
 
 import gradfuse
@@ -55,29 +58,25 @@ def gradfuse_compile(steps: int, backend: str | None) -> tuple[Any, float]:
     return program, time.perf_counter() - start
 
 
-def gradfuse_run(steps: int, backend: str | None, repeat: int) -> dict[str, Any]:
-    """Cold and warm compile times, then the best run time of `repeat` runs."""
+def gradfuse_run(steps: int, backend: str | None) -> dict[str, Any]:
+    """Cold and warm compile times, the program run once (untimed), and its `run`."""
     with empty_cache():
         _, cold_s = gradfuse_compile(steps, backend)
         program, warm_s = gradfuse_compile(steps, backend)
-    runs = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        program.run()
-        runs.append(time.perf_counter() - start)
+    program.run()
     return {
         "backend": program.backend,
         "cold": cold_s,
         "warm": warm_s,
-        "step": min(runs) / steps,
+        "run": program.run,
         "kernels": program.kernels_per_iteration,
     }
 
 
-def torch_run(steps: int, repeat: int, device: str, compiled: bool = False) -> float | None:
-    """Best seconds per step of the same loop in PyTorch eager on `device`; with
+def torch_run(steps: int, device: str, compiled: bool = False) -> Callable[[], None] | None:
+    """The same loop in PyTorch eager on `device`, run once (warm-up): a run of it; with
     `compiled`, the model and the optimizer step through `torch.compile` (mode
-    "reduce-overhead", CUDA graphs, on a GPU), after a warm-up run."""
+    "reduce-overhead", CUDA graphs, on a GPU), whose warm-up run compiles."""
     try:
         import torch
     except ImportError:
@@ -96,9 +95,8 @@ def torch_run(steps: int, repeat: int, device: str, compiled: bool = False) -> f
             torch.compile(opt.step, mode=mode(device)),
         )
     batch = np.full((BATCH, WIDTH), 0.2, dtype=np.float32)
-    best = float("inf")
-    for _ in range(repeat + compiled):  # a compiled run's first round compiles
-        start = time.perf_counter()
+
+    def run() -> None:
         for _ in range(steps):
             step_begin(compiled, device)
             opt.zero_grad()
@@ -107,8 +105,9 @@ def torch_run(steps: int, repeat: int, device: str, compiled: bool = False) -> f
             update()
         if device == "cuda":
             torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - start)
-    return best / steps
+
+    run()
+    return run
 
 
 def main() -> None:
@@ -120,27 +119,31 @@ def main() -> None:
     add_threads_option(parser)
     args = parser.parse_args()
     use_threads(args.threads)
-    ours = gradfuse_run(args.steps, args.backend, args.repeat)
+    ours = gradfuse_run(args.steps, args.backend)
+    device = "cuda" if ours["backend"] == "cuda" else "cpu"
+    theirs = torch_run(args.steps, device)
+    seconds = best_of(args.repeat, [ours["run"]] + ([theirs] if theirs else []))
+    step = seconds[0] / args.steps
     print(f"seed MLP, {args.steps} steps, batch {BATCH}, width {WIDTH}")
     print(f"gradfuse [{ours['backend']}]: {ours['kernels']} kernels per step")
     print(
         f"  compile (trace to runnable): cold cache {ours['cold']:.3f} s, warm cache {ours['warm']:.3f} s"
     )
-    print(f"  run: {ours['step'] * 1e6:.1f} us per step")
-    device = "cuda" if ours["backend"] == "cuda" else "cpu"
-    theirs = torch_run(args.steps, args.repeat, device)
+    print(f"  run: {step * 1e6:.1f} us per step (best of {args.repeat})")
     if theirs is None:
         print(f"PyTorch eager ({device}): not importable here, no ratio")
         return
-    print(f"PyTorch eager ({device}): {theirs * 1e6:.1f} us per step")
-    print(f"speed ratio, gradfuse / PyTorch eager: {theirs / ours['step']:.2f}x")
+    eager = seconds[1] / args.steps
+    print(f"PyTorch eager ({device}): {eager * 1e6:.1f} us per step (best of {args.repeat})")
+    print(f"speed ratio, gradfuse / PyTorch eager: {eager / step:.2f}x")
     if torch_compile_wanted(args.torch_compile, device):
-        best = torch_run(args.steps, args.repeat, device, compiled=True)
-        assert best is not None
+        compiled = torch_run(args.steps, device, compiled=True)
+        assert compiled is not None
+        best = best_of(args.repeat, [compiled])[0] / args.steps
         print(
             f"PyTorch torch.compile, mode {mode(device)} ({device}): {best * 1e6:.1f} us per step"
         )
-        print(f"speed ratio, gradfuse / torch.compile: {best / ours['step']:.2f}x")
+        print(f"speed ratio, gradfuse / torch.compile: {best / step:.2f}x")
 
 
 if __name__ == "__main__":

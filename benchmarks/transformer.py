@@ -1,15 +1,18 @@
 """A short transformer's training step, gradfuse against PyTorch CPU eager (issue 6).
 
-    .venv/bin/python benchmarks/transformer.py [--steps 1000] [--backend c] [--optimizer sgd]
-        [--torch-compile]
+    .venv/bin/python benchmarks/transformer.py [--steps 1000] [--rounds 3] [--backend c]
+        [--optimizer sgd] [--torch-compile]
 
 TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, batch_first=True,
 dropout=0) on an input of shape (2, 16, 64), loss = output sum, one optimizer step;
 `--steps` steps in one `ir_for` on the chosen backend (default: gradfuse's default,
 the C backend without a GPU, NumPy kernels when the C backend is not there), and the
 same steps in PyTorch eager on the CPU in the same run (when torch is importable).
-Prints time per step, the ratio, and kernels per step beside PyTorch's count of the
-ATen ops that run a kernel (views and other metadata-only ops left out). On the cuda
+Each side runs its `--steps` steps `--rounds` times, the two taking turns, after an
+untimed run (gradfuse: the library's load; PyTorch: 3 warm-up steps), and the best run
+of each is kept, as `timeit` does: the machine is shared, and a slow run measures its
+other load. Prints time per step, the ratio, and kernels per step beside PyTorch's
+count of the ATen ops that run a kernel (views and other metadata-only ops left out). On the cuda
 backend PyTorch runs on the GPU too, its kernels counted by torch.profiler, and
 `torch.compile` (mode "reduce-overhead") is timed as well (`--torch-compile` on a CPU).
 """
@@ -22,6 +25,7 @@ from typing import Any
 
 import numpy as np
 from threads import add_threads_option, use_threads  # benchmarks/threads.py
+from timing import best_of  # benchmarks/timing.py
 from torch_compile import add_torch_compile_option, mode, step_begin, torch_compile_wanted
 
 import gradfuse
@@ -36,7 +40,8 @@ METADATA_ONLY = ("aten._unsafe_view", "aten.alias", "profiler.")
 
 
 def gradfuse_run(steps: int, backend: str | None, optimizer: str) -> dict[str, Any]:
-    """Compile and run `steps` training steps; seconds for each phase and kernel counts."""
+    """Trace and compile `steps` training steps, and run them once (untimed); seconds of
+    each phase, the kernel count and `run`, the compiled program's run."""
     gradfuse.reset()
     gradfuse.manual_seed(0)
     layer = TransformerEncoderLayer(D_MODEL, NHEAD, FF, dropout=0.0, batch_first=True)
@@ -54,13 +59,13 @@ def gradfuse_run(steps: int, backend: str | None, optimizer: str) -> dict[str, A
     program = gradfuse.compile(backend)
     compiled = time.perf_counter()
     program.run()
-    ran = time.perf_counter()
     return {
         "backend": program.backend,
         "trace": traced - start,
         "compile": compiled - traced,
-        "run": ran - compiled,
+        "first": time.perf_counter() - compiled,
         "kernels_per_step": program.kernels_per_iteration,
+        "run": program.run,
     }
 
 
@@ -68,8 +73,9 @@ def torch_run(
     steps: int, optimizer: str, device: str = "cpu", compiled: bool = False
 ) -> dict[str, Any] | None:
     """The same steps in PyTorch on `device`, eager or through `torch.compile` (mode
-    "reduce-overhead" on a GPU), and, eager, the kernels of one step: CUDA kernels
-    from torch.profiler on a GPU, else the ATen ops that run a kernel."""
+    "reduce-overhead" on a GPU), warmed up: `run` runs them; and, eager, the kernels of
+    one step: CUDA kernels from torch.profiler on a GPU, else the ATen ops that run a
+    kernel."""
     try:
         import torch
         from torch.utils._python_dispatch import TorchDispatchMode
@@ -134,12 +140,14 @@ def torch_run(
         with counter:
             step()
         kernels = len(counter.ops)
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    sync()
+
+    def run() -> None:
+        for _ in range(steps):
+            step()
+        sync()
+
     return {
-        "run": time.perf_counter() - start,
+        "run": run,
         "ops_per_step": kernels,
         "threads": torch.get_num_threads(),
         "version": torch.__version__,
@@ -149,6 +157,7 @@ def torch_run(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3, help="timed runs of each, taking turns")
     parser.add_argument("--backend", default=None, help="gradfuse backend (default: its default)")
     parser.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
     add_torch_compile_option(parser)
@@ -159,22 +168,24 @@ def main() -> None:
     if backend == "numpy" and args.backend is None:
         print("note: the C backend is not available here; measuring the numpy backend")
     g = gradfuse_run(args.steps, backend, args.optimizer)
-    g_step = g["run"] / args.steps
-    print(
-        f"gradfuse ({g['backend']}): {g_step * 1e3:.3f} ms/step over {args.steps} steps"
-        f" (trace {g['trace']:.2f} s, compile {g['compile']:.2f} s, run {g['run']:.2f} s),"
-        f" {g['kernels_per_step']} kernels/step"
-    )
     device = "cuda" if g["backend"] == "cuda" else "cpu"
     t = torch_run(args.steps, args.optimizer, device)
+    runs = [g["run"]] if t is None else [g["run"], t["run"]]
+    seconds = best_of(args.rounds, runs)
+    g_step = seconds[0] / args.steps
+    print(
+        f"gradfuse ({g['backend']}): {g_step * 1e3:.3f} ms/step over {args.steps} steps, best of"
+        f" {args.rounds} (trace {g['trace']:.2f} s, compile {g['compile']:.2f} s, first run"
+        f" {g['first']:.2f} s), {g['kernels_per_step']} kernels/step"
+    )
     if t is None:
         print("PyTorch: not importable, no ratio")
         return
-    t_step = t["run"] / args.steps
+    t_step = seconds[1] / args.steps
     counted = "CUDA kernels" if device == "cuda" else "ATen ops"
     print(
         f"PyTorch {t['version']} {device} eager ({t['threads']} threads): {t_step * 1e3:.3f}"
-        f" ms/step, {t['ops_per_step']} {counted}/step"
+        f" ms/step, best of {args.rounds}, {t['ops_per_step']} {counted}/step"
     )
     print(
         f"speed ratio (PyTorch time / gradfuse time): {t_step / g_step:.2f}x;"
@@ -184,7 +195,8 @@ def main() -> None:
     if torch_compile_wanted(args.torch_compile, device):
         c = torch_run(args.steps, args.optimizer, device, compiled=True)
         assert c is not None
-        c_step = c["run"] / args.steps
+        (best,) = best_of(args.rounds, [c["run"]])
+        c_step = best / args.steps
         print(f"PyTorch torch.compile, mode {mode(device)} ({device}): {c_step * 1e3:.3f} ms/step")
         print(f"speed ratio (torch.compile time / gradfuse time): {c_step / g_step:.2f}x")
 
