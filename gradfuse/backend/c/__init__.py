@@ -92,7 +92,9 @@ class HostBuffer:
     def of(ty: MemRefType) -> HostBuffer:
         tensor = tensor_of(ty)
         dtype, shape = dtype_of(tensor), tuple(ty.get_shape())
-        return HostBuffer(tensor, dtype, shape, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+        return HostBuffer(
+            tensor, dtype, shape, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        )
 
     def at(self, ptr: int) -> np.ndarray:
         """The buffer at `ptr` as an array (no copy)."""

@@ -45,7 +45,10 @@ from gradfuse.passes.loops.loop_ir import OMP, REDUCING, SIMD, Form, Write, tran
 DIM = re.compile(r"d\d+")
 
 
-VECTORS = "".join(
+VECTORS = (
+    "typedef float gf_floatx4 __attribute__((vector_size(16)));\n"
+    "typedef uint8_t gf_boolx4 __attribute__((vector_size(4)));\n"
+) + "".join(
     f"typedef float gf_floatx{w} __attribute__((vector_size({4 * w})));\n"
     f"typedef uint8_t gf_boolx{w} __attribute__((vector_size({w})));\n"
     f"typedef int32_t gf_intx{w} __attribute__((vector_size({4 * w})));\n"
@@ -57,7 +60,8 @@ VECTORS = "".join(
     f"{{ return gf_blendx{w}((b > a) | (a != a), b, a); }}\n"
     for w in WIDTHS
 )
-"""GCC's vector types for the `vector<Wxf32>` that `loops-vectorize` makes (`gf_floatx8`),
+"""GCC's vector types for the `vector<Wxf32>` that `loops-vectorize` makes (`gf_floatx8`;
+`gf_floatx4` and `gf_boolx4` for the columns of a 4 x 8 tile, `loops-transpose-writes`),
 for its masks `vector<Wxi1>`, a byte a lane as i1 buffers hold them (`gf_boolx8`), and
 a lane-wise select and maximum (fmaxf's result, as `gf_fmaxf`: NaN only where both are)
 as blends by a mask of whole lanes (`gf_intx8`, what a vector comparison gives: -1 or
@@ -178,6 +182,10 @@ class LoopRenderer(Renderer):
             index = "gf_boolx" if ty.element_type == IntegerType(1) else "gf_intx"  # type: ignore[attr-defined]
             mask = ", ".join(str(k) for k in op.mask.get_values())
             a, b = (self.name(v) for v in op.operands)
+            if n != op.v1.type.get_shape()[0]:  # type: ignore[attr-defined]  (a half: fewer lanes)
+                shuffled = f"__builtin_shufflevector({a}, {b}, {mask})"
+                self.emit(f"{type_name(ty)} {r} = {shuffled};", depth)
+                return
             self.emit(
                 f"{type_name(ty)} {r} = __builtin_shuffle({a}, {b}, ({index}{n}){{{mask}}});",
                 depth,

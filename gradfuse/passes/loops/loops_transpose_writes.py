@@ -7,7 +7,10 @@ store a lane in C). Where W such writes (W the lanes) differ only in the last in
 by 0 to W-1, they are one W x W tile of the buffer: its transpose, 3 x W shuffles as
 MLIR's `vector.transpose` lowers to on AVX (`unpcklps`/`unpckhps`, `shufps`,
 `vperm2f128`), is W vectors along the buffer's last dim, each a `vector.store`. DCGAN
-b8's kernels held 8,488 lane stores, a third of their C.
+b8's kernels held 8,488 lane stores, a third of their C. A block of 4 rows (the register
+blocks of a machine with 16 vector registers, `jam-rows=4`) holds 4 x 8 tiles: the
+first two stages leave each column of 4 in a half of a vector, stored as a
+`vector<4xf32>` (a 128-bit store: `vextractf128` for the upper half).
 
 ```
 // ir-opt conv.mlir -p loops-transpose-writes
@@ -30,7 +33,7 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import arith, vector
-from xdsl.dialects.builtin import DenseArrayBase, ModuleOp, i64
+from xdsl.dialects.builtin import DenseArrayBase, ModuleOp, VectorType, i64
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
@@ -38,7 +41,10 @@ from gradfuse.passes.lib import fast_ops as fast
 from gradfuse.passes.loops.loop_ir import Form, Write, kernel_functions, transfer_dim, writes
 
 LANES = 8
-"""The tile's side: the transpose below is that of 8 x 8 (writes of 16 lanes stay as they are)."""
+"""The tile's width: the transpose below is that of 8 x 8 or 4 x 8 (writes of 16 lanes
+stay as they are)."""
+ROWS = (LANES, 4)
+"""The tile's rows: the writes of 8 or 4 points along the buffer's last dim."""
 STAGES = (
     ((0, 8, 1, 9, 4, 12, 5, 13), (2, 10, 3, 11, 6, 14, 7, 15)),  # unpcklps, unpckhps
     ((0, 1, 8, 9, 4, 5, 12, 13), (2, 3, 10, 11, 6, 7, 14, 15)),  # shufps 0x44, 0xee
@@ -47,17 +53,19 @@ STAGES = (
 """Each stage's two shuffle masks, applied to pairs of vectors 1, 2 and 4 apart."""
 MASKS = [tuple(DenseArrayBase.from_list(i64, m) for m in masks) for masks in STAGES]
 COLUMNS = (0, 2, 1, 3, 4, 6, 5, 7)
-"""Where the stages leave each column of the tile (column 1 in vector 2)."""
+"""Where the stages leave each column of the tile (column 1 in vector 2); with 4 rows,
+the first two stages leave column j in half j // 4 of vector COLUMNS[j % 4]."""
+HALVES = [DenseArrayBase.from_list(i64, list(range(k, k + 4))) for k in (0, 4)]
 
 
 def transpose(rows: list[SSAValue], into: list[Operation]) -> list[SSAValue]:
-    """The columns of the 8 x 8 tile whose rows are `rows` (column j: lane j of each
-    row), as shuffles added to `into`."""
+    """The columns of the 8 x 8 or 4 x 8 tile whose rows are `rows` (column j: lane j of
+    each row; of 4 rows, vectors of 4), as shuffles added to `into`."""
     vs = list(rows)
-    for stage, (lo, hi) in enumerate(MASKS):
+    for stage, (lo, hi) in enumerate(MASKS[: len(rows).bit_length() - 1]):
         apart = 1 << stage
         out = list(vs)
-        for base in range(LANES):
+        for base in range(len(vs)):
             if base & apart:
                 continue
             a, b = vs[base], vs[base + apart]
@@ -66,7 +74,16 @@ def transpose(rows: list[SSAValue], into: list[Operation]) -> list[SSAValue]:
                 into.append(op)
                 out[k] = op.result
         vs = out
-    return [vs[k] for k in COLUMNS]
+    if len(rows) == LANES:
+        return [vs[k] for k in COLUMNS]
+    halves = []
+    for j in range(LANES):
+        v = vs[COLUMNS[j % 4]]
+        four = VectorType(v.type.element_type, [4])  # type: ignore[attr-defined]  (f32, or a mask's i1)
+        half = vector.ShuffleOp(v, v, HALVES[j // 4], result_type=four)
+        into.append(half)
+        halves.append(half.result)
+    return halves
 
 
 Key = tuple[SSAValue, int, tuple[object, ...]]
@@ -88,7 +105,7 @@ def tile_key(write: Write) -> tuple[Key, int] | None:
 
 
 def rewrite(group: list[vector.TransferWriteOp], last: vector.TransferWriteOp) -> None:
-    """Replaces the 8 writes of a tile (`group`, by their last index's offset 0..7) by
+    """Replaces the 8 or 4 writes of a tile (`group`, by their last index's offset) by
     a transpose and 8 contiguous stores, after `last`, the last of them in its block."""
     first = group[0]
     along = transfer_dim(first)
@@ -127,14 +144,16 @@ def transpose_block(block: Block) -> None:
         order = [w.op for w in run]
         for at in tiles.values():
             low = min(at)
-            if sorted(at) == list(range(low, low + LANES)):
+            rows = next((n for n in ROWS if sorted(at) == list(range(low, low + n))), 0)
+            if rows:
                 last = max(at.values(), key=order.index)
-                rewrite([at[low + k] for k in range(LANES)], last)
+                rewrite([at[low + k] for k in range(rows)], last)
 
 
 @dataclass(frozen=True)
 class LoopsTransposeWritesPass(ModulePass):
-    """Writes 8 x 8 tiles that a nest stores across its lanes as 8 contiguous stores.
+    """Writes 8 x 8 and 4 x 8 tiles that a nest stores across its lanes as 8 contiguous
+    stores.
 
     `ir-opt k.mlir -p loops-transpose-writes`
     """

@@ -279,6 +279,31 @@ def test_register_blocks_store_their_outputs_by_rows() -> None:
     assert_matches_float64(make, shape, 4)
 
 
+def test_blocks_of_four_rows_store_4_by_8_tiles(monkeypatch) -> None:
+    """With blocks of 4 rows (`jam-rows=4`, 16 vector registers), a block's 4 image
+    columns x 8 output channels are a 4 x 8 tile: 8 shuffles, each channel's 4 columns
+    stored from a half (`__builtin_shufflevector`, a `gf_floatx4`), the leaky ReLU's
+    mask bytes likewise (`gf_boolx4`); the transpose moves floats and nothing else, so
+    the results meet the float64 tolerance as the lane by lane stores did."""
+
+    def make():
+        return Sequential(
+            Conv2d(8, 16, 4, 2, 1, bias=False),
+            LeakyReLU(0.2, inplace=True),
+            Conv2d(16, 16, 4, 2, 1, bias=False),
+        )
+
+    shape = (2, 8, 32, 32)
+    record(make, shape, np.float32)
+    module = program().module.clone()
+    run_pipeline(module, "cpu{jam-rows=4}")
+    source = render_c(module)
+    assert source.count("gf_floatx4 v") >= 8 and source.count("gf_boolx4 v") >= 8
+    assert "gf_floatx4 v" in source.split("__builtin_shufflevector", 1)[0].rsplit("\n", 1)[1]
+    monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{jam-rows=4 lanes=8}")
+    assert_matches_float64(make, shape, 4)
+
+
 def test_convolutions_in_float64_match_the_reference_in_float64() -> None:
     """Float64 runs in scalar loops (the lanes are `vector<8xf32>`), its sums in another
     order than the reference's: relative errors near 1e-16 times the terms summed (at
