@@ -7,7 +7,7 @@ Zen 4 runs a 512-bit op as two 256-bit halves, and a CPU without it splits a 16-
 GCC vector into two. So gcc compiles a probe with the c backend's own flags: 12
 independent chains of FMAs on vectors of 8 lanes, then of 16; 16 lanes are chosen when
 they do at least 4/3 of the work per second of 8 (about 2x on a Sapphire Rapids, 1x on
-Zen 4 or on AVX2):
+Zen 4 or on AVX2).
 
 A register block of `loops-unroll-jam` keeps rows x 2 vectors of sums in registers.
 How many vector registers the target has is no measurement but the instruction set gcc
@@ -15,7 +15,7 @@ builds for: 32 with AVX-512 (and on AArch64), 16 with AVX2 or SSE. Blocks of 8 r
 (16 sums) fit 32; on 16 they spill, and 4 rows (8 sums, 2 loads and a broadcast) fit.
 On the 2-core Zen 3 developer machine (AVX2, one thread, DCGAN b8's step): 8 rows 541 /
 569 ms, 6 rows 612 / 684, 4 rows 437 / 450, 3 rows 676, 2 rows 614; on AVX-512 machines
-8 rows were the faster (`loops_unroll_jam.ROWS`).
+8 rows were the faster (`loops_unroll_jam.ROWS`):
 
     host_lanes()               # 16 or 8
     host_rows()                # 8 or 4

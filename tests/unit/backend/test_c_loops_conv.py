@@ -255,28 +255,35 @@ def test_small_images_run_only_the_taps_inside_them(image: int) -> None:
     assert_matches_float64(make, shape, 4)
 
 
-def test_register_blocks_store_their_outputs_by_rows() -> None:
-    """DCGAN's discriminator layers (4 x 4 at stride 2, leaky ReLU between): the forward
-    convolutions' blocks of 8 image columns x 8 output channels, and the leaky ReLU's
-    mask beside the first, are stored as transposed 8 x 8 tiles (`loops-transpose-writes`:
-    `__builtin_shuffle` on floats and on mask bytes, then 8 contiguous stores), and the
-    results match float64 on the reference."""
+def discriminator_layers() -> Sequential:
+    """DCGAN's discriminator layers, small: 4 x 4 at stride 2, a leaky ReLU between."""
+    return Sequential(
+        Conv2d(8, 16, 4, 2, 1, bias=False),
+        LeakyReLU(0.2, inplace=True),
+        Conv2d(16, 16, 4, 2, 1, bias=False),
+    )
 
-    def make():
-        return Sequential(
-            Conv2d(8, 16, 4, 2, 1, bias=False),
-            LeakyReLU(0.2, inplace=True),
-            Conv2d(16, 16, 4, 2, 1, bias=False),
-        )
 
-    shape = (2, 8, 32, 32)
-    record(make, shape, np.float32)
+DISCRIMINATOR_INPUT = (2, 8, 32, 32)
+
+
+def discriminator_source(pipeline: str) -> str:
+    """The C of `discriminator_layers`' forward and backward on `pipeline`."""
+    record(discriminator_layers, DISCRIMINATOR_INPUT, np.float32)
     module = program().module.clone()
-    run_pipeline(module, "cpu")
-    source = render_c(module)
+    run_pipeline(module, pipeline)
+    return render_c(module)
+
+
+def test_register_blocks_store_their_outputs_by_rows() -> None:
+    """The forward convolutions' blocks of 8 image columns x 8 output channels, and the
+    leaky ReLU's mask beside the first, are stored as transposed 8 x 8 tiles
+    (`loops-transpose-writes`: `__builtin_shuffle` on floats and on mask bytes, then 8
+    contiguous stores), and the results match float64 on the reference."""
+    source = discriminator_source("cpu")
     assert source.count("(gf_intx8){0, 8, 1, 9, 4, 12, 5, 13}") >= 4 * 2  # 4 per tile
     assert source.count("(gf_boolx8){0, 8, 1, 9, 4, 12, 5, 13}") >= 4  # the mask's
-    assert_matches_float64(make, shape, 4)
+    assert_matches_float64(discriminator_layers, DISCRIMINATOR_INPUT, 4)
 
 
 def test_blocks_of_four_rows_store_4_by_8_tiles(monkeypatch) -> None:
@@ -285,23 +292,11 @@ def test_blocks_of_four_rows_store_4_by_8_tiles(monkeypatch) -> None:
     stored from a half (`__builtin_shufflevector`, a `gf_floatx4`), the leaky ReLU's
     mask bytes likewise (`gf_boolx4`); the transpose moves floats and nothing else, so
     the results meet the float64 tolerance as the lane by lane stores did."""
-
-    def make():
-        return Sequential(
-            Conv2d(8, 16, 4, 2, 1, bias=False),
-            LeakyReLU(0.2, inplace=True),
-            Conv2d(16, 16, 4, 2, 1, bias=False),
-        )
-
-    shape = (2, 8, 32, 32)
-    record(make, shape, np.float32)
-    module = program().module.clone()
-    run_pipeline(module, "cpu{jam-rows=4}")
-    source = render_c(module)
+    source = discriminator_source("cpu{jam-rows=4}")
     assert source.count("gf_floatx4 v") >= 8 and source.count("gf_boolx4 v") >= 8
     assert "gf_floatx4 v" in source.split("__builtin_shufflevector", 1)[0].rsplit("\n", 1)[1]
     monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{jam-rows=4 lanes=8}")
-    assert_matches_float64(make, shape, 4)
+    assert_matches_float64(discriminator_layers, DISCRIMINATOR_INPUT, 4)
 
 
 def test_convolutions_in_float64_match_the_reference_in_float64() -> None:
