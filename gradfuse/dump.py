@@ -72,6 +72,9 @@ class _Dumper:
             elif isinstance(op, K.ReceiveOp):
                 names = ", ".join(self.name(b) for b in op.buffers)
                 self.lines.append(f'{pad}receive "{op.key.data}" <- {names}')
+            elif isinstance(op, K.AllReduceOp):
+                src, dst = self.name(op.source), self.name(op.target)
+                self.lines.append(f"{pad}allreduce {op.reduce.data} {src} -> {dst}")
             elif isinstance(op, K.ForOp):
                 lo, hi, st = op.bounds
                 self.lines.append(f"{pad}for {lo} to {hi} step {st}:")

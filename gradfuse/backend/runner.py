@@ -42,6 +42,7 @@ from xdsl.dialects.builtin import (
 from xdsl.interpreter import OpImplResult, PythonValues, impl
 from xdsl.ir import Attribute, Operation
 
+from gradfuse.backend.mpi import receives_here
 from gradfuse.backend.run_control import check_fed_finite, check_params_finite, interrupted
 from gradfuse.diagnostics import GradfuseError, Position, position_of
 from gradfuse.dialects.tg_base import fmt_shape
@@ -402,7 +403,7 @@ class RunState:
         """Records one call of receiver `key` and hands copies to its callback."""
         self.received.setdefault(key, []).append([np.array(a) for a in arrays])
         callback = self.receivers.get(key)
-        if callback is None:
+        if callback is None or not receives_here():  # (a data-parallel run: rank 0's)
             return
         try:
             callback(*[np.array(a) for a in arrays])

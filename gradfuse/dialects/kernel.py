@@ -366,6 +366,7 @@ class ReduceOp(IRDLOperation):
 
 from gradfuse.dialects.kernel_host import (  # noqa: E402
     AllocOp,
+    AllReduceOp,
     ConstantOp,
     FeedOp,
     ForOp,
@@ -383,7 +384,7 @@ KERNEL = Dialect(
     [
         KernelOp, GroupOp, RowsOp,  # launches
         LoadOp, StoreOp, GatherOp, ScatterAddOp, RandomOp, ReduceOp,  # kernel bodies
-        ParamOp, AllocOp, ConstantOp, FeedOp, ReceiveOp, ForOp, YieldOp,  # host code
+        ParamOp, AllocOp, ConstantOp, FeedOp, ReceiveOp, AllReduceOp, ForOp, YieldOp,  # host
     ],
     [],
 )  # fmt: skip

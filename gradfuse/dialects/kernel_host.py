@@ -1,5 +1,5 @@
 """Host ops of the `kernel` dialect: named params, temporaries, constants, host
-callbacks and the counted loop around them.
+callbacks, all-reduces over the ranks and the counted loop around them.
 
 %w = kernel.param "fc.weight" : memref<4x4xf32>
 "kernel.for"() <{lower = 0 : i64, upper = 1000 : i64, step = 1 : i64}> ({
@@ -130,6 +130,27 @@ class ReceiveOp(IRDLOperation):
 
     def __init__(self, key: str, buffers: Sequence[SSAValue]):
         super().__init__(operands=[buffers], properties={"key": StringAttr(key)})
+
+
+@irdl_op_definition
+class AllReduceOp(IRDLOperation):
+    """`target` gets the sum (or mean) over the ranks of `source` (`tg.allreduce`), on
+    the host between launches (`MPI_Allreduce`).
+
+    `kernel.allreduce "mean", %g, %avg : memref<1024xf32>, memref<1024xf32>`
+    """
+
+    name = "kernel.allreduce"
+    reduce = prop_def(StringAttr)
+    source = operand_def(MemRefType)
+    target = operand_def(MemRefType)
+    traits = traits_def(MemoryWriteEffect())
+    assembly_format = (
+        "$reduce `,` $source `,` $target attr-dict `:` type($source) `,` type($target)"
+    )
+
+    def __init__(self, reduce: str, source: SSAValue, target: SSAValue):
+        super().__init__(operands=[source, target], properties={"reduce": StringAttr(reduce)})
 
 
 @irdl_op_definition

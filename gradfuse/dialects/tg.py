@@ -3,7 +3,8 @@
 Ops live in files by family and are all re-exported here: `tg_elementwise`
 (arithmetic, with `SEMANTICS`, the table of what each op means), `tg_compute`
 (masks, composites, dot, reductions), `tg_data` (constants and movement), `tg_conv`,
-`tg_sparse`, `tg_program` (params, feeders, receivers, loops, grad) and `tg_fusion`
+`tg_sparse`, `tg_program` (params, feeders, receivers, loops, grad), `tg_collective`
+(all-reduce over the ranks of a data-parallel run) and `tg_fusion`
 (`tg-fuse`'s decisions: one region per future kernel). `TG` is
 every op of those files, so a new op is registered by being defined there.
 
@@ -17,6 +18,7 @@ from xdsl.ir import Dialect
 from xdsl.irdl import IRDLOperation
 
 from gradfuse.dialects import (
+    tg_collective,
     tg_compute,
     tg_conv,
     tg_data,
@@ -34,6 +36,7 @@ from gradfuse.dialects.tg_base import (  # noqa: F401 (re-exported)
     tensor,
 )
 from gradfuse.dialects.tg_canonicalize import PATTERNS as CANONICALIZATION
+from gradfuse.dialects.tg_collective import *  # noqa: F403
 from gradfuse.dialects.tg_compute import *  # noqa: F403
 from gradfuse.dialects.tg_conv import *  # noqa: F403
 from gradfuse.dialects.tg_data import *  # noqa: F403
@@ -42,7 +45,9 @@ from gradfuse.dialects.tg_fusion import *  # noqa: F403
 from gradfuse.dialects.tg_program import *  # noqa: F403
 from gradfuse.dialects.tg_sparse import *  # noqa: F403
 
-FAMILIES = (tg_elementwise, tg_compute, tg_data, tg_conv, tg_sparse, tg_program, tg_fusion)
+FAMILIES = (
+    tg_elementwise, tg_compute, tg_data, tg_conv, tg_sparse, tg_program, tg_collective, tg_fusion,
+)  # fmt: skip
 
 
 def ops_of(module: ModuleType) -> list[type[IRDLOperation]]:

@@ -25,6 +25,10 @@ from gradfuse.frontend.recorder import (
 )
 from gradfuse.frontend.tensor import Tensor
 
+Reducer = Callable[[list[tuple["Parameter", Tensor]]], list[tuple["Parameter", Tensor]]]
+"""What `backward()` hands each parameter's new gradient to before `.grad` gets it
+(`DistributedDataParallel.reduce`): the (param, gradient) pairs of one backward."""
+
 
 class Parameter(Tensor):
     """A named persistent tensor: its host value is `data`; reading it records `tg.param`.
@@ -33,7 +37,7 @@ class Parameter(Tensor):
     `%w = tg.param "w"` at the point of first use in each block.
     """
 
-    __slots__ = ("data", "grad", "name", "_hint")
+    __slots__ = ("data", "grad", "name", "_hint", "_reducer")
 
     def __init__(self, data: np.ndarray | Sequence[float], name: str | None = None):
         arr = np.array(data)
@@ -43,6 +47,7 @@ class Parameter(Tensor):
         self.grad: Tensor | None = None
         self.name = name
         self._hint: Callable[[], str] | None = None
+        self._reducer: Reducer | None = None  # (DistributedDataParallel's: averages over ranks)
 
     def key_hint(self) -> str:
         """The key this parameter would like: its module path (`0.weight`), else its name."""

@@ -19,6 +19,7 @@ from xdsl.dialects.builtin import (
     FloatAttr,
     IntegerAttr,
     IntegerType,
+    StringAttr,
     TensorType,
     f64,
     i64,
@@ -34,7 +35,7 @@ ATTR_KINDS: dict[str, str] = {
     "low": "ints", "high": "ints", "dim": "int", "value": "float", "init": "number_or_dense",
     "map": "affine_map", "seed": "int", "guard": "affine_set",
     "stride": "ints", "padding": "ints", "dilation": "ints", "output_padding": "ints",
-    "groups": "int", "kernel": "ints",
+    "groups": "int", "kernel": "ints", "reduce": "string",
 }  # fmt: skip
 """How each `key=value` attribute of the .tg syntax is read and printed."""
 
@@ -59,6 +60,9 @@ class AttributeReader:
     """How deep a dense literal may nest (its rank)."""
 
     def error(self, node: Tree | Token, message: str) -> GradfuseError:
+        raise NotImplementedError
+
+    def unquote(self, tok: Token) -> str:
         raise NotImplementedError
 
     def integer(self, tok: Token) -> int:
@@ -93,6 +97,10 @@ class AttributeReader:
             if tree_kind != kind:
                 raise self.error(node, f"{op}: {name} must be an {kind}<(d0, ...) ...>")
             return self.affine_map(node.children[0])
+        if kind == "string":
+            if tree_kind != "string":
+                raise self.error(_first_token(node), f'{op}: {name} must be a string like "sum"')
+            return StringAttr(self.unquote(node))  # type: ignore[arg-type]
         if kind == "float":
             if tree_kind != "number":
                 raise self.error(_first_token(node), f"{op}: {name} must be a number")

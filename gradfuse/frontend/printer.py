@@ -110,6 +110,8 @@ class _Printer:
         return ""
 
     def func(self, f: func.FuncOp) -> None:
+        if not f.body.blocks:  # a declaration (a lowered program's host callback)
+            raise _unprintable(f)
         if self.out:
             self.out.append("\n")
         self.names, self.used, self.counter = {}, set(), 0
@@ -182,6 +184,8 @@ class _Printer:
             return f"affine_map<{attr.data}>"
         if isinstance(attr, AffineSetAttr):
             return f"affine_set<{attr.data}>"
+        if isinstance(attr, StringAttr):
+            return quote(attr.data)
         result_type = op.results[0].type if op.results else None
         return self.literal(attr, result_type)
 

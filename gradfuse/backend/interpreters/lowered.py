@@ -12,7 +12,8 @@ ids, `memref` on NumPy (arena views included) and the missing arith/math ops.
 Params are the `memref.global`s with a `gradfuse.key`: seeded from `params`,
 else from their initial value. The external functions with a `gradfuse.key`
 are the host callbacks: `@gradfuse_feed_<n>` fills its buffer from the feeder
-(as in `interpreters.tg.run`), `@gradfuse_receive_<n>` hands its buffers to the
+(as in `interpreters.tg.run`), `@gradfuse_allreduce_<n>` all-reduces its first buffer
+into its second over the ranks, `@gradfuse_receive_<n>` hands its buffers to the
 receiver and records them in `RunResult.received`.
 """
 
@@ -34,6 +35,7 @@ from gradfuse.backend.interpreters.lowered_ops import (
     LoweredState,
     ScalarFunctions,
 )
+from gradfuse.backend.mpi import allreduce_array
 from gradfuse.backend.run_control import in_iteration
 from gradfuse.backend.runner import (
     Feeder,
@@ -67,6 +69,9 @@ class _LoweredInterpreter(NamingInterpreter):
             buffer[...] = self.host.feed(key.data, tensor_of(ty), where)
         elif sym_name.startswith("gradfuse_receive_"):
             self.host.receive(key.data, tuple(inputs), where)
+        elif sym_name.startswith("gradfuse_allreduce_"):
+            source, target = inputs
+            allreduce_array(source, target, key.data)
         else:
             raise GradfuseError(f"no host callback for the external function @{sym_name}")
         return ()

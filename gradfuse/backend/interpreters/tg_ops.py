@@ -186,6 +186,17 @@ class TgFunctions(
         self.state.receive(op.key.data, args, position_of(op.location))
         return ()
 
+    @impl(tg.AllReduceOp)
+    def run_allreduce(
+        self, interp: Interpreter, op: tg.AllReduceOp, args: PythonValues
+    ) -> PythonValues:
+        from gradfuse.backend.mpi import allreduce_array
+
+        (value,) = args
+        out = np.empty_like(value)
+        allreduce_array(value, out, op.reduce.data)
+        return (out,)
+
     @impl(tg.ForOp)
     def run_for(self, interp: Interpreter, op: tg.ForOp, args: PythonValues) -> PythonValues:
         st = self.state

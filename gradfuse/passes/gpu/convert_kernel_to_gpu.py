@@ -11,6 +11,7 @@ kernel.alloc : memref<2x4xf32>       ->  %t = memref.view %arena[%c64][] : memre
 kernel.constant dense<..>            ->  memref.global "private" constant @const_0 = dense<..>
 kernel.feed "x", %t                  ->  func.call @gradfuse_feed_0(%t) {gradfuse.key = "x"}
 kernel.receive "out", %h             ->  func.call @gradfuse_receive_0(%h) {gradfuse.key = "out"}
+kernel.allreduce "mean", %g, %a      ->  func.call @gradfuse_allreduce_0(%g, %a) {gradfuse.key = "mean"}
 kernel.kernel "k0" ... (%x, %w, %h)  ->  gpu.launch_func @gradfuse_kernels::@k0
                                             blocks in (%c1, %c1, %c1) threads in (%c32, %c1, %c1)
                                             args(%x : ..., %w : ..., %h : ...)
@@ -166,6 +167,8 @@ class HostLowering:
                 new = [self.call("feed", op.key.data, [op.buffer])]
             elif isinstance(op, kd.ReceiveOp):
                 new = [self.call("receive", op.key.data, list(op.buffers))]
+            elif isinstance(op, kd.AllReduceOp):
+                new = [self.call("allreduce", op.reduce.data, [op.source, op.target])]
             elif isinstance(op, kd.KernelOp | kd.GroupOp | kd.RowsOp):
                 new = self.launch(op)
             elif isinstance(op, ForOp):

@@ -34,7 +34,7 @@ from gradfuse.dialects.tg_base import shape_of
 from gradfuse.passes.lib.fusion_graph import Group, Member, inner, look_through, resolve
 from gradfuse.passes.lib.kernel_body import KernelBody
 
-HOST_OPS = (tg.FeederOp, tg.ReceiverOp, tg.ForOp, tg.YieldOp, func.ReturnOp)
+HOST_OPS = (tg.FeederOp, tg.ReceiverOp, tg.AllReduceOp, tg.ForOp, tg.YieldOp, func.ReturnOp)
 
 MAX_GROUP = 64
 """At most this many kernels share one launch (horizontal fusion)."""
@@ -148,6 +148,9 @@ class _FunctionFuser:
             host = K.FeedOp(op.key.data, self.alloc(op.result, new))
         elif isinstance(op, tg.ReceiverOp):
             host = K.ReceiveOp(op.key.data, [self.materialized(v, new) for v in op.inputs])
+        elif isinstance(op, tg.AllReduceOp):
+            source = self.materialized(op.input, new)
+            host = K.AllReduceOp(op.reduce.data, source, self.alloc(op.result, new))
         elif isinstance(op, tg.ForOp):
             host = K.ForOp(*op.bounds)
         elif isinstance(op, func.ReturnOp):

@@ -126,6 +126,8 @@ def writes_whole(op: Operation, buffer: SSAValue) -> bool:
     """Whether host op `op` overwrites all of `buffer` without reading it first."""
     if isinstance(op, kd.FeedOp):
         return op.buffer == buffer
+    if isinstance(op, kd.AllReduceOp):
+        return op.target == buffer and op.source != buffer
     kernels = list(op.body.block.ops) if isinstance(op, kd.LAUNCH_GROUPS) else [op]
     whole = False
     for k in kernels:

@@ -165,6 +165,12 @@ def windows_rule(e: Emitter, op: tg.WindowsOp, g: SSAValue) -> Cotangents:
     return (conv.windows_grad(e, g, op.geometry),)
 
 
+def allreduce_rule(e: Emitter, op: tg.AllReduceOp, g: SSAValue) -> Cotangents:
+    """y = allreduce(x) over the ranks: x gets the same all-reduce of g (each rank's y
+    depends on every rank's x: dL/dx_s = sum_r dL/dy_r, or the mean for a mean)."""
+    return (e.emit(tg.AllReduceOp(g, op.reduce.data)),)
+
+
 def cmplt_rule(e: Emitter, op: tg.CmpLtOp, g: SSAValue) -> Cotangents:
     """A mask has no gradient."""
     return None, None
@@ -343,6 +349,7 @@ RULES: dict[type[Operation], Rule] = {
     tg.Conv2dOp: conv2d_rule,
     tg.ConvTranspose2dOp: conv_transpose2d_rule,
     tg.WindowsOp: windows_rule,
+    tg.AllReduceOp: allreduce_rule,
     tg.CmpLtOp: cmplt_rule,
     tg.WhereOp: where_rule,
     tg.CastOp: cast_rule,

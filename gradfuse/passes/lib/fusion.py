@@ -198,7 +198,7 @@ class Planner:
         node = Host(op)
         if self.barrier is not None:
             self.link(node, self.barrier, ordering=True)
-        if isinstance(op, tg.FeederOp | tg.ReceiverOp | tg.ForOp):
+        if isinstance(op, tg.FeederOp | tg.ReceiverOp | tg.AllReduceOp | tg.ForOp):
             if self.last_effect is not None:
                 self.link(node, self.last_effect, ordering=True)
             self.last_effect = node
@@ -211,7 +211,7 @@ class Planner:
                 for v in inner_op.operands:
                     if isinstance(v.owner, tg.ParamOp) and v.owner.parent_block() is self.block:
                         self.read_params(node, v)
-        if isinstance(op, tg.ReceiverOp | func.ReturnOp):
+        if isinstance(op, tg.ReceiverOp | tg.AllReduceOp | func.ReturnOp):
             for value in op.operands:
                 self.store_as_view(value)
         self.hosts.append(node)

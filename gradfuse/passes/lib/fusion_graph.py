@@ -26,7 +26,7 @@ from gradfuse.dialects.tg_base import shape_of
 
 ELEMENTWISE = (tg.BinaryOp, tg.UnaryOp, tg.WhereOp, tg.CastOp, tg.GatherOp, tg.RandomOp)
 SHAPED = (tg.PadOp, tg.ConcatOp)  # elementwise over their result, with index conditions
-HOST = (tg.FeederOp, tg.ReceiverOp, tg.ForOp, func.ReturnOp, tg.YieldOp)
+HOST = (tg.FeederOp, tg.ReceiverOp, tg.AllReduceOp, tg.ForOp, func.ReturnOp, tg.YieldOp)
 
 
 @dataclass(eq=False)
@@ -75,7 +75,7 @@ class Group(Node):
 
 @dataclass(eq=False)
 class Host(Node):
-    """A host op: feeder, receiver, loop, return or yield."""
+    """A host op: feeder, receiver, all-reduce, loop, return or yield."""
 
     op: Operation
 
@@ -110,7 +110,7 @@ def resolve(value: SSAValue) -> tuple[SSAValue, AffineMap]:
     return base, map
 
 
-HOST_READS = (tg.ReceiverOp, func.ReturnOp)  # host ops that read a value's laid-out copy
+HOST_READS = (tg.ReceiverOp, tg.AllReduceOp, func.ReturnOp)  # host ops that read a laid-out copy
 
 
 def stores(g: Group) -> None:

@@ -1,0 +1,98 @@
+"""`DistributedDataParallel` and `all_reduce`: the recording side of `gradfuse.distributed`.
+
+    model = DistributedDataParallel(model)  # every rank starts from rank 0's params
+    model(x).backward()                     # each backward(): the new gradients of the
+                                            # model's params, flattened into one buffer,
+                                            # one `tg.allreduce reduce="mean"`, split back
+
+The gradients of one `backward()` go in one flat buffer (PyTorch's DDP buckets them;
+one bucket here, so one all-reduce a backward), per element type:
+
+    %flat = tg.concat %g0, %g1, ... dim=0 : tensor<Nxf32>   (each gradient reshaped to 1-d)
+    %avg = tg.allreduce %flat reduce="mean" : tensor<Nxf32>
+    %g0r = tg.slice %avg ...                                (and reshaped back)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from gradfuse.diagnostics import GradfuseError
+from gradfuse.dialects import tg
+from gradfuse.frontend.functional import cat
+from gradfuse.frontend.nn.module import Module
+from gradfuse.frontend.parameter import Parameter
+from gradfuse.frontend.recorder import emit
+from gradfuse.frontend.tensor import Tensor
+
+
+def all_reduce_value(t: Tensor, reduce: str) -> Tensor:
+    """A new tensor: `t` reduced over the ranks (`tg.allreduce`)."""
+    from gradfuse.backend import mpi as distributed
+
+    distributed.world()  # PyTorch's error when there is no process group
+    return Tensor(emit(tg.AllReduceOp(t.value, reduce)).result)
+
+
+def all_reduce(tensor: Tensor, op: str = "sum", group: Any = None, async_op: bool = False) -> None:
+    """Reduces `tensor` over the ranks in place, as `torch.distributed.all_reduce`:
+    from here on `tensor` is the sum (or, with `op=ReduceOp.AVG`, the mean) of every
+    rank's value. `dist.all_reduce(loss, op=dist.ReduceOp.AVG)`"""
+    if group is not None or async_op:
+        raise GradfuseError("all_reduce: group= and async_op=True are not supported")
+    if isinstance(tensor, Parameter):
+        raise GradfuseError(
+            "all_reduce: a parameter cannot be reduced in place; reduce a tensor computed"
+            " from it, or use DistributedDataParallel for gradients"
+        )
+    if op not in ("sum", "mean"):
+        raise GradfuseError(f'all_reduce: op "{op}" is not one of ReduceOp.SUM, ReduceOp.AVG')
+    tensor._value = all_reduce_value(tensor, op).value
+
+
+class DistributedDataParallel(Module):
+    """Data-parallel training of `module`: every rank holds the whole model and trains it
+    on its own part of each batch. The params (and buffers) are broadcast from rank 0
+    when it is built, and each `backward()` through it averages the new gradients over
+    the ranks before they reach `.grad`, so that every rank's optimizer takes the same
+    step. `model = DistributedDataParallel(model); model(x).sum().backward()`"""
+
+    def __init__(
+        self, module: Module, device_ids: Sequence[int] | None = None, **options: Any
+    ) -> None:
+        from gradfuse.backend import mpi as distributed
+
+        world = distributed.world()
+        super().__init__()
+        self.module = module
+        unknown = sorted(set(options) - {"output_device", "broadcast_buffers", "find_unused_parameters", "bucket_cap_mb", "gradient_as_bucket_view", "static_graph"})  # fmt: skip
+        if unknown:
+            raise GradfuseError(f"DistributedDataParallel: no option {', '.join(unknown)}")
+        entries = [p.data for p in module.parameters()] + [b.data for b in module.buffers()]
+        if world.size > 1:
+            distributed.broadcast_arrays(iter(entries))
+        for p in module.parameters():
+            p._reducer = self.reduce
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module(*args, **kwargs)
+
+    def reduce(self, fresh: list[tuple[Parameter, Tensor]]) -> list[tuple[Parameter, Tensor]]:
+        """The new gradients of one `backward()` with this model's averaged over the
+        ranks: one flat all-reduce per element type."""
+        out = list(fresh)
+        mine = [i for i, (p, _) in enumerate(fresh) if p._reducer == self.reduce]
+        by_type: dict[Any, list[int]] = {}
+        for i in mine:
+            by_type.setdefault(fresh[i][1].value.type.element_type, []).append(i)  # type: ignore[attr-defined]
+        for indices in by_type.values():
+            grads = [fresh[i][1] for i in indices]
+            flat = cat([g.reshape(-1) for g in grads]) if len(grads) > 1 else grads[0].reshape(-1)
+            mean = all_reduce_value(flat, "mean")
+            start = 0
+            for i, g in zip(indices, grads):
+                n = g.numel()
+                out[i] = (fresh[i][0], mean[start : start + n].reshape(g.shape))
+                start += n
+        return out

@@ -1,0 +1,185 @@
+"""gradfuse.distributed: `tg.allreduce` in a world of one on every backend, the API's
+errors, and data-parallel runs under `mpirun -n 2` (tests/unit/ddp_train.py) against
+the same training in one process."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gradfuse
+import gradfuse.distributed as dist
+from gradfuse import Feeder, Receiver, ir_for
+from gradfuse.backend import mpi
+from gradfuse.diagnostics import GradfuseError
+from gradfuse.frontend.parser import parse_tg
+from gradfuse.nn import Linear
+
+HERE = Path(__file__).resolve().parent
+TRAIN = HERE / "ddp_train.py"
+MPIRUN = shutil.which(
+    "mpirun", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+)
+needs_mpi = pytest.mark.skipif(
+    MPIRUN is None or not dist.is_available(),
+    reason="mpirun and mpi4py are the extra gradfuse[mpi] (.ci/run installs it)",
+)
+
+PROGRAM = """
+func @main(%x: tensor<2x3xf32>) -> (tensor<2x3xf32>, tensor<2x3xf32>) {
+  %w = tg.param "w" init=0.5 : tensor<2x3xf32>
+  %a = tg.mul %x, %w : tensor<2x3xf32>
+  %m = tg.allreduce %a reduce="mean" : tensor<2x3xf32>
+  %s = tg.allreduce %m reduce="sum" : tensor<2x3xf32>
+  %l = tg.mul %s, %s : tensor<2x3xf32>
+  %g = tg.grad %l wrt %w : tensor<2x3xf32>
+  return %s, %g
+}
+"""
+
+
+@pytest.mark.parametrize("backend", ["reference", "numpy", "lowered", "c"])
+def test_an_allreduce_in_a_world_of_one_is_the_identity(backend):
+    """Without a process group (one process), sum and mean over the ranks are the value
+    itself, and so is the all-reduce of its cotangent: d(s^2)/dw = 2 s x."""
+    from gradfuse.backend import compile_module
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    result = compile_module(parse_tg(PROGRAM), backend).run(args=[x])
+    s, g = result.results
+    np.testing.assert_allclose(s, 0.5 * x)
+    np.testing.assert_allclose(g, 2 * (0.5 * x) * x, rtol=1e-6)
+
+
+def test_the_cuda_backend_refuses_an_allreduce_in_one_sentence():
+    from gradfuse.backend import compile_module
+
+    with pytest.raises(GradfuseError, match="tg.allreduce does not run on the cuda backend"):
+        compile_module(parse_tg(PROGRAM), "cuda-emu").run(args=[np.ones((2, 3), np.float32)])
+
+
+def test_the_api_needs_a_process_group_as_pytorch_does():
+    gradfuse.reset()
+    t = Feeder(lambda: np.ones(3, np.float32), shape=[3], name="t")
+    with pytest.raises(GradfuseError, match="Default process group has not been initialized"):
+        dist.all_reduce(t)
+    with pytest.raises(GradfuseError, match="Default process group has not been initialized"):
+        dist.DistributedDataParallel(Linear(3, 3))
+    with pytest.raises(GradfuseError, match="has not been initialized"):
+        dist.get_rank()
+    gradfuse.reset()
+
+
+def test_without_mpi4py_init_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "mpi4py", None)  # import mpi4py -> ImportError
+    with pytest.raises(GradfuseError, match=r"pip install 'gradfuse\[mpi\]'"):
+        dist.init_process_group()
+    assert not dist.is_initialized()
+
+
+def test_the_launcher_variables_give_rank_and_size():
+    ompi = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}  # fmt: skip
+    assert dist.launched_by(ompi) == ("mpirun", 1, 4, 1)
+    torchrun = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1"}
+    assert dist.launched_by(torchrun) == ("torchrun", 3, 8, 1)
+    assert dist.launched_by({}) == ("python", 0, 1, 0)
+
+
+@needs_mpi
+def test_processes_that_mpi_did_not_start_together_are_refused(monkeypatch):
+    """torchrun's processes each start MPI alone: a world of 1 where WORLD_SIZE says 2."""
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(GradfuseError, match="torchrun started 2 processes, but MPI joined 1"):
+        dist.init_process_group("nccl")
+    with pytest.raises(GradfuseError, match='backend "ucc" is not one gradfuse runs'):
+        dist.init_process_group("ucc")
+    assert not dist.is_initialized()
+
+
+def test_receivers_call_back_on_rank_0_only(monkeypatch):
+    """In a data-parallel run (here a pretend rank 1 of 2) receivers' callbacks run on
+    rank 0 only; `receive_on_all_ranks()` runs them everywhere."""
+    got: list[np.ndarray] = []
+
+    def record() -> None:
+        gradfuse.reset()
+        ir_for(range(2), lambda: Receiver(got.append, [Feeder(lambda: np.ones(2, np.float32), shape=[2])], name="r"))  # fmt: skip
+
+    monkeypatch.setattr(mpi, "_world", mpi.World(1, 2, 1, None, "mpirun"))
+    record()
+    gradfuse.execute(backend="reference")
+    assert got == []
+    dist.receive_on_all_ranks()
+    try:
+        record()
+        gradfuse.execute(backend="reference")
+    finally:
+        dist.receive_on_all_ranks(False)
+    assert len(got) == 2
+
+
+def mpirun(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`mpirun -n 2 python ddp_train.py args...` (as root too, as CI runs)."""
+    env = {
+        **os.environ,
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    cmd = [str(MPIRUN), "-n", "2", "--oversubscribe", sys.executable, str(TRAIN), *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@needs_mpi
+@pytest.mark.parametrize(
+    ("model", "backend"), [("mlp", "reference"), ("mlp", "c"), ("transformer", "c")]
+)
+def test_two_ranks_train_as_one_process_on_the_whole_batch(tmp_path, model, backend):
+    """Two ranks with 4 samples each (DistributedDataParallel: gradients averaged by one
+    all-reduce a backward) end with the params of one process trained on all 8, and
+    with bitwise the same params as each other (every rank adds the same all-reduced
+    gradients in the same order). Against one process the sums over the batch are
+    grouped differently (4 + 4, then halved): float32 rounding of sums of 8 terms of
+    gradients of magnitude ~1, some 1e-7 relative, through 3 steps of momentum SGD; the
+    worst seen is 6e-8 relative (1.5e-8 on params of 0.25) for the MLP, so rtol 1e-5
+    leaves two orders of magnitude for another CPU's FMA and vector widths."""
+    done = mpirun(model, backend, "ddp", str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    single = subprocess.run(
+        [sys.executable, str(TRAIN), model, backend, "single", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert single.returncode == 0, single.stderr
+    ranks = [np.load(tmp_path / f"ddp_{r}.npz") for r in (0, 1)]
+    alone = np.load(tmp_path / "single_0.npz")
+    assert sorted(ranks[0]) == sorted(alone) and len(alone) >= 4
+    for key in alone:
+        assert np.array_equal(ranks[0][key], ranks[1][key]), key
+        np.testing.assert_allclose(ranks[0][key], alone[key], rtol=1e-5, atol=1e-7, err_msg=key)
+
+
+@needs_mpi
+@pytest.mark.parametrize("how", ["fail", "kill"])
+def test_a_rank_that_fails_or_dies_stops_the_job(tmp_path, how):
+    """Rank 1 fails (an exception in its feeder) or is killed before the first
+    all-reduce, where rank 0 waits for it: the job ends with an error naming rank 1
+    within seconds, and nothing hangs (the timeout would fail the test)."""
+    start = time.monotonic()
+    done = mpirun("mlp", "reference", how, str(tmp_path), timeout=120)
+    assert done.returncode != 0
+    assert time.monotonic() - start < 120
+    said = done.stdout + done.stderr
+    if how == "fail":
+        assert "gradfuse.distributed: rank 1 of 2 failed" in said
+        assert "rank 1's data loader broke" in said
+    else:
+        assert "rank 1" in said and ("signal 9" in said or "Killed" in said), said
+    assert not list(tmp_path.glob("fail_*.npz")) and not list(tmp_path.glob("kill_*.npz"))
