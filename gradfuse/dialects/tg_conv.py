@@ -199,6 +199,8 @@ class ConvTranspose2dOp(ConvOp):
             )
         if any(p >= max(s, d) for p, s, d in zip(op_, self.pair("stride"), self.pair("dilation"))):
             raise self.fail("output_padding must be smaller than stride or dilation")
+        if len(shape_of(self.result)) != 4:
+            raise self.fail(f"result {fmt_shape(shape_of(self.result))} must be 4-d (NCHW)")
         geo = self.geometry
         if shape_of(self.result)[1] != w[1] * g or (geo.oh, geo.ow) != (x[2], x[3]):
             raise self.fail(
