@@ -53,19 +53,21 @@ _world: World | None = None
 _all_ranks_receive = False
 
 
+LAUNCHERS = (
+    ("mpirun", ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK")),
+    ("mpirun", ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID")),  # MPICH's
+    ("torchrun", ("RANK", "WORLD_SIZE", "LOCAL_RANK")),
+)
+"""Each launcher's variables for the rank, the world size and the rank on the node."""
+
+
 def launched_by(env: os._Environ[str] | dict[str, str] = os.environ) -> tuple[str, int, int, int]:
-    """(launcher, rank, world size, local rank) from the launcher's variables: Open MPI's
-    `mpirun` (`OMPI_COMM_WORLD_*`), MPICH's (`PMI_*`), `torchrun` (`RANK`, `WORLD_SIZE`,
-    `LOCAL_RANK`), else a single process."""
-    if "OMPI_COMM_WORLD_RANK" in env:
-        keys = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK")
-        return ("mpirun", *(int(env.get(k, "0")) for k in keys))  # type: ignore[return-value]
-    if "PMI_RANK" in env:
-        keys = ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID")
-        return ("mpirun", *(int(env.get(k, "0")) for k in keys))  # type: ignore[return-value]
-    if "RANK" in env and "WORLD_SIZE" in env:
-        keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
-        return ("torchrun", *(int(env.get(k, "0")) for k in keys))  # type: ignore[return-value]
+    """(launcher, rank, world size, local rank) from the first launcher of `LAUNCHERS`
+    whose rank and size variables are set, else a single process (`python`)."""
+    for launcher, keys in LAUNCHERS:
+        if keys[0] in env and keys[1] in env:
+            rank, size, local = (int(env.get(k, "0")) for k in keys)
+            return launcher, rank, size, local
     return ("python", 0, 1, 0)
 
 
@@ -75,11 +77,15 @@ def init_process_group(
     timeout: Any = None,
     world_size: int = -1,
     rank: int = -1,
-    **_: Any,
+    store: Any = None,
+    group_name: str = "",
+    pg_options: Any = None,
+    device_id: Any = None,
 ) -> None:
     """Joins this process to the run's MPI world (`MPI_COMM_WORLD`); the rank and world
     size come from the launcher (`launched_by`), and a `world_size` or `rank` given must
-    agree with them. `dist.init_process_group("nccl")`"""
+    agree with them (PyTorch's rendezvous arguments, `init_method`, `store` and the
+    rest, have nothing to do: mpirun has joined the ranks). `dist.init_process_group("nccl")`"""
     global _world
     if _world is not None:
         raise GradfuseError(
