@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from gradfuse.backend import mpi
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.dialects import tg
 from gradfuse.frontend.functional import cat
@@ -29,9 +30,7 @@ from gradfuse.frontend.tensor import Tensor
 
 def all_reduce_value(t: Tensor, reduce: str) -> Tensor:
     """A new tensor: `t` reduced over the ranks (`tg.allreduce`)."""
-    from gradfuse.backend import mpi as distributed
-
-    distributed.world()  # PyTorch's error when there is no process group
+    mpi.world()  # PyTorch's error when there is no process group
     return Tensor(emit(tg.AllReduceOp(t.value, reduce)).result)
 
 
@@ -51,6 +50,14 @@ def all_reduce(tensor: Tensor, op: str = "sum", group: Any = None, async_op: boo
     tensor._value = all_reduce_value(tensor, op).value
 
 
+OPTIONS = (
+    "output_device", "broadcast_buffers", "find_unused_parameters", "bucket_cap_mb",
+    "gradient_as_bucket_view", "static_graph",
+)  # fmt: skip
+"""PyTorch's DDP options that a script may pass, about devices and buckets: nothing to
+do with one flat buffer on MPI."""
+
+
 class DistributedDataParallel(Module):
     """Data-parallel training of `module`: every rank holds the whole model and trains it
     on its own part of each batch. The params (and buffers) are broadcast from rank 0
@@ -61,17 +68,15 @@ class DistributedDataParallel(Module):
     def __init__(
         self, module: Module, device_ids: Sequence[int] | None = None, **options: Any
     ) -> None:
-        from gradfuse.backend import mpi as distributed
-
-        world = distributed.world()
+        world = mpi.world()
         super().__init__()
         self.module = module
-        unknown = sorted(set(options) - {"output_device", "broadcast_buffers", "find_unused_parameters", "bucket_cap_mb", "gradient_as_bucket_view", "static_graph"})  # fmt: skip
+        unknown = sorted(set(options) - set(OPTIONS))
         if unknown:
             raise GradfuseError(f"DistributedDataParallel: no option {', '.join(unknown)}")
         entries = [p.data for p in module.parameters()] + [b.data for b in module.buffers()]
         if world.size > 1:
-            distributed.broadcast_arrays(iter(entries))
+            mpi.broadcast_arrays(iter(entries))
         for p in module.parameters():
             p._reducer = self.reduce
 

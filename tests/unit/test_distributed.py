@@ -147,10 +147,11 @@ def test_two_ranks_train_as_one_process_on_the_whole_batch(tmp_path, model, back
     all-reduce a backward) end with the params of one process trained on all 8, and
     with bitwise the same params as each other (every rank adds the same all-reduced
     gradients in the same order). Against one process the sums over the batch are
-    grouped differently (4 + 4, then halved): float32 rounding of sums of 8 terms of
-    gradients of magnitude ~1, some 1e-7 relative, through 3 steps of momentum SGD; the
-    worst seen is 6e-8 relative (1.5e-8 on params of 0.25) for the MLP, so rtol 1e-5
-    leaves two orders of magnitude for another CPU's FMA and vector widths."""
+    grouped differently (4 + 4, then halved). Measured against the same training in float64
+    (one process, reference): the two-rank and the one-process float32 params on c both
+    come within 0.022 (MLP) and 0.024 (transformer) of this tolerance (rtol 1e-5, atol
+    1e-7), and within 0.025 of it of each other: float32 rounding alone, so another CPU's
+    FMA and vector widths, which change the rounding and not its size, leave 40x."""
     done = mpirun(model, backend, "ddp", str(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
     single = subprocess.run(

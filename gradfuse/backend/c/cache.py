@@ -198,7 +198,7 @@ class Units:
         if self.failed is not None:
             raise self.failed
         out = self.tmp / "program.so"
-        libs = libraries(MPI_HEADER if self.mpi else "")
+        libs = mpi_flags() if self.mpi else ()
         cmd = [self.cc, *flags(), "-o", str(out), *map(str, self.objects), "-lm", *libs]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
