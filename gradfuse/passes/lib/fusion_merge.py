@@ -22,11 +22,18 @@ from math import prod
 from typing import TYPE_CHECKING
 
 from xdsl.ir import Operation
-from xdsl.ir.affine import AffineMap
+from xdsl.ir.affine import AffineExpr, AffineMap
 
 from gradfuse import affine
 from gradfuse.dialects import tg
-from gradfuse.passes.lib.fusion_graph import SHAPED, Group, look_through, private_to, resolve
+from gradfuse.passes.lib.fusion_graph import (
+    SHAPED,
+    Group,
+    look_through,
+    private_to,
+    resolve,
+    shape_of,
+)
 
 if TYPE_CHECKING:
     from gradfuse.passes.lib.fusion import Planner
@@ -85,8 +92,9 @@ def absorb_scalar(planner: Planner, g: Group, op: Operation) -> None:
         ):
             continue
         planner.groups.remove(src)
-        at = AffineMap(g.parallel, 0, ())
-        for m in src.members:
+        zero = AffineExpr.constant(0)
+        for m in src.members:  # the one point of its result (tensor<f32> or <1x1xf32>)
+            at = AffineMap(g.parallel, 0, (zero,) * len(shape_of(m.op.results[0])))
             g.members.append(type(m)(m.op, at))
             planner.node_of[m.op] = g
         take_over(planner, g, src)

@@ -283,3 +283,31 @@ def test_twin_and_unchanged_carried_values_match_the_reference():
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6)
     np.testing.assert_allclose(want[0], 3 * x * w, rtol=1e-6)
+
+
+def test_a_one_element_value_of_rank_1_is_recomputed_where_it_is_read():
+    """`x * (t / (t - 1))` with t a one-element slice [1]: the scalar's ops join x's
+    kernel (one kernel) and read index 0 of their operands (tg-fuse-rules.tg has the
+    golden case; they crashed the lowering with an empty map before), on every backend."""
+    from gradfuse.backend import compile_module
+
+    src = """
+func @main(%s: tensor<3xf32>, %x: tensor<2x3xf32>) -> (tensor<2x3xf32>) {
+  %t = tg.view %s map=affine_map<(d0) -> (2)> : tensor<1xf32>
+  %one = tg.constant 1.0 : tensor<1xf32>
+  %m = tg.sub %t, %one : tensor<1xf32>
+  %q = tg.div %t, %m : tensor<1xf32>
+  %qb = tg.view %q map=affine_map<(d0, d1) -> (0)> : tensor<2x3xf32>
+  %y = tg.mul %x, %qb : tensor<2x3xf32>
+  return %y
+}
+"""
+    module = parse_tg(src)
+    run_pipeline(module, FUSE)
+    assert sum(isinstance(op, K.KernelOp) for op in module.walk()) == 1
+    s = np.array([0.5, 2.0, 3.0], np.float32)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    want = x * np.float32(1.5)  # 3 / (3 - 1), exact in float32
+    for backend in ("lowered", "c"):
+        got = compile_module(parse_tg(src), backend).run(args=[s, x]).results[0]
+        np.testing.assert_array_equal(got, want)
