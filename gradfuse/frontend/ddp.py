@@ -20,18 +20,11 @@ from typing import Any
 
 from gradfuse.backend import mpi
 from gradfuse.diagnostics import GradfuseError
-from gradfuse.dialects import tg
+from gradfuse.frontend.collective import all_reduce_value
 from gradfuse.frontend.functional import cat
 from gradfuse.frontend.nn.module import Module
 from gradfuse.frontend.parameter import Parameter
-from gradfuse.frontend.recorder import emit
 from gradfuse.frontend.tensor import Tensor
-
-
-def all_reduce_value(t: Tensor, reduce: str) -> Tensor:
-    """A new tensor: `t` reduced over the ranks (`tg.allreduce`)."""
-    mpi.world()  # PyTorch's error when there is no process group
-    return Tensor(emit(tg.AllReduceOp(t.value, reduce)).result)
 
 
 def all_reduce(tensor: Tensor, op: str = "sum", group: Any = None, async_op: bool = False) -> None:

@@ -12,7 +12,7 @@ batch norm; the autodiff pass differentiates all of them:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -292,6 +292,15 @@ def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     )
 
 
+BatchMean = Callable[[Tensor, list[int]], tuple[Tensor, "float | Tensor"]]
+"""`(t, dims) -> (mean of t over dims, keepdim; the count of values per channel)`."""
+
+
+def local_batch_mean(t: Tensor, dims: list[int]) -> tuple[Tensor, float | Tensor]:
+    """The channel mean of this batch: `t.mean(dims, keepdim=True)`, and its count."""
+    return t.mean(dims, keepdim=True), float(t.numel() // t.shape[1])
+
+
 def batch_norm(
     input: Tensor,
     running_mean: Tensor | None,
@@ -301,13 +310,16 @@ def batch_norm(
     training: bool = False,
     momentum: float | Tensor = 0.1,
     eps: float = 1e-5,
+    batch_mean: BatchMean | None = None,
 ) -> Tensor:
     """Normalises each channel (dim 1) with batch statistics (`training`) or running ones.
 
     In training the biased batch variance normalises; running stats that are
     `Parameter`s are updated in place with `tg.assign`, the variance unbiased:
     `running = (1 - momentum) * running + momentum * batch` (`momentum` may be a traced
-    scalar). Gradients flow through the batch statistics.
+    scalar). Gradients flow through the batch statistics. `batch_mean(t, dims)` gives
+    a channel mean (keepdim) and the count of values behind it: the batch's own by
+    default (`local_batch_mean`), every rank's for `SyncBatchNorm`.
     `batch_norm(x, rm, rv, w, b, training=True)`
     """
     if input.ndim < 2:
@@ -322,10 +334,11 @@ def batch_norm(
                 f"batch_norm: expected more than 1 value per channel when training,"
                 f" got input {fmt_shape(input.shape)}"
             )
-        mean = input.mean(dims, keepdim=True)
+        mean_of = batch_mean or local_batch_mean
+        mean, total = mean_of(input, dims)
         centred = input - mean
-        var = (centred * centred).mean(dims, keepdim=True)
-        for stat, batch in ((running_mean, mean), (running_var, var * (count / (count - 1)))):
+        var, _ = mean_of(centred * centred, dims)
+        for stat, batch in ((running_mean, mean), (running_var, var * (total / (total - 1)))):
             if isinstance(stat, Parameter):
                 stat.assign(stat * (1.0 - momentum) + batch.reshape(c) * momentum)
     else:
@@ -342,5 +355,5 @@ def batch_norm(
 
 __all__ = [
     "conv1d", "conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
-    "leaky_relu", "flatten", "batch_norm", "pair", "ntuple",
+    "leaky_relu", "flatten", "batch_norm", "local_batch_mean", "BatchMean", "pair", "ntuple",
 ]  # fmt: skip

@@ -1,4 +1,5 @@
-"""`BatchNorm1d` and `BatchNorm2d` with PyTorch's arguments, state_dict names and semantics.
+"""`BatchNorm1d`, `BatchNorm2d` and `SyncBatchNorm` with PyTorch's arguments, state_dict
+names and semantics.
 
 In training mode the batch statistics normalise (biased variance) and the running
 statistics are updated in place (`tg.assign`, unbiased variance), counting
@@ -7,6 +8,14 @@ normalise. Gradients flow through the batch statistics:
 
     bn = BatchNorm2d(64)
     sorted(bn.state_dict())  # ['bias', 'num_batches_tracked', 'running_mean', 'running_var', 'weight']
+
+`SyncBatchNorm` takes its batch statistics over every rank's batch (data-parallel
+training, `gradfuse.distributed`): each channel's sum and count, then its sum of
+squared deviations, are summed over the ranks by `tg.allreduce`, whose derivative
+sums the statistics' cotangents over the ranks in the backward pass:
+
+    %s = tg.reduce_sum %x dims=[0, 2, 3] ...; %sc = tg.concat %s, %count ...
+    %all = tg.allreduce %sc reduce="sum" : tensor<65xf32>      (64 channels and the count)
 """
 
 from __future__ import annotations
@@ -15,8 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from gradfuse.backend import mpi
 from gradfuse.dialects.tg_base import fmt_shape
 from gradfuse.frontend import functional_conv as F
+from gradfuse.frontend.collective import all_reduce_value
+from gradfuse.frontend.functional import cat, constant
 from gradfuse.frontend.nn.buffer import Buffer
 from gradfuse.frontend.nn.module import Module
 from gradfuse.frontend.nn.options import device_and_dtype
@@ -77,8 +89,12 @@ class _BatchNorm(Module):
                 momentum = count.reciprocal()
         return F.batch_norm(
             x, self.running_mean, self.running_var, self.weight, self.bias,
-            training=use_batch, momentum=momentum, eps=self.eps,
+            training=use_batch, momentum=momentum, eps=self.eps, batch_mean=self.batch_mean(),
         )  # fmt: skip
+
+    def batch_mean(self) -> F.BatchMean | None:
+        """How the batch statistics are taken: over this batch (None, the default)."""
+        return None
 
     def extra_repr(self) -> str:
         return (
@@ -105,3 +121,61 @@ class BatchNorm1d(_BatchNorm):
 
     ranks = (2, 3)
     layout = "[N, C] or [N, C, L]"
+
+
+class SyncBatchNorm(_BatchNorm):
+    """Batch norm whose batch statistics cover every rank's batch, as PyTorch's
+    `nn.SyncBatchNorm`: two ranks of 4 samples normalise as one batch of 8. Without a
+    process group of more than one rank it is a plain batch norm. Usually made by
+    `SyncBatchNorm.convert_sync_batchnorm(model)` before `DistributedDataParallel`.
+    `SyncBatchNorm(64)(x)` for x [N, 64, ...]
+    """
+
+    ranks = (2, 3, 4, 5)
+    layout = "[N, C, ...]"
+
+    def __init__(self, num_features: int, *args: Any, process_group: Any = None, **kwargs: Any):
+        super().__init__(num_features, *args, **kwargs)
+        if process_group is not None:
+            raise error("SyncBatchNorm: process_group= is not supported (the whole world syncs)")
+
+    def batch_mean(self) -> F.BatchMean | None:
+        return synced_batch_mean if mpi.is_initialized() and mpi.world().size > 1 else None
+
+    @classmethod
+    def convert_sync_batchnorm(cls, module: Module, process_group: Any = None) -> Module:
+        """`module` with every `BatchNorm1d`/`BatchNorm2d` in it replaced by a
+        `SyncBatchNorm` that holds the same weight, bias and running statistics (the same
+        objects, so an optimizer made before still trains them); `module` itself when
+        it is one. `model = SyncBatchNorm.convert_sync_batchnorm(model)`"""
+        if process_group is not None:
+            raise error("SyncBatchNorm: process_group= is not supported (the whole world syncs)")
+        if isinstance(module, BatchNorm1d | BatchNorm2d):
+            sync = cls(
+                module.num_features, module.eps, module.momentum, module.affine,
+                module.track_running_stats,
+            )  # fmt: skip
+            for name in ("weight", "bias", "running_mean", "running_var", "num_batches_tracked"):
+                value = getattr(module, name)
+                if value is not None or getattr(sync, name) is not None:
+                    setattr(sync, name, value)
+            object.__setattr__(sync, "_parent", module._parent)
+            object.__setattr__(sync, "_name", module._name)
+            sync.train(module.training)
+            return sync
+        for name, child in list(module.named_children()):
+            converted = cls.convert_sync_batchnorm(child)
+            if converted is not child:
+                setattr(module, name, converted)
+        return module
+
+
+def synced_batch_mean(t: Tensor, dims: list[int]) -> tuple[Tensor, Tensor]:
+    """The channel mean of `t` over every rank's batch (keepdim), and the count behind
+    it: this rank's channel sums and its count in one buffer, summed by one
+    `tg.allreduce` (ranks may hold batches of different sizes)."""
+    c = t.shape[1]
+    mine = cat([t.sum(dims), constant([float(t.numel() // c)])])
+    total = all_reduce_value(mine, "sum")
+    count = total[c:]
+    return (total[:c] / count).reshape([1, c] + [1] * (t.ndim - 2)), count

@@ -52,15 +52,14 @@ class Module:
             self._buffers[name] = value
             object.__setattr__(self, name, value)
             return
-        self._parameters.pop(name, None)
-        self._buffers.pop(name, None)
-        self._modules.pop(name, None)
-        if isinstance(value, Buffer):
-            self._buffers[name] = value
-        elif isinstance(value, Parameter):
-            self._parameters[name] = value
-        elif isinstance(value, Module):
-            self._modules[name] = value
+        kinds = ((Buffer, self._buffers), (Parameter, self._parameters), (Module, self._modules))
+        home = next((store for kind, store in kinds if isinstance(value, kind)), None)
+        for _, store in kinds:
+            if store is not home:
+                store.pop(name, None)
+        if home is not None:  # a replaced entry keeps its place, as in PyTorch
+            home[name] = value
+        if isinstance(value, Module):
             if value._parent is None and value is not self:
                 object.__setattr__(value, "_parent", self)
                 object.__setattr__(value, "_name", name)
