@@ -1,16 +1,16 @@
 """The step overview of TensorBoard's profiler plugin: each step's wall time split into
-Kernel, Memcpy, Memset, Runtime, DataLoader, CPU Exec and Other, an average row, and
-recommendations in words.
+Kernel, Memcpy, Memset, Communication, Runtime, DataLoader, CPU Exec and Other, an
+average row, and recommendations in words.
 
 Each instant of a step goes to the first category in that order that covers it, as the
 plugin decides, so the parts sum to the step's time. Kernels (and tg ops on the
 reference backend) are Kernel, param copies Memcpy, feeder callbacks DataLoader,
-receiver callbacks CPU Exec; the rest of the step (the host program between them) is
-Other. gradfuse has no Memset and no separate runtime calls: those stay 0.
+receiver callbacks CPU Exec, all-reduces over the ranks (data-parallel training on c)
+Communication; the rest of the step (the host program between them) is Other. gradfuse has no Memset and no separate runtime calls: those stay 0.
 
     print(prof.overview())
-    # Step            Total(us)  Kernel  Memcpy  Memset  Runtime  DataLoader  CPU Exec  Other
-    # ProfilerStep#2    20912.0   612.1     3.0     0.0      0.0     20180.4      11.0  105.5
+    # Step            Total(us)  Kernel  Memcpy  Memset  Communication  Runtime  DataLoader  CPU Exec  Other
+    # ProfilerStep#2    20912.0   612.1     3.0     0.0            0.0      0.0     20180.4      11.0  105.5
     # ...
     # Recommendations:
     # - feeder "images" takes 96.5 % of the step: make it cheaper or prefetch it
@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from gradfuse.profiler.steps import Step
 from gradfuse.profiler.text import render
 
-CATEGORIES = ("Kernel", "Memcpy", "Memset", "Runtime", "DataLoader", "CPU Exec", "Other")
+CATEGORIES = (
+    "Kernel", "Memcpy", "Memset", "Communication", "Runtime", "DataLoader", "CPU Exec", "Other",
+)  # fmt: skip
 CATEGORY_OF = {"kernel": "Kernel", "op": "Kernel", "copy": "Memcpy", "feeder": "DataLoader",
-               "receiver": "CPU Exec"}  # fmt: skip
+               "receiver": "CPU Exec", "allreduce": "Communication"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,10 @@ def recommend(steps: Sequence[Step], average: StepBreakdown) -> list[str]:
         else:
             out.append(f'receiver "{name}" takes {share:.0f} % of the step: call it less often'
                        " (record it outside the loop, or every k-th step in a nested loop)")  # fmt: skip
+    talk = 100 * average.parts["Communication"] / total
+    if talk >= 20:
+        out.append(f"all-reduces over the ranks take {talk:.0f} % of the step: a larger batch"
+                   " per rank (or fewer ranks) spends more of it computing")  # fmt: skip
     other = 100 * average.parts["Other"] / total
     if other >= 30:
         out.append(f"{other:.0f} % of the step is host time outside kernels and callbacks:"

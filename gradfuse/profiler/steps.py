@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.profiler.launches import Launch
 
-KINDS = ("kernel", "feeder", "receiver", "copy", "op")
-"""Span kinds: a launch, a host callback, a param copy, a tg op (reference backend)."""
+KINDS = ("kernel", "feeder", "receiver", "copy", "op", "allreduce")
+"""Span kinds: a launch, a host callback, a param copy, a tg op (reference backend), an
+all-reduce over the ranks (`tg.allreduce` on c)."""
 
 CATEGORY = {"kernel": "kernel", "copy": "gpu_memcpy", "feeder": "cpu_op", "receiver": "cpu_op",
-            "op": "cpu_op"}  # fmt: skip
+            "op": "cpu_op", "allreduce": "cpu_op"}  # fmt: skip
 """Span kind -> the trace-event category torch.profiler writes for its kind."""
 
 
@@ -78,6 +79,8 @@ class Span:
             return f"enumerate(DataLoader)#Feeder[{self.name}].__next__"
         if self.kind == "copy":
             return f"Memcpy DtoD (param {self.name})"
+        if self.kind == "allreduce":  # as torch names a collective (`gloo:all_reduce`)
+            return f"mpi:{self.name}"
         return self.name
 
 

@@ -264,7 +264,7 @@ class HostRenderer(Renderer):
         mean = int(callback_key(op) == "mean")
         n = prod(ty.get_shape())
         args = f"{self.name(src)}, {self.name(dst)}, {n}, {MPI_TYPES[t]}, {mean}"
-        self.emit(f"GF_ALLREDUCE({args})", depth)
+        self.timed("allreduce", f"all_reduce {callback_key(op)}", f"GF_ALLREDUCE({args})", depth)
 
     def begin_step(self, loop: scf.ForOp, n: int, depth: int) -> int:
         """When profiling: a `step` site for outermost loop `n` and the code that starts

@@ -1,7 +1,8 @@
 """The c backend's profiling build: every host site timed with the C clock.
 
 `render_program(module, profile=True)` wraps each kernel call, feeder and receiver
-callback and param-save `memcpy` of the host program in `GF_TIMED(site, kind, ...)`,
+callback, all-reduce (`MPI_Allreduce`) and param-save `memcpy` of the host program in
+`GF_TIMED(site, kind, ...)`,
 and brackets each iteration of an outermost loop (a step) with a `step` event. Times are
 `clock_gettime(CLOCK_MONOTONIC)` in ns, the clock of Python's `time.monotonic_ns()`.
 Events go into a buffer the caller gives in the context, and only for iterations in the
@@ -36,7 +37,7 @@ import numpy as np
 
 from gradfuse.backend.runner import Event
 
-KINDS = ("kernel", "feeder", "receiver", "copy", "step")
+KINDS = ("kernel", "feeder", "receiver", "copy", "step", "allreduce")
 """Event kinds, by the number the C code records."""
 
 HEADER = """#include <time.h>

@@ -82,6 +82,38 @@ def test_a_slow_feeder_is_data_loading_and_a_recommendation_names_it() -> None:
     assert 'feeder "images"' in str(view)
 
 
+def test_an_all_reduce_is_a_communication_span_of_its_step(monkeypatch) -> None:
+    """DistributedDataParallel's gradient all-reduce on c (a world of one: the timed site
+    copies) is one span a step, `mpi:all_reduce mean` in the trace as torch names a
+    collective, and Communication in the overview."""
+    import gradfuse.distributed as dist
+    from gradfuse.backend import mpi
+    from gradfuse.nn import SGD, Linear
+    from gradfuse.profiler.trace import chrome_trace
+
+    monkeypatch.setattr(mpi, "_world", mpi.World(0, 1, 0, None, "python"))
+    model = dist.DistributedDataParallel(Linear(8, 8))
+    opt = SGD(model.parameters(), lr=0.1)
+    x = Feeder(lambda: np.ones((4, 8), np.float32), shape=[4, 8], name="x")
+
+    def step() -> None:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+
+    ir_for(range(3), step)
+    with profile() as prof:
+        gradfuse.execute("c")
+    view = prof.overview()
+    for step_, parts in zip(prof.steps, view.steps):
+        (span,) = [s for s in step_.spans if s.kind == "allreduce"]
+        assert span.name == "all_reduce mean" and span.trace_name == "mpi:all_reduce mean"
+        assert 0 < parts.parts["Communication"] <= span.dur_us + 1e-6
+    names = [e["name"] for e in chrome_trace(prof.steps)["traceEvents"]]
+    assert names.count("mpi:all_reduce mean") == 3
+    assert "Communication" in str(view)
+
+
 def test_profiling_leaves_the_params_bitwise_equal() -> None:
     record_conv_step(3)
     gradfuse.execute("c")
