@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
+from gradfuse.backend import mpi
 from gradfuse.backend.cuda.compiler import compile_cubin
 from gradfuse.backend.cuda.memory import device_alloc
 
@@ -85,6 +86,9 @@ class Device(Protocol):
     def stream(self) -> Stream: ...
     def event(self) -> Event: ...
     def capture(self, stream: Any) -> Capture: ...
+    def allreduce(
+        self, src: int, dst: int, count: int, dtype: np.dtype, reduce: str, stream: Any
+    ) -> None: ...  # `tg.allreduce` over the ranks, queued on `stream`
 
 
 class _PyCudaKernel:
@@ -127,6 +131,8 @@ class PyCudaDevice:
         import pycuda.driver as drv
 
         self.drv = drv
+        self.nccl: Any = None  # NCCL and its communicator, at the first all-reduce
+        self.communicator: Any = None
         major, minor = drv.Context.get_device().compute_capability()
         self.arch = f"sm_{major}{minor}"
 
@@ -167,3 +173,18 @@ class PyCudaDevice:
             return Capture(stream)
         except (OSError, AttributeError):  # no libcuda with graphs: launch one by one
             return _NoGraph()
+
+    def allreduce(
+        self, src: int, dst: int, count: int, dtype: np.dtype, reduce: str, stream: Any
+    ) -> None:
+        """`ncclAllReduce` on `stream` (nccl.py); a copy in a world of one."""
+        if not mpi.is_initialized() or mpi.world().size == 1:
+            if src != dst:
+                self.dtod_async(dst, src, count * dtype.itemsize, stream)
+            return
+        if self.nccl is None:
+            from gradfuse.backend.cuda.nccl import Nccl
+
+            self.nccl = Nccl()
+            self.communicator = self.nccl.communicator()
+        self.nccl.allreduce(src, dst, count, dtype, reduce, self.communicator, stream.handle)

@@ -254,11 +254,9 @@ class _Run:
         buffers = [self.env[a] for a in op.arguments]
         where = position_of(op.location)
         if op.callee.root_reference.data.startswith("gradfuse_allreduce"):
-            raise GradfuseError(
-                "tg.allreduce does not run on the cuda backend yet (ncclAllReduce is not"
-                " lowered): run data-parallel programs on c or reference",
-                where,
-            )
+            src, dst = buffers
+            n = int(np.prod(dst.shape, dtype=np.int64))
+            return lambda: self.allreduce(src.ptr, dst.ptr, n, dst.dtype, key, where)
         if op.callee.root_reference.data.startswith("gradfuse_feed"):
             ty = tensor_of(op.arguments[0].type)  # type: ignore[arg-type]
             return lambda: self.feed(key, ty, buffers[0], where)
@@ -294,6 +292,15 @@ class _Run:
         return run
 
     # --- host callbacks ---------------------------------------------------------------
+
+    def allreduce(
+        self, src: int, dst: int, count: int, dtype: np.dtype, reduce: str, where: Any
+    ) -> None:
+        """`tg.allreduce` on the compute stream (NCCL on a GPU, MPI on the emulated one)."""
+        try:
+            self.device.allreduce(src, dst, count, dtype, reduce, self.stream)
+        except GradfuseError as err:
+            raise GradfuseError(err.message, err.position or where) from None
 
     def feed(self, key: str, ty: Any, buf: DeviceBuffer, where: Any) -> None:
         value = self.state.feed(key, ty, where)

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
+from gradfuse.backend import mpi
 from gradfuse.backend.cuda.emu.build import build_emulated, kernels_of, mode
 from gradfuse.backend.cuda.memory import human
 from gradfuse.diagnostics import GradfuseError
@@ -272,6 +273,19 @@ class EmuDevice:
 
     def event(self) -> EmuEvent:
         return EmuEvent()
+
+    def allreduce(
+        self, src: int, dst: int, count: int, dtype: np.dtype, reduce: str, stream: EmuStream
+    ) -> None:
+        """`tg.allreduce` in stream order: MPI over the ranks on the emulated device's
+        host memory (`mpi.allreduce_array`, a copy in a world of one), where a GPU
+        would run `ncclAllReduce` on the stream."""
+        nbytes = count * dtype.itemsize
+
+        def view(ptr: int) -> np.ndarray:
+            return np.frombuffer((ctypes.c_char * nbytes).from_address(ptr), dtype)
+
+        stream.put(lambda: mpi.allreduce_array(view(src), view(dst), reduce))
 
     def capture(self, stream: EmuStream) -> EmuCapture:
         return EmuCapture(stream)
