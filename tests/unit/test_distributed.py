@@ -58,8 +58,6 @@ def test_an_allreduce_in_a_world_of_one_is_the_identity(backend):
     np.testing.assert_allclose(g, 2 * (0.5 * x) * x, rtol=1e-6)
 
 
-
-
 def test_the_api_needs_a_process_group_as_pytorch_does():
     gradfuse.reset()
     t = Feeder(lambda: np.ones(3, np.float32), shape=[3], name="t")
