@@ -134,8 +134,22 @@ class SyncBatchNorm(_BatchNorm):
     ranks = (2, 3, 4, 5)
     layout = "[N, C, ...]"
 
-    def __init__(self, num_features: int, *args: Any, process_group: Any = None, **kwargs: Any):
-        super().__init__(num_features, *args, **kwargs)
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        process_group: Any = None,
+        device: Any = None,
+        dtype: Any = None,
+        *,
+        bias: bool = True,
+    ):
+        super().__init__(
+            num_features, eps, momentum, affine, track_running_stats, device, dtype, bias=bias
+        )
         if process_group is not None:
             raise error("SyncBatchNorm: process_group= is not supported (the whole world syncs)")
 
