@@ -95,12 +95,24 @@ def profile_sites(main: func.FuncOp) -> list[LaunchSite]:
         if isinstance(op, gpu.LaunchFuncOp):
             name = op.kernel.nested_references.data[-1].data
             out.append(LaunchSite(op, "kernel", name, len(out)))
-        elif isinstance(op, func.CallOp):
+        elif isinstance(op, func.CallOp) and not is_allreduce(op):
             callee = op.callee.root_reference.data
             name = callback_key(op) or callee
             kind = "feeder" if callee.startswith("gradfuse_feed") else "receiver"
             out.append(LaunchSite(op, kind, name, len(out)))
     return out
+
+
+def is_allreduce(op: func.CallOp) -> bool:
+    """`tg.allreduce`'s call (`@gradfuse_allreduce_N`): timed, but not a launch site."""
+    return op.callee.root_reference.data.startswith("gradfuse_allreduce")
+
+
+def allreduce_sites(main: func.FuncOp, first: int) -> dict[Operation, tuple[int, str]]:
+    """Each all-reduce call of `main`: its site number (from `first`, after the launch,
+    copy and step sites) and its name, `all_reduce mean` as on c."""
+    calls = [op for op in main.walk() if isinstance(op, func.CallOp) and is_allreduce(op)]
+    return {op: (first + k, f"all_reduce {callback_key(op)}") for k, op in enumerate(calls)}
 
 
 @dataclass
@@ -134,6 +146,7 @@ class ProfiledRun(_Base):
         self.copy_site = {key: len(found) + globals_.index(name) for name, key in self.keys.items()}
         self.global_of = {key: name for name, key in self.keys.items()}
         self.step_site = len(found) + len(globals_)
+        self.reductions = allreduce_sites(self.prog.main, self.step_site + 1)
         self.loop_number: dict[scf.ForOp, int] = {}
         self.iteration = -1
         self.on = window[0] <= -1 < window[1]
@@ -188,7 +201,22 @@ class ProfiledRun(_Base):
         return timed
 
     def call(self, op: func.CallOp) -> Any:
-        action, site = super().call(op), self.sites[op]
+        action = super().call(op)
+        if op in self.reductions:  # on the stream: a device pair, as a kernel
+            index, name = self.reductions[op]
+
+            def reduce() -> None:
+                if not self.on:
+                    action()
+                    return
+                start = self.pair()
+                action()
+                t = _Timed(index, "allreduce", name, None, self.iteration)
+                t.pair = (start, self.pair())
+                self.add(t)
+
+            return reduce
+        site = self.sites[op]
 
         def timed() -> None:
             self.callback = site

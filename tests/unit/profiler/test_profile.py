@@ -82,10 +82,12 @@ def test_a_slow_feeder_is_data_loading_and_a_recommendation_names_it() -> None:
     assert 'feeder "images"' in str(view)
 
 
-def test_an_all_reduce_is_a_communication_span_of_its_step(monkeypatch) -> None:
-    """DistributedDataParallel's gradient all-reduce on c (a world of one: the timed site
+@pytest.mark.parametrize("backend", ["c", "cuda-emu"])
+def test_an_all_reduce_is_a_communication_span_of_its_step(monkeypatch, backend: str) -> None:
+    """DistributedDataParallel's gradient all-reduce (a world of one: the timed site
     copies) is one span a step, `mpi:all_reduce mean` in the trace as torch names a
-    collective, and Communication in the overview."""
+    collective, and Communication in the overview; on cuda a device event pair around
+    it on the stream, and the launches keep their rows."""
     import gradfuse.distributed as dist
     from gradfuse.backend import mpi
     from gradfuse.nn import SGD, Linear
@@ -102,13 +104,15 @@ def test_an_all_reduce_is_a_communication_span_of_its_step(monkeypatch) -> None:
         opt.step()
 
     ir_for(range(3), step)
+    kernels = gradfuse.compile(backend).kernels_per_iteration
     with profile() as prof:
-        gradfuse.execute("c")
+        gradfuse.execute(backend)
     view = prof.overview()
     for step_, parts in zip(prof.steps, view.steps):
         (span,) = [s for s in step_.spans if s.kind == "allreduce"]
         assert span.name == "all_reduce mean" and span.trace_name == "mpi:all_reduce mean"
         assert 0 < parts.parts["Communication"] <= span.dur_us + 1e-6
+        assert len(step_.kernels()) == kernels
     names = [e["name"] for e in chrome_trace(prof.steps)["traceEvents"]]
     assert names.count("mpi:all_reduce mean") == 3
     assert "Communication" in str(view)
