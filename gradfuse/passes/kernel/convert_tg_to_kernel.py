@@ -88,19 +88,23 @@ class _FunctionFuser:
         parent.detach_op(self.f)
 
     def hoist(self, old: Block, entry: Block) -> None:
-        """Params and dense constants become buffers at the function's entry."""
+        """Params and dense constants become buffers at the function's entry: every param
+        read, and every param assigned that nothing reads any more (its `tg.param`, read
+        only to declare it, was dead code: `p * 2` unused, then `p.assign(...)`)."""
         ops = list(old.walk())
         inits = {op.key.data: op.init for op in ops if isinstance(op, tg.ParamOp) and op.init}
         for op in ops:
-            if isinstance(op, tg.ParamOp):
+            if isinstance(op, tg.ParamOp | tg.AssignOp):
                 key = op.key.data
                 if key not in self.params:
-                    p = K.ParamOp(key, memref_of(op.result.type), inits.get(key))
+                    ty = op.result.type if isinstance(op, tg.ParamOp) else op.value.type
+                    p = K.ParamOp(key, memref_of(ty), inits.get(key))
                     p.location = op.location
                     p.result.name_hint = _hint(key)
                     entry.add_op(p)
                     self.params[key] = p.result
-                self.buffers[op.result] = self.params[key]
+                if isinstance(op, tg.ParamOp):
+                    self.buffers[op.result] = self.params[key]
             elif isinstance(op, tg.ConstantOp) and (not op.is_splat or _read_padded(op.result)):
                 c = K.ConstantOp(op.value, memref_of(op.result.type))
                 c.location = op.location

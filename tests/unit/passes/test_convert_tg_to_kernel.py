@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fusion_programs import programs
 from hypothesis import HealthCheck, given, settings
@@ -76,3 +77,26 @@ def test_fusion_verifier_speaks_of_the_fusion():
     fusion.properties["kind"] = StringAttr("bogus")
     with pytest.raises(VerifyException, match="tg.fusion: kind must be one of"):
         fusion.verify()
+
+
+@pytest.mark.parametrize("backend", ["numpy", "lowered", "c"])
+def test_a_param_assigned_after_a_dead_read_is_still_a_buffer(backend):
+    """`p * 2` unused, then `p.assign(...)`: dce removes the read that declared p (a read
+    without init is pure), and the kernels still write p (the hoist declares it from the
+    assign; a KeyError before, found by DistributedDataParallel's buffer broadcast on a
+    rank that does not read its buffers)."""
+    import gradfuse
+    from gradfuse import ir_for
+    from gradfuse.nn import Parameter
+
+    gradfuse.reset()
+    p = Parameter(np.ones(3, np.float32))
+
+    def step() -> None:
+        _ = p * 2.0
+        p.assign(gradfuse.constant(np.arange(3.0)))
+
+    ir_for(range(2), step)
+    gradfuse.execute(backend=backend)
+    np.testing.assert_array_equal(p.data, np.arange(3.0, dtype=np.float32))
+    gradfuse.reset()
