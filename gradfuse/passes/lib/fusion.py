@@ -314,7 +314,7 @@ class Planner:
         shape = shape_of(op.value)
         key = op.key.data
         g = self.producer(op.value)
-        before = self.readers.get((key, len(self.writers.get(key, []))), set())
+        before = self.after_of(key)
         at = self.assign_map(g, op, shape) if isinstance(g, Group) else None
         if at is None or self.reaches(before, g) or not reads_own_point(g, key, at):  # type: ignore[arg-type]
             g, at = (
@@ -326,6 +326,13 @@ class Planner:
         for reader in before:
             self.link(g, reader, ordering=True)
         self.writers.setdefault(key, []).append(g)
+
+    def after_of(self, key: str) -> set[Node]:
+        """What a new write of param `key` must follow: the reads of its current value
+        and the write before it (two writes in one iteration, the second not reading
+        the first: DDP's buffer broadcast, then a batch norm's update of them)."""
+        writers = self.writers.get(key, [])
+        return self.readers.get((key, len(writers)), set()) | set(writers[-1:])
 
     def assign_map(self, g: Group, op: tg.AssignOp, shape: tuple[int, ...]) -> AffineMap | None:
         """The map at which `op` joins g, the group computing its value (in place): the
@@ -343,8 +350,8 @@ class Planner:
             g = self.node_of[op]
             g.member_of(op).into = read  # type: ignore[union-attr]
             key = assign.key.data
-            for reader in self.readers.get((key, len(self.writers.get(key, []))), set()):
-                self.link(g, reader, ordering=True)
+            for node in self.after_of(key):
+                self.link(g, node, ordering=True)
             self.writers.setdefault(key, []).append(g)
             return
         out = shape_of(op.result)

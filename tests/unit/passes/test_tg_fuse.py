@@ -311,3 +311,28 @@ func @main(%s: tensor<3xf32>, %x: tensor<2x3xf32>) -> (tensor<2x3xf32>) {
     for backend in ("lowered", "c"):
         got = compile_module(parse_tg(src), backend).run(args=[s, x]).results[0]
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_second_write_of_a_param_lands_last():
+    """w = sum over ranks of x, then w = 0.5 * that, then w + 0.5 (tg-fuse-rules.tg has
+    the golden case): the kernels give the reference's result; the first write landed
+    last before, on numpy and c."""
+    from gradfuse.backend import compile_module
+
+    src = """
+func @main(%x: tensor<3xf32>) -> (tensor<3xf32>) {
+  %w = tg.param "w" init=0.0 : tensor<3xf32>
+  %s = tg.allreduce %x reduce="sum" : tensor<3xf32>
+  tg.assign "w", %s
+  %c = tg.constant 0.5 : tensor<3xf32>
+  %m = tg.mul %s, %c : tensor<3xf32>
+  tg.assign "w", %m
+  %r = tg.param "w" : tensor<3xf32>
+  %o = tg.add %r, %c : tensor<3xf32>
+  return %o
+}
+"""
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    for backend in ("numpy", "c"):
+        got = compile_module(parse_tg(src), backend).run(args=[x]).results[0]
+        np.testing.assert_array_equal(got, 0.5 * x + 0.5)
