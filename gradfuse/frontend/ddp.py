@@ -18,10 +18,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from gradfuse.backend import mpi
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.frontend.collective import all_reduce_value
-from gradfuse.frontend.functional import cat
+from gradfuse.frontend.functional import cat, constant
+from gradfuse.frontend.nn.buffer import Buffer
 from gradfuse.frontend.nn.module import Module
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.tensor import Tensor
@@ -44,8 +47,8 @@ def all_reduce(tensor: Tensor, op: str = "sum", group: Any = None, async_op: boo
 
 
 OPTIONS = (
-    "output_device", "broadcast_buffers", "find_unused_parameters", "bucket_cap_mb",
-    "gradient_as_bucket_view", "static_graph",
+    "output_device", "find_unused_parameters", "bucket_cap_mb", "gradient_as_bucket_view",
+    "static_graph",
 )  # fmt: skip
 """PyTorch's DDP options that a script may pass, about devices and buckets: nothing to
 do with one flat buffer on MPI."""
@@ -59,11 +62,16 @@ class DistributedDataParallel(Module):
     step. `model = DistributedDataParallel(model); model(x).sum().backward()`"""
 
     def __init__(
-        self, module: Module, device_ids: Sequence[int] | None = None, **options: Any
+        self,
+        module: Module,
+        device_ids: Sequence[int] | None = None,
+        broadcast_buffers: bool = True,
+        **options: Any,
     ) -> None:
         world = mpi.world()
         super().__init__()
         self.module = module
+        self.broadcast_buffers = broadcast_buffers
         unknown = sorted(set(options) - set(OPTIONS))
         if unknown:
             raise GradfuseError(f"DistributedDataParallel: no option {', '.join(unknown)}")
@@ -74,7 +82,31 @@ class DistributedDataParallel(Module):
             p._reducer = self.reduce
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self.broadcast_buffers and mpi.world().size > 1:
+            self.sync_buffers()
         return self.module(*args, **kwargs)
+
+    def sync_buffers(self) -> None:
+        """Every rank's buffers become rank 0's, as PyTorch's DDP broadcasts them at the
+        start of each forward (`broadcast_buffers=True`): per element type, one flat
+        buffer that rank 0 fills and the others leave 0, summed by one all-reduce. Then
+        each rank's forward updates them (a batch norm's running statistics) from its
+        own batch, as in PyTorch."""
+        rank = mpi.world().rank
+        by_type: dict[Any, list[Buffer]] = {}
+        for b in self.module.buffers():
+            if b.numel():
+                by_type.setdefault(b.value.type.element_type, []).append(b)  # type: ignore[attr-defined]
+        for bufs in by_type.values():
+            flat = cat([b.reshape(-1) for b in bufs]) if len(bufs) > 1 else bufs[0].reshape(-1)
+            if rank != 0:
+                flat = constant(np.zeros(flat.numel()), flat.dtype)
+            total = all_reduce_value(flat, "sum")
+            start = 0
+            for b in bufs:
+                n = b.numel()
+                b.assign(total[start : start + n].reshape(b.shape))
+                start += n
 
     def reduce(self, fresh: list[tuple[Parameter, Tensor]]) -> list[tuple[Parameter, Tensor]]:
         """The new gradients of one `backward()` with this model's averaged over the

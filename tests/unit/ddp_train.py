@@ -27,6 +27,7 @@ import gradfuse.distributed as dist
 from gradfuse import Feeder, ir_for
 from gradfuse.nn import (
     SGD,
+    BatchNorm1d,
     BCELoss,
     Linear,
     Module,
@@ -47,6 +48,9 @@ def model_and_data(name: str) -> tuple[gradfuse.nn.Module, np.ndarray, np.ndarra
     gradfuse.manual_seed(1)
     if name == "mlp":
         model = Sequential(Linear(16, 32), Sigmoid(), Linear(32, 4))
+        shape, out = (16,), (4,)
+    elif name == "bn":  # buffers: a batch norm's running statistics (ddp_torch.py too)
+        model = Sequential(Linear(16, 32), BatchNorm1d(32), Sigmoid(), Linear(32, 4))
         shape, out = (16,), (4,)
     else:
         model = TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
@@ -112,6 +116,8 @@ def main(name: str, backend: str, mode: str, out: str) -> None:
     if name == "dcgan":
         return dcgan(backend, mode, out)
     model, x, y = model_and_data(name)
+    if name == "bn":  # the initial state, for PyTorch's DDP (ddp_torch.py)
+        np.savez(os.path.join(out, "init.npz"), **model.state_dict())
     rank = 0
     if mode != "single":
         dist.init_process_group()

@@ -218,6 +218,36 @@ def test_two_ranks_train_as_one_process_on_the_whole_batch(tmp_path, model, back
 
 
 @needs_mpi
+def test_each_rank_ends_where_pytorchs_distributed_data_parallel_ends(tmp_path):
+    """A model with a batch norm (running statistics: buffers) under DDP on two ranks,
+    against PyTorch's own DistributedDataParallel (gloo, two processes, tests/unit/
+    ddp_torch.py) from the same state on the same data: rank by rank, every param and
+    buffer agrees. The buffers are the test: PyTorch broadcasts rank 0's at each forward
+    (broadcast_buffers=True), then each rank's batch norm updates them from its own
+    batch, so the ranks' running statistics end apart, and equal to PyTorch's rank by
+    rank (without the broadcast rank 1's running mean is 6e5 times the tolerance away).
+    Against PyTorch's float64 run of the same DDP: ours within 0.04 (rank 0) and 0.08
+    (rank 1) of the tolerance (rtol 1e-5, atol 1e-7), PyTorch's float32 within 0.06,
+    the two within 0.10 of each other: float32 rounding, 10x inside the tolerance."""
+    pytest.importorskip("torch")
+    done = mpirun("bn", "c", "ddp", str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    theirs = subprocess.run(
+        [sys.executable, str(HERE / "ddp_torch.py"), str(tmp_path)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert theirs.returncode == 0, theirs.stderr
+    ranks = [np.load(tmp_path / f"ddp_{r}.npz") for r in (0, 1)]
+    assert not np.array_equal(ranks[0]["model.1.running_mean"], ranks[1]["model.1.running_mean"])
+    for rank, ours in enumerate(ranks):
+        want = np.load(tmp_path / f"torch_{rank}.npz")
+        assert sorted(f"model.{k}" for k in want) == sorted(ours)
+        for key in want:
+            got = ours[f"model.{key}"]
+            np.testing.assert_allclose(got, want[key], rtol=1e-5, atol=1e-7, err_msg=key)
+
+
+@needs_mpi
 @pytest.mark.parametrize("backend", ["reference", "c"])
 def test_two_ranks_train_dcgan_with_sync_batch_norm_as_one_process(tmp_path, backend):
     """examples/dcgan.py's step (small channels, 64x64 images) on two ranks of 4 samples,
