@@ -182,11 +182,12 @@ class ProfiledRun(_Base):
     def segment(self, launches: list[Any], captured: bool) -> Any:
         return super().segment(launches, captured=False)  # one by one, each timed
 
-    def launch(self, op: gpu.LaunchFuncOp) -> Any:
-        action = super().launch(op)
-        site, env = self.sites[op], self.env
-        grid = str((env[op.gridSizeX], env[op.gridSizeY]))
-        block = str((env[op.blockSizeX], env[op.blockSizeY], env[op.blockSizeZ]))
+    def on_stream(
+        self, action: Any, site: int, kind: str, name: str, launch: int | None = None,
+        grid: str = "", block: str = "",
+    ) -> Any:  # fmt: skip
+        """`action` (work queued on the stream: a launch, an all-reduce), timed inside
+        the window by a device event pair around it."""
 
         def timed() -> None:
             if not self.on:
@@ -194,28 +195,26 @@ class ProfiledRun(_Base):
                 return
             start = self.pair()
             action()
-            t = _Timed(site.launch, "kernel", site.name, site.launch, self.iteration)
-            t.pair, t.grid, t.block = (start, self.pair()), grid, block
+            t = _Timed(site, kind, name, launch, self.iteration, grid=grid, block=block)
+            t.pair = (start, self.pair())
             self.add(t)
 
         return timed
+
+    def launch(self, op: gpu.LaunchFuncOp) -> Any:
+        site, env = self.sites[op], self.env
+        grid = str((env[op.gridSizeX], env[op.gridSizeY]))
+        block = str((env[op.blockSizeX], env[op.blockSizeY], env[op.blockSizeZ]))
+        return self.on_stream(
+            super().launch(op), site.launch, "kernel", site.name, launch=site.launch,
+            grid=grid, block=block,
+        )  # fmt: skip
 
     def call(self, op: func.CallOp) -> Any:
         action = super().call(op)
         if op in self.reductions:  # on the stream: a device pair, as a kernel
             index, name = self.reductions[op]
-
-            def reduce() -> None:
-                if not self.on:
-                    action()
-                    return
-                start = self.pair()
-                action()
-                t = _Timed(index, "allreduce", name, None, self.iteration)
-                t.pair = (start, self.pair())
-                self.add(t)
-
-            return reduce
+            return self.on_stream(action, index, "allreduce", name)
         site = self.sites[op]
 
         def timed() -> None:
