@@ -15,7 +15,7 @@ one bucket here, so one all-reduce a backward), per element type:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,7 +24,6 @@ from gradfuse.backend import mpi
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.frontend.collective import all_reduce_value
 from gradfuse.frontend.functional import cat, constant
-from gradfuse.frontend.nn.buffer import Buffer
 from gradfuse.frontend.nn.module import Module
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.tensor import Tensor
@@ -92,37 +91,38 @@ class DistributedDataParallel(Module):
         buffer that rank 0 fills and the others leave 0, summed by one all-reduce. Then
         each rank's forward updates them (a batch norm's running statistics) from its
         own batch, as in PyTorch."""
-        rank = mpi.world().rank
-        by_type: dict[Any, list[Buffer]] = {}
-        for b in self.module.buffers():
-            if b.numel():
-                by_type.setdefault(b.value.type.element_type, []).append(b)  # type: ignore[attr-defined]
-        for bufs in by_type.values():
-            flat = cat([b.reshape(-1) for b in bufs]) if len(bufs) > 1 else bufs[0].reshape(-1)
-            if rank != 0:
-                flat = constant(np.zeros(flat.numel()), flat.dtype)
-            total = all_reduce_value(flat, "sum")
-            start = 0
-            for b in bufs:
-                n = b.numel()
-                b.assign(total[start : start + n].reshape(b.shape))
-                start += n
+        buffers = [b for b in self.module.buffers() if b.numel()]
+        for k, value in all_reduce_flat(buffers, "sum", contribute=mpi.world().rank == 0):
+            buffers[k].assign(value)
 
     def reduce(self, fresh: list[tuple[Parameter, Tensor]]) -> list[tuple[Parameter, Tensor]]:
         """The new gradients of one `backward()` with this model's averaged over the
         ranks: one flat all-reduce per element type."""
         out = list(fresh)
         mine = [i for i, (p, _) in enumerate(fresh) if p._reducer == self.reduce]
-        by_type: dict[Any, list[int]] = {}
-        for i in mine:
-            by_type.setdefault(fresh[i][1].value.type.element_type, []).append(i)  # type: ignore[attr-defined]
-        for indices in by_type.values():
-            grads = [fresh[i][1] for i in indices]
-            flat = cat([g.reshape(-1) for g in grads]) if len(grads) > 1 else grads[0].reshape(-1)
-            mean = all_reduce_value(flat, "mean")
-            start = 0
-            for i, g in zip(indices, grads):
-                n = g.numel()
-                out[i] = (fresh[i][0], mean[start : start + n].reshape(g.shape))
-                start += n
+        for k, mean in all_reduce_flat([fresh[i][1] for i in mine], "mean"):
+            out[mine[k]] = (fresh[mine[k]][0], mean)
         return out
+
+
+def all_reduce_flat(
+    tensors: Sequence[Tensor], reduce: str, contribute: bool = True
+) -> Iterator[tuple[int, Tensor]]:
+    """`tensors` reduced over the ranks through one flat buffer per element type
+    (`tg.concat`, one `tg.allreduce`, slices): each (index, reduced tensor of its shape)
+    as its slice is made. A rank that does not `contribute` puts zeros in (a broadcast
+    from the one that does, by a sum)."""
+    by_type: dict[Any, list[int]] = {}
+    for i, t in enumerate(tensors):
+        by_type.setdefault(t.value.type.element_type, []).append(i)  # type: ignore[attr-defined]
+    for indices in by_type.values():
+        parts = [tensors[i] for i in indices]
+        flat = cat([t.reshape(-1) for t in parts]) if len(parts) > 1 else parts[0].reshape(-1)
+        if not contribute:
+            flat = constant(np.zeros(flat.numel()), flat.dtype)
+        total = all_reduce_value(flat, reduce)
+        start = 0
+        for i, t in zip(indices, parts):
+            n = t.numel()
+            yield i, total[start : start + n].reshape(t.shape)
+            start += n
