@@ -16,6 +16,7 @@ one bucket here, so one all-reduce a backward), per element type:
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -71,6 +72,7 @@ class DistributedDataParallel(Module):
         super().__init__()
         self.module = module
         self.broadcast_buffers = broadcast_buffers
+        self.syncing = True  # off inside `no_sync()`
         unknown = sorted(set(options) - set(OPTIONS))
         if unknown:
             raise GradfuseError(f"DistributedDataParallel: no option {', '.join(unknown)}")
@@ -95,9 +97,28 @@ class DistributedDataParallel(Module):
         for k, value in all_reduce_flat(buffers, "sum", contribute=mpi.world().rank == 0):
             buffers[k].assign(value)
 
+    @contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Inside, `backward()` through the model accumulates each rank's gradients in
+        `.grad` without an all-reduce; the first `backward()` after it averages the
+        accumulated `.grad`, as PyTorch's `no_sync()` (gradient accumulation):
+
+            with model.no_sync():
+                loss_fn(model(x1), y1).backward()   # local
+            loss_fn(model(x2), y2).backward()       # the sum of both, averaged
+        """
+        before, self.syncing = self.syncing, False
+        try:
+            yield
+        finally:
+            self.syncing = before
+
     def reduce(self, fresh: list[tuple[Parameter, Tensor]]) -> list[tuple[Parameter, Tensor]]:
-        """The new gradients of one `backward()` with this model's averaged over the
-        ranks: one flat all-reduce per element type."""
+        """The gradients after one `backward()` (what `.grad` held plus the new ones)
+        with this model's averaged over the ranks: one flat all-reduce per element type;
+        unchanged inside `no_sync()`."""
+        if not self.syncing:
+            return fresh
         out = list(fresh)
         mine = [i for i, (p, _) in enumerate(fresh) if p._reducer == self.reduce]
         for k, mean in all_reduce_flat([fresh[i][1] for i in mine], "mean"):

@@ -26,8 +26,9 @@ from gradfuse.frontend.recorder import (
 from gradfuse.frontend.tensor import Tensor
 
 Reducer = Callable[[list[tuple["Parameter", Tensor]]], list[tuple["Parameter", Tensor]]]
-"""What `backward()` hands each parameter's new gradient to before `.grad` gets it
-(`DistributedDataParallel.reduce`): the (param, gradient) pairs of one backward."""
+"""What `backward()` hands each parameter's gradient to before `.grad` gets it
+(`DistributedDataParallel.reduce`): the (param, gradient) pairs of one backward, each
+gradient the new one added to what `.grad` held (as PyTorch's DDP reduces `.grad`)."""
 
 
 class Parameter(Tensor):

@@ -394,14 +394,16 @@ class Tensor:
             prog.freed |= graph
         with direction_scope("backward"):
             grad = emit(tg.GradOp(self.value, [v for _, v in found]))
-            fresh = [(param, Tensor(g)) for (param, _), g in zip(found, grad.grads, strict=True)]
-            reducers = dict.fromkeys(p._reducer for p, _ in fresh if p._reducer is not None)
-            for reduce in reducers:  # DistributedDataParallel: averaged over ranks
-                fresh = reduce(fresh)
-            for param, new in fresh:
-                old = param.grad
+            summed = []
+            for (param, _), g in zip(found, grad.grads, strict=True):
+                new, old = Tensor(g), param.grad
                 if old is not None and is_visible(old.value):
                     new = old + new
+                summed.append((param, new))
+            reducers = dict.fromkeys(p._reducer for p, _ in summed if p._reducer is not None)
+            for reduce in reducers:  # DistributedDataParallel: averaged over ranks
+                summed = reduce(summed)
+            for param, new in summed:
                 param.grad = new
 
 

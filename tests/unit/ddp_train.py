@@ -9,8 +9,9 @@ between the ranks, the final params saved per rank.
 made `SyncBatchNorm`, as a PyTorch DDP script converts them, so that the two ranks'
 4 + 4 samples normalise as the one process's 8.
 
-`fail` and `kill` runs end rank 1 before its first all-reduce (an exception in a feeder,
-or SIGKILL): the job must stop, not hang.
+`accum` runs each rank's samples as two micro-batches of 2, the first's backward inside
+`no_sync()` (gradient accumulation). `fail` and `kill` runs end rank 1 before its first
+all-reduce (an exception in a feeder, or SIGKILL): the job must stop, not hang.
 """
 
 from __future__ import annotations
@@ -140,7 +141,13 @@ def main(name: str, backend: str, mode: str, out: str) -> None:
         opt.zero_grad()
         inputs = Feeder(next_x, shape=list(x.shape[1:]), name="x")
         targets = Feeder(lambda: next(ys), shape=list(y.shape[1:]), name="y")
-        loss_fn(model(inputs), targets).backward()
+        if mode != "accum":
+            loss_fn(model(inputs), targets).backward()
+        else:  # two micro-batches, the first's gradients kept local (`no_sync`)
+            half = inputs.shape[0] // 2
+            with model.no_sync():
+                (loss_fn(model(inputs[:half]), targets[:half]) * 0.5).backward()
+            (loss_fn(model(inputs[half:]), targets[half:]) * 0.5).backward()
         opt.step()
 
     ir_for(range(STEPS), step)

@@ -217,6 +217,64 @@ def test_two_ranks_train_as_one_process_on_the_whole_batch(tmp_path, model, back
         np.testing.assert_allclose(ranks[0][key], alone[key], rtol=1e-5, atol=1e-7, err_msg=key)
 
 
+def test_no_sync_records_no_all_reduce_and_the_next_backward_one(monkeypatch):
+    """Two backward()s a step, the first inside `no_sync()`: one `tg.allreduce` a step
+    (two without `no_sync`), and `.grad` after the step is the sum of both backwards'
+    gradients (a world of one: the all-reduce is the identity)."""
+    from gradfuse.frontend.recorder import program
+    from gradfuse.passes import run_pipeline
+
+    monkeypatch.setattr(mpi, "_world", mpi.World(0, 1, 0, None, "python"))
+    counts, grads = [], []
+    for use_no_sync in (True, False):
+        gradfuse.reset()
+        gradfuse.manual_seed(0)
+        model = dist.DistributedDataParallel(Linear(3, 2))
+        x = Feeder(lambda: np.ones((2, 3), np.float32), shape=[2, 3], name="x")
+        got: list[np.ndarray] = []
+
+        def step(model=model, x=x, got=got, use_no_sync=use_no_sync) -> None:
+            model.module.weight.grad = None
+            if use_no_sync:
+                with model.no_sync():
+                    model(x).sum().backward()
+            else:
+                model(x).sum().backward()
+            (model(x) * 2.0).sum().backward()
+            Receiver(got.append, [model.module.weight.grad])
+
+        ir_for(range(1), step)
+        module = program().module.clone()
+        run_pipeline(module, "tg")
+        counts.append(sum(op.name == "tg.allreduce" for op in module.walk()))
+        gradfuse.execute(backend="reference")
+        grads.append(got[0])
+    gradfuse.reset()
+    assert counts == [1, 2]
+    np.testing.assert_allclose(grads[0], np.full((2, 3), 6.0))  # (1 + 2) x 2 rows of ones
+    np.testing.assert_allclose(grads[1], grads[0])
+
+
+@needs_mpi
+def test_gradients_accumulated_under_no_sync_are_averaged_at_the_next_backward(tmp_path):
+    """Each rank's 4 samples as two micro-batches (losses halved), the first backward
+    inside `model.no_sync()`: the second averages the accumulated `.grad`, and the run
+    ends with one process's params on all 8 and bitwise equal ranks (the tolerance of
+    the MLP comparison above: the same sums, grouped 2 + 2 on each rank)."""
+    done = mpirun("mlp", "c", "accum", str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    single = subprocess.run(
+        [sys.executable, str(TRAIN), "mlp", "c", "single", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert single.returncode == 0, single.stderr
+    ranks = [np.load(tmp_path / f"accum_{r}.npz") for r in (0, 1)]
+    alone = np.load(tmp_path / "single_0.npz")
+    for key in alone:
+        assert np.array_equal(ranks[0][key], ranks[1][key]), key
+        np.testing.assert_allclose(ranks[0][key], alone[key], rtol=1e-5, atol=1e-7, err_msg=key)
+
+
 @needs_mpi
 def test_each_rank_ends_where_pytorchs_distributed_data_parallel_ends(tmp_path):
     """A model with a batch norm (running statistics: buffers) under DDP on two ranks,
