@@ -12,6 +12,7 @@ No process group (a single process, `init_process_group` not called) is a world 
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -104,10 +105,12 @@ def init_process_group(
     comm = MPI.COMM_WORLD
     launcher, env_rank, env_size, local = launched_by()
     if env_size != comm.Get_size():
+        script = " ".join(shlex.quote(a) for a in sys.argv) or "script.py"
         raise GradfuseError(
             f"init_process_group: {launcher} started {env_size} processes, but MPI joined"
             f" {comm.Get_size()}: each process started without mpirun is an MPI world of its"
-            " own; launch with mpirun -n N python script.py"
+            f" own (Open MPI joins only the processes one mpirun starts); launch with"
+            f" mpirun -n {env_size} python {script}"
         )
     for given, found, what in (
         (world_size, env_size, "world_size"),

@@ -90,8 +90,10 @@ def test_processes_that_mpi_did_not_start_together_are_refused(monkeypatch):
     """torchrun's processes each start MPI alone: a world of 1 where WORLD_SIZE says 2."""
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(GradfuseError, match="torchrun started 2 processes, but MPI joined 1"):
+    monkeypatch.setattr(sys, "argv", ["train.py", "--epochs", "3"])
+    with pytest.raises(GradfuseError, match="torchrun started 2 processes, but MPI joined 1") as e:
         dist.init_process_group("nccl")
+    assert "launch with mpirun -n 2 python train.py --epochs 3" in str(e.value)
     with pytest.raises(GradfuseError, match='backend "ucc" is not one gradfuse runs'):
         dist.init_process_group("ucc")
     assert not dist.is_initialized()
