@@ -22,6 +22,7 @@ from torch import nn
 
 def rank_main(rank: int, size: int, out: str, port: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback, whatever the hostname resolves to
     dist.init_process_group("gloo", rank=rank, world_size=size)
     torch.set_num_threads(1)
     _, x, y = model_and_data("bn")
