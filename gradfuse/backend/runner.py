@@ -159,6 +159,17 @@ def callback_key(op: Operation) -> str:
     return key.data if isinstance(key, StringAttr) else ""
 
 
+HOST_CALLS = {"gradfuse_feed_": "feeder", "gradfuse_receive_": "receiver",
+              "gradfuse_allreduce_": "allreduce"}  # fmt: skip
+"""The external functions the host program calls, by name prefix (`@gradfuse_feed_0`)."""
+
+
+def host_call(callee: str) -> str:
+    """What a host call of `@callee` does: "feeder", "receiver" or "allreduce" (a
+    `tg.allreduce`), else "". `host_call(op.callee.root_reference.data)`"""
+    return next((kind for prefix, kind in HOST_CALLS.items() if callee.startswith(prefix)), "")
+
+
 def cannot_profile(backend: str, window: tuple[int, int] | None) -> None:
     """Raises when a runner that times nothing is asked to: `run(profile=...)`."""
     if window is not None:

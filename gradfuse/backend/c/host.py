@@ -34,7 +34,7 @@ from gradfuse.backend.c.loop_render import CLoopTarget, LoopRenderer
 from gradfuse.backend.c.profile import KINDS, Site, profiled_context
 from gradfuse.backend.cstyle import CTarget, Renderer, element_ctype
 from gradfuse.backend.disk_cache import verified
-from gradfuse.backend.runner import callback_key, entry_function
+from gradfuse.backend.runner import callback_key, entry_function, host_call
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.passes import run_by_kernels
 from gradfuse.passes.loops.loop_ir import is_kernel
@@ -188,13 +188,13 @@ class HostRenderer(Renderer):
                 name, operands = launched(op)
                 args = ", ".join(self.name(a) for a in operands)
                 self.timed("kernel", name, f"{self.aliases.get(name, name)}({args});", depth)
-            elif isinstance(op, func.CallOp) and is_allreduce(op):
+            elif isinstance(op, func.CallOp) and host_call(callee_of(op)) == "allreduce":
                 self.allreduce(op, depth)
             elif isinstance(op, func.CallOp):
                 index = len(self.calls)  # callbacks are numbered by call site
                 self.calls.append(op)
                 key = callback_key(op) or op.callee.root_reference.data
-                if op.callee.root_reference.data.startswith("gradfuse_feed"):
+                if host_call(callee_of(op)) == "feeder":
                     text = f"if (ctx->feed({index}, {self.name(op.arguments[0])})) GF_FAIL"
                     self.timed("feeder", key, text, depth)
                 else:
@@ -279,9 +279,8 @@ class HostRenderer(Renderer):
         return len(self.sites) - 1
 
 
-def is_allreduce(op: func.CallOp) -> bool:
-    """Whether a host call is `tg.allreduce`'s (`@gradfuse_allreduce_N`)."""
-    return op.callee.root_reference.data.startswith("gradfuse_allreduce")
+def callee_of(op: func.CallOp) -> str:
+    return op.callee.root_reference.data
 
 
 def launched(op: Operation) -> tuple[str, list[SSAValue]]:

@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING, Any
 from xdsl.dialects import func, gpu, scf
 from xdsl.ir import Operation
 
-from gradfuse.backend.runner import Event, callback_key
+from gradfuse.backend.runner import Event, callback_key, host_call
 
 if TYPE_CHECKING:
     from gradfuse.backend.cuda.runtime import _Run
@@ -98,20 +98,20 @@ def profile_sites(main: func.FuncOp) -> list[LaunchSite]:
         elif isinstance(op, func.CallOp) and not is_allreduce(op):
             callee = op.callee.root_reference.data
             name = callback_key(op) or callee
-            kind = "feeder" if callee.startswith("gradfuse_feed") else "receiver"
+            kind = "feeder" if host_call(callee) == "feeder" else "receiver"
             out.append(LaunchSite(op, kind, name, len(out)))
     return out
 
 
-def is_allreduce(op: func.CallOp) -> bool:
+def is_allreduce(op: Operation) -> bool:
     """`tg.allreduce`'s call (`@gradfuse_allreduce_N`): timed, but not a launch site."""
-    return op.callee.root_reference.data.startswith("gradfuse_allreduce")
+    return isinstance(op, func.CallOp) and host_call(op.callee.root_reference.data) == "allreduce"
 
 
 def allreduce_sites(main: func.FuncOp, first: int) -> dict[Operation, tuple[int, str]]:
     """Each all-reduce call of `main`: its site number (from `first`, after the launch,
     copy and step sites) and its name, `all_reduce mean` as on c."""
-    calls = [op for op in main.walk() if isinstance(op, func.CallOp) and is_allreduce(op)]
+    calls = [op for op in main.walk() if is_allreduce(op)]
     return {op: (first + k, f"all_reduce {callback_key(op)}") for k, op in enumerate(calls)}
 
 

@@ -36,6 +36,7 @@ from gradfuse.backend.runner import (
     RunState,
     callback_key,
     dtype_of,
+    host_call,
     tensor_of,
 )
 from gradfuse.diagnostics import GradfuseError, position_of
@@ -253,11 +254,12 @@ class _Run:
         key = self.prog.externals.get(op.callee.root_reference.data, "")
         buffers = [self.env[a] for a in op.arguments]
         where = position_of(op.location)
-        if op.callee.root_reference.data.startswith("gradfuse_allreduce"):
+        kind = host_call(op.callee.root_reference.data)
+        if kind == "allreduce":
             src, dst = buffers
             n = int(np.prod(dst.shape, dtype=np.int64))
             return lambda: self.allreduce(src.ptr, dst.ptr, n, dst.dtype, key, where)
-        if op.callee.root_reference.data.startswith("gradfuse_feed"):
+        if kind == "feeder":
             ty = tensor_of(op.arguments[0].type)  # type: ignore[arg-type]
             return lambda: self.feed(key, ty, buffers[0], where)
         return lambda: self.receive(key, buffers, where)

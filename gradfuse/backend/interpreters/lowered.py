@@ -46,6 +46,7 @@ from gradfuse.backend.runner import (
     cannot_profile,
     dtype_of,
     entry_function,
+    host_call,
     tensor_of,
 )
 from gradfuse.diagnostics import GradfuseError, position_of
@@ -63,13 +64,14 @@ class _LoweredInterpreter(NamingInterpreter):
         if not isinstance(key, StringAttr):
             raise GradfuseError(f"call of the external function @{sym_name}, which is no callback")
         where = position_of(op.location)
-        if sym_name.startswith("gradfuse_feed_"):
+        kind = host_call(sym_name)
+        if kind == "feeder":
             (buffer,) = inputs
             ty = op.function_type.inputs.data[0]  # type: ignore[attr-defined]
             buffer[...] = self.host.feed(key.data, tensor_of(ty), where)
-        elif sym_name.startswith("gradfuse_receive_"):
+        elif kind == "receiver":
             self.host.receive(key.data, tuple(inputs), where)
-        elif sym_name.startswith("gradfuse_allreduce_"):
+        elif kind == "allreduce":
             source, target = inputs
             allreduce_array(source, target, key.data)
         else:
