@@ -28,6 +28,7 @@ from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Attribute
 
 from gradfuse.diagnostics import GradfuseError, Position, position_of
+from gradfuse.gcpause import paused_gc
 
 PIPELINE_OF = {
     "reference": "tg",
@@ -133,14 +134,22 @@ class Program:
 
         The arguments are checked first, the same way on every backend (`check_args`).
         The result's params are those of the source program, as the reference gives
-        them: state that the pipeline made (loop-carried tensors) is left out."""
+        them: state that the pipeline made (loop-carried tensors) is left out.
+
+        Python's cyclic garbage collector is paused while the program runs
+        (`paused_gc`), as while passes run: a training loop runs inside one call, and
+        a full collection there would walk all the IR that is alive (ResNet-18's,
+        750,000 objects: one collection took 0.79 s, in a run of 60 steps of 183 ms).
+        Reference counting still frees what feeders and receivers drop; cycles they
+        leave behind are collected after the run."""
         if self.entries:
             entry = kwargs.get("entry", "main")
             only = list(self.entries.values())
             sig = self.entries.get(entry, only[0] if len(only) == 1 else None)
             if sig is not None:
                 check_args(sig, kwargs.get("args", ()))
-        result = self.runner(self.module, **kwargs)
+        with paused_gc():
+            result = self.runner(self.module, **kwargs)
         if self.param_keys is not None:
             result.params = {k: v for k, v in result.params.items() if k in self.param_keys}
         return result

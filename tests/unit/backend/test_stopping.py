@@ -175,3 +175,37 @@ def test_without_check_finite_a_nan_spreads_silently_as_before() -> None:
     got = record("reference", 2, lambda: np.full((64, 192), np.nan, np.float32))
     gradfuse.execute("reference")
     assert np.isnan(got.model.weight.data).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_collector_is_paused_while_the_program_runs(backend: str) -> None:
+    """A feeder runs with Python's cyclic garbage collector off (a full collection
+    would walk the compiled program's IR); it is on again after the run, also after a
+    run that a feeder ends with an error, and off again after it where it was off."""
+    import gc
+
+    needs(backend)
+    data = sample(backend)
+    seen: list[bool] = []
+
+    def feed() -> np.ndarray:
+        seen.append(gc.isenabled())
+        if len(seen) == 3:
+            raise ValueError("stop here")
+        return data
+
+    assert gc.isenabled()
+    record(backend, 2, feed)
+    gradfuse.execute(backend)
+    assert seen == [False, False] and gc.isenabled()
+    record(backend, 4, feed)
+    with pytest.raises(GradfuseError, match="stop here"):
+        gradfuse.execute(backend)
+    assert seen == [False] * 3 and gc.isenabled()
+    gc.disable()
+    try:
+        record(backend, 1, lambda: data)
+        gradfuse.execute(backend)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
