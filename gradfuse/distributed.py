@@ -1,6 +1,8 @@
 """Data-parallel training over MPI, with PyTorch's names (`torch.distributed`).
 
-Launch one process per rank with `mpirun -n 2 python train.py`; in the script:
+Launch one process per rank with `mpirun -n 2 python train.py` (or `torchrun
+--standalone --nproc-per-node 2 train.py`, whose workers hand the run over to mpirun:
+`gradfuse.backend.torchrun`); in the script:
 
     import gradfuse.distributed as dist
     dist.init_process_group()             # rank and world size from mpirun's variables

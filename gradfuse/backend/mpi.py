@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from gradfuse.backend.torchrun import RELAUNCHED, hand_over
 from gradfuse.diagnostics import GradfuseError
 
 INSTALL = (
@@ -86,7 +87,11 @@ def init_process_group(
     """Joins this process to the run's MPI world (`MPI_COMM_WORLD`); the rank and world
     size come from the launcher (`launched_by`), and a `world_size` or `rank` given must
     agree with them (PyTorch's rendezvous arguments, `init_method`, `store` and the
-    rest, have nothing to do: mpirun has joined the ranks). `dist.init_process_group("nccl")`"""
+    rest, have nothing to do: mpirun has joined the ranks). `dist.init_process_group("nccl")`
+
+    Under torchrun (one node), the workers hand the run over to mpirun
+    (`gradfuse.backend.torchrun.hand_over`): worker 0 starts the ranks again under
+    mpirun and ends with their status, the others end here."""
     global _world
     if _world is not None:
         raise GradfuseError(
@@ -98,12 +103,16 @@ def init_process_group(
             f'init_process_group: backend "{backend}" is not one gradfuse runs'
             f" (MPI runs {', '.join(BACKENDS)})"
         )
-    try:
-        from mpi4py import MPI
-    except ImportError:
-        raise GradfuseError(INSTALL) from None
-    comm = MPI.COMM_WORLD
     launcher, env_rank, env_size, local = launched_by()
+    if not is_available():
+        raise GradfuseError(INSTALL)
+    if launcher == "torchrun" and env_size > 1:
+        hand_over(env_rank, env_size, INSTALL)  # ends this worker; mpirun runs the ranks
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    if os.environ.get(RELAUNCHED) == "1":
+        launcher = "torchrun"  # its ranks, started again by mpirun (`gradfuse.backend.torchrun`)
     if env_size != comm.Get_size():
         script = " ".join(shlex.quote(a) for a in sys.argv) or "script.py"
         raise GradfuseError(

@@ -87,11 +87,12 @@ def test_the_launcher_variables_give_rank_and_size():
 
 @needs_mpi
 def test_processes_that_mpi_did_not_start_together_are_refused(monkeypatch):
-    """torchrun's processes each start MPI alone: a world of 1 where WORLD_SIZE says 2."""
-    monkeypatch.setenv("RANK", "0")
-    monkeypatch.setenv("WORLD_SIZE", "2")
+    """Processes that a launcher other than one mpirun started (here MPICH's variables
+    say 2) each start MPI alone: a world of 1, refused with the command to run."""
+    monkeypatch.setenv("PMI_RANK", "0")
+    monkeypatch.setenv("PMI_SIZE", "2")
     monkeypatch.setattr(sys, "argv", ["train.py", "--epochs", "3"])
-    with pytest.raises(GradfuseError, match="torchrun started 2 processes, but MPI joined 1") as e:
+    with pytest.raises(GradfuseError, match="mpirun started 2 processes, but MPI joined 1") as e:
         dist.init_process_group("nccl")
     assert "launch with mpirun -n 2 python train.py --epochs 3" in str(e.value)
     with pytest.raises(GradfuseError, match='backend "ucc" is not one gradfuse runs'):
