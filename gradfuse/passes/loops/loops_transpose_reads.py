@@ -12,9 +12,18 @@ lanes: `vpermt2ps` on AVX-512), then stored as before. The new nest runs the tar
 tiles outermost, so that `loops-pack-tiles` makes the copy tile by tile in the nest
 that reads it: a 9 MiB copy made whole is bound by memory, and the shuffles alone
 changed nothing; together, ResNet-18 b8's layer4 input gradients took 2.2-2.4 ms a call
-against 3.2-4.2 ms, its step 102.9 ms against 110-111 (one thread). As `loops-transpose-writes`
-stores 8 x 8 tiles, this pass takes vectors of 16 lanes only: what runs on machines
-whose lanes are 8 (`gradfuse.backend.c.lanes`) is left as it was.
+against 3.2-4.2 ms, its step 102.9 ms against 110-111 (one thread).
+
+With lanes of 8 (`gradfuse.backend.c.lanes`: AVX2, Zen 4), a copy whose lanes gather
+across channels (a forward convolution's weight, 8 output channels 16 x C apart; a
+transposed one's split by phase, its taps read through `2 t - r + 1`) where each lane's
+points of the last dims are a multiple of 8 and contiguous (4 x 4 taps: 16) loads each
+lane's points as vectors and transposes 8 x 8 tiles (24 shuffles each, as
+`loops-transpose-writes`); each value of the nest's indices that the taps' indices take
+stores the vector of the point it reads. DCGAN b8 on a 2-core Zen 4, one thread,
+kernels timed alternately (`gradfuse.profiler`, best of 5): its 4 phase-split 512 x 256
+copies' kernels 8.4-8.9 -> 5.9-6.4 ms a call, the step's kernels 244 -> 231 ms; its
+steps 240 -> 227 ms (best of 5, alternately). 3 x 3 taps (9 points) stay gathered.
 
 ```
 // ir-opt k.mlir -p loops-transpose-reads
@@ -36,6 +45,7 @@ scf.parallel (%t, %co, %q) = ... to (%c32, %c512, %c16) step (..., %c16) {
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import product
 from math import prod
@@ -56,6 +66,7 @@ from xdsl.passes import ModulePass
 
 from gradfuse.passes.lib import fast_ops as fast
 from gradfuse.passes.loops.loop_ir import (
+    affine_form,
     block_like,
     depends,
     int_constant,
@@ -63,6 +74,7 @@ from gradfuse.passes.loops.loop_ir import (
     replace_nest,
     transfer_dim,
 )
+from gradfuse.passes.loops.loops_transpose_writes import transpose as tile_transpose
 from gradfuse.passes.loops.loops_vectorize import innermost_nests
 from gradfuse.passes.loops.pack_copy import clone_indices
 
@@ -73,6 +85,13 @@ block, and DCGAN b8's step (its 4 x 4 input gradients) ran no faster so (209 ms 
 way), its compile longer."""
 
 
+EIGHT = 8
+"""Lanes of the vectors transposed in 8 x 8 tiles (the 3 x 8 shuffles of
+`loops-transpose-writes`): a lane's points, a multiple of 8, are contiguous."""
+MAX_POINTS = 64
+"""The most points of the trailing dims of a copy of 8 lanes (8 tiles, 192 shuffles)."""
+
+
 @dataclass(frozen=True)
 class Copy:
     """A nest that copies one gathered vector: its read, its store, and the nest's
@@ -80,13 +99,17 @@ class Copy:
 
     read: vector.TransferReadOp
     store: vector.StoreOp
-    trailing: list[SSAValue]
+    trailing: list[SSAValue]  # the nest's indices that the trailing dims' indices take
+    last: int  # the read's last dim before the trailing ones (its lanes' dim: 16 lanes)
+    points: list[tuple[tuple[int, ...], int]]  # each value of `trailing`: its point
 
 
 def match(nest: scf.ParallelOp) -> Copy | None:
-    """The copy `nest` makes, where it reads a vector of `LANES` lanes along a dim `a`
-    whose later dims each run over one of the nest's indices, whole (so that the lanes
-    of all their points are one contiguous block), and stores it; else None."""
+    """The copy `nest` makes, where it reads a vector along a dim `a` and stores it, and
+    the read's trailing dims each run over one of the nest's indices, whole: of 16
+    lanes, the dims after `a`, fewer than 16 points (the lanes of all their points are
+    one contiguous block); of 8 lanes, the fewest last dims whose points are a multiple
+    of 8 (each lane's points are contiguous: 8 x 8 tiles, `EIGHT`). Else None."""
     body = nest.body.block
     ops = [o for o in body.ops if not isinstance(o, scf.ReduceOp)]
     reads = [o for o in ops if isinstance(o, vector.TransferReadOp)]
@@ -98,24 +121,90 @@ def match(nest: scf.ParallelOp) -> Copy | None:
         return None
     read, store = reads[0], stores[0]
     ty = read.result.type
-    if store.vector is not read.result or ty != VectorType(ty.element_type, [LANES]):  # type: ignore[attr-defined]
+    lanes = ty.get_shape()[0] if isinstance(ty, VectorType) and ty.get_num_dims() == 1 else 0
+    if store.vector is not read.result or lanes not in (LANES, EIGHT):
+        return None
+    import os
+
+    if lanes == EIGHT and os.environ.get("GF_NOTR8"):
         return None
     a = transfer_dim(read)
     shape = read.source.type.get_shape()  # type: ignore[attr-defined]
-    trailing = list(read.indices[a + 1 :])
     args = list(body.args)
-    if not trailing or not 2 <= prod(shape[a + 1 :]) < LANES or len(set(trailing)) < len(trailing):
+
+    def whole(k: int) -> bool:  # dim k's index is a nest index over the whole dim
+        iv = read.indices[k]
+        if iv not in args:
+            return False
+        j = args.index(iv)
+        bounds = (nest.lowerBound[j], nest.upperBound[j], nest.step[j])
+        return tuple(int_constant(v) for v in bounds) == (0, shape[k], 1)
+
+    last = a
+    if lanes == EIGHT:  # the fewest trailing dims whose points are a multiple of 8
+        last = len(shape) - 2
+        while last > a and prod(shape[last + 1 :]) % EIGHT:
+            last -= 1
+    count = prod(shape[last + 1 :])
+    fits = 2 <= count < LANES if lanes == LANES else count % EIGHT == 0 and count <= MAX_POINTS
+    if not fits:
         return None
-    for iv, size in zip(trailing, shape[a + 1 :]):
+    if lanes == LANES:  # each trailing dim a nest index over the whole dim
+        trailing = list(read.indices[last + 1 :])
+        if len(set(trailing)) < len(trailing) or not all(
+            whole(k) for k in range(last + 1, len(shape))
+        ):
+            return None
+        points = [(c, t) for t, c in enumerate(product(*map(range, shape[last + 1 :])))]
+    else:
+        found = tap_points(read.indices[last + 1 :], shape[last + 1 :], nest)
+        if found is None:
+            return None
+        trailing, points = found
+    if any(depends(i, iv) for i in read.indices[: last + 1] for iv in trailing):
+        return None
+    return Copy(read, store, trailing, last, points)
+
+
+def tap_points(
+    indices: Sequence[SSAValue], shape: Sequence[int], nest: scf.ParallelOp
+) -> tuple[list[SSAValue], list[tuple[tuple[int, ...], int]]] | None:
+    """The nest's indices that `indices` (of dims of `shape`) are affine forms of, and
+    for each of their values (in `product` order) the point of `shape` it reads, where
+    they read every point once (a phase-split weight's taps `2 t - r + 1`); else None."""
+    forms = [affine_form(i) for i in indices]
+    if any(f is None for f in forms):
+        return None
+    args = list(nest.body.block.args)
+    ivs: list[SSAValue] = []
+    for form in forms:
+        ivs += [iv for iv in form[0] if iv not in ivs]  # type: ignore[index]
+    sizes = []
+    for iv in ivs:
         if iv not in args:
             return None
-        k = args.index(iv)
-        bounds = (nest.lowerBound[k], nest.upperBound[k], nest.step[k])
-        if tuple(int_constant(v) for v in bounds) != (0, size, 1):
+        j = args.index(iv)
+        bounds = (nest.lowerBound[j], nest.upperBound[j], nest.step[j])
+        lo, hi, step = (int_constant(v) for v in bounds)
+        if lo != 0 or step != 1 or hi is None:
             return None
-    if any(depends(i, iv) for i in read.indices[: a + 1] for iv in trailing):
+        sizes.append(hi)
+    if prod(sizes) != prod(shape):
         return None
-    return Copy(read, store, trailing)
+    points, seen = [], set()
+    for values in product(*map(range, sizes)):
+        at = dict(zip(ivs, values))
+        coords = [
+            c + sum(k * at[iv] for iv, k in f[0].items()) for f, c in ((f, f[1]) for f in forms)
+        ]  # type: ignore[index]
+        if any(not 0 <= x < n for x, n in zip(coords, shape)) or tuple(coords) in seen:
+            return None
+        seen.add(tuple(coords))
+        flat = 0
+        for x, n in zip(coords, shape):
+            flat = flat * n + x
+        points.append((values, flat))
+    return ivs, points
 
 
 def masks(count: int) -> list[tuple[int, list[tuple[int, list[int]]]]]:
@@ -148,10 +237,12 @@ def transpose(copy: Copy, nest: scf.ParallelOp) -> None:
     ty = source.type
     assert isinstance(ty, MemRefType)
     shape = list(ty.get_shape())
-    a = transfer_dim(read)
-    count = prod(shape[a + 1 :])
-    flat_type = MemRefType(ty.element_type, [*shape[:a], shape[a] * count])
-    groups = [[k] for k in range(a)] + [list(range(a, len(shape)))]
+    a, last = transfer_dim(read), copy.last
+    count = prod(shape[last + 1 :])
+    eight = read.result.type.get_shape()[0] == EIGHT  # type: ignore[attr-defined]
+    cut = last + 1 if eight else a  # the dims from `cut` on become one
+    flat_type = MemRefType(ty.element_type, [*shape[:cut], prod(shape[cut:])])
+    groups = [[k] for k in range(cut)] + [list(range(cut, len(shape)))]
     flat = memref.CollapseShapeOp.create(
         operands=[source],
         result_types=[flat_type],
@@ -175,32 +266,17 @@ def transpose(copy: Copy, nest: scf.ParallelOp) -> None:
     zero = fast.constant(0)
     ops.append(zero)
     origin = {**at, **{iv: zero.result for iv in trailing}}
-    lead = [value(i, origin) for i in read.indices[:a]]
-    width = fast.constant(count)
-    start = fast.index_op(arith.MuliOp, value(read.indices[a], origin), width.results[0])
-    ops += [width, start]
     shared = {v: new for v, new in origin.items() if not any(depends(v, iv) for iv in trailing)}
-    vec_type = read.result.type
-    rows = []
-    for m in range(count):
-        at_m = start.results[0]
-        if m:
-            offset = fast.constant(m * LANES)
-            moved = fast.index_op(arith.AddiOp, at_m, offset.results[0])
-            ops += [offset, moved]
-            at_m = moved.results[0]
-        load = vector.LoadOp(flat.result, [*lead, at_m], vec_type)  # type: ignore[arg-type]
-        ops.append(load)
-        rows.append(load.result)
-    for (first, steps), coords in zip(masks(count), product(*map(range, shape[a + 1 :]))):
-        part = rows[first]
-        for row, mask in steps:
-            lanes = DenseArrayBase.from_list(i64, mask)
-            shuffle = vector.ShuffleOp(part, rows[row], lanes, result_type=vec_type)  # type: ignore[arg-type]
-            ops.append(shuffle)
-            part = shuffle.result
+    vectors: list[SSAValue] | Iterator[SSAValue]
+    if eight:
+        vectors = tiles(flat.result, [value(i, origin) for i in read.indices[:cut]], a, count, ops)
+    else:  # each point's shuffles just before its store, the points in order
+        lead = [value(i, origin) for i in read.indices[: a + 1]]
+        vectors = gathered(flat.result, read, count, lead, ops)
+    for values, tap in copy.points:
+        part = vectors[tap] if isinstance(vectors, list) else next(vectors)
         point = dict(shared)  # what the read computed apart from the taps: once
-        for iv, c in zip(trailing, coords):
+        for iv, c in zip(trailing, values):
             k = fast.constant(c)
             ops.append(k)
             point[iv] = k.results[0]
@@ -216,6 +292,69 @@ def transpose(copy: Copy, nest: scf.ParallelOp) -> None:
         [list(vs)[k] for k in keep] for vs in (nest.lowerBound, nest.upperBound, nest.step)
     )
     replace_nest(nest, new_body, (lower, upper, steps))
+
+
+def gathered(
+    flat: SSAValue,
+    read: vector.TransferReadOp,
+    count: int,
+    indices: list[SSAValue],
+    ops: list[Operation],
+) -> Iterator[SSAValue]:
+    """Each point's vector of 16 lanes, in order: the block (lane l's points at `count`
+    x l of the flat dim) loaded as `count` vectors, each point's lanes gathered from
+    them by two-source shuffles (`masks`), added to `ops` as the point is asked for.
+    `indices`: the read's up to its lanes' dim."""
+    width = fast.constant(count)
+    start = fast.index_op(arith.MuliOp, indices[-1], width.results[0])
+    ops += [width, start]
+    vec_type = read.result.type
+    rows = []
+    for m in range(count):
+        at_m = start.results[0]
+        if m:
+            offset = fast.constant(m * LANES)
+            moved = fast.index_op(arith.AddiOp, at_m, offset.results[0])
+            ops += [offset, moved]
+            at_m = moved.results[0]
+        load = vector.LoadOp(flat, [*indices[:-1], at_m], vec_type)  # type: ignore[arg-type]
+        ops.append(load)
+        rows.append(load.result)
+    for first, steps in masks(count):
+        part = rows[first]
+        for row, mask in steps:
+            lanes = DenseArrayBase.from_list(i64, mask)
+            shuffle = vector.ShuffleOp(part, rows[row], lanes, result_type=vec_type)  # type: ignore[arg-type]
+            ops.append(shuffle)
+            part = shuffle.result
+        yield part
+
+
+def tiles(
+    flat: SSAValue, indices: list[SSAValue], a: int, count: int, ops: list[Operation]
+) -> list[SSAValue]:
+    """Each point's vector of 8 lanes: lane l's `count` points are contiguous, at
+    `indices` with index `a` (the lanes' dim) + l; each 8 x 8 tile of lanes x points is
+    loaded as 8 vectors (one a lane) and transposed (`loops-transpose-writes`)."""
+    vec_type = VectorType(flat.type.element_type, [EIGHT])  # type: ignore[attr-defined]
+    lane_at = [indices[a]]
+    for lane in range(1, EIGHT):
+        k = fast.constant(lane)
+        add = fast.index_op(arith.AddiOp, indices[a], k.results[0])
+        ops += [k, add]
+        lane_at.append(add.results[0])
+    points: list[SSAValue] = []
+    for h in range(count // EIGHT):
+        k = fast.constant(h * EIGHT)
+        ops.append(k)
+        rows = []
+        for lane in range(EIGHT):
+            where = [*indices[:a], lane_at[lane], *indices[a + 1 :], k.results[0]]
+            load = vector.LoadOp(flat, where, vec_type)
+            ops.append(load)
+            rows.append(load.result)
+        points += tile_transpose(rows, ops)
+    return points
 
 
 @dataclass(frozen=True)

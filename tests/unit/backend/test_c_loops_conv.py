@@ -317,3 +317,22 @@ def test_convolutions_in_float64_match_the_reference_in_float64() -> None:
     for got, want in zip(results["c"], results["reference"], strict=True):
         assert got.dtype == np.float64
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["conv-to-4x4", "convT-4x4-stride2-pad1", "conv-1x1-stride2"])
+def test_weights_copied_in_8_lanes_are_transposed_in_tiles(monkeypatch, name: str) -> None:
+    """With lanes of 8 (`cpu{lanes=8}`, on any machine), a weight copy that gathered 8
+    output (or input) channels a step, their 4 x 4 taps (16 points: a phase-split one
+    through `2 t - r + 1`) or 1 x 1 taps of 8 channels contiguous per channel, loads
+    each channel's points as vectors and transposes 8 x 8 tiles
+    (`loops-transpose-reads`): the C reads no float weight lane by lane, and the
+    results match float64 on the reference as the gathers did."""
+    make, shape = CASES[name]
+    record(make, shape, np.float32)
+    module = program().module.clone()
+    run_pipeline(module, "cpu{lanes=8}")
+    source = render_c(module)
+    assert "(gf_intx8){0, 8, 1, 9, 4, 12, 5, 13}" in source
+    assert not re.search(r"gf_floatx8 v\d+ = \(gf_floatx8\)\{p0\[0\], p0\[(?!1\])", source)
+    monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{lanes=8}")
+    assert_matches_float64(make, shape, 3)
