@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ddp_compare import assert_ranks_train_as_one_process, ranks_and_one_process
 
 import gradfuse
 import gradfuse.distributed as dist
@@ -207,17 +208,7 @@ def test_two_ranks_train_as_one_process_on_the_whole_batch(tmp_path, model, back
     GPU runs ncclAllReduce (tests/unit/backend/test_cuda_nccl.py)."""
     done = mpirun(model, backend, "ddp", str(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
-    single = subprocess.run(
-        [sys.executable, str(TRAIN), model, backend, "single", str(tmp_path)],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
-    assert single.returncode == 0, single.stderr
-    ranks = [np.load(tmp_path / f"ddp_{r}.npz") for r in (0, 1)]
-    alone = np.load(tmp_path / "single_0.npz")
-    assert sorted(ranks[0]) == sorted(alone) and len(alone) >= 4
-    for key in alone:
-        assert np.array_equal(ranks[0][key], ranks[1][key]), key
-        np.testing.assert_allclose(ranks[0][key], alone[key], rtol=1e-5, atol=1e-7, err_msg=key)
+    assert_ranks_train_as_one_process(tmp_path, model, backend)
 
 
 def test_no_sync_records_no_all_reduce_and_the_next_backward_one(monkeypatch):
@@ -266,16 +257,7 @@ def test_gradients_accumulated_under_no_sync_are_averaged_at_the_next_backward(t
     the MLP comparison above: the same sums, grouped 2 + 2 on each rank)."""
     done = mpirun("mlp", "c", "accum", str(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
-    single = subprocess.run(
-        [sys.executable, str(TRAIN), "mlp", "c", "single", str(tmp_path)],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
-    assert single.returncode == 0, single.stderr
-    ranks = [np.load(tmp_path / f"accum_{r}.npz") for r in (0, 1)]
-    alone = np.load(tmp_path / "single_0.npz")
-    for key in alone:
-        assert np.array_equal(ranks[0][key], ranks[1][key]), key
-        np.testing.assert_allclose(ranks[0][key], alone[key], rtol=1e-5, atol=1e-7, err_msg=key)
+    assert_ranks_train_as_one_process(tmp_path, "mlp", "c", "accum")
 
 
 @needs_mpi
@@ -331,16 +313,9 @@ def test_two_ranks_train_dcgan_with_sync_batch_norm_as_one_process(tmp_path, bac
     activations."""
     done = mpirun("dcgan", backend, "ddp", str(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
-    single = subprocess.run(
-        [sys.executable, str(TRAIN), "dcgan", backend, "single", str(tmp_path)],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
-    assert single.returncode == 0, single.stderr
-    ranks = [np.load(tmp_path / f"ddp_{r}.npz") for r in (0, 1)]
-    alone = np.load(tmp_path / "single_0.npz")
-    assert sorted(ranks[0]) == sorted(alone) and "g.main.1.running_var" in alone
+    ranks, alone = ranks_and_one_process(tmp_path, "dcgan", backend)
+    assert "g.main.1.running_var" in alone
     for key in alone:
-        assert np.array_equal(ranks[0][key], ranks[1][key]), key
         apart = np.linalg.norm(ranks[0][key] - alone[key])
         assert apart <= 2e-5 * np.linalg.norm(alone[key]), (key, apart)
 

@@ -11,15 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
+from ddp_compare import TRAIN, assert_ranks_train_as_one_process
 
 import gradfuse.distributed as dist
 from gradfuse.backend import torchrun
 from gradfuse.diagnostics import GradfuseError
 
-HERE = Path(__file__).resolve().parent
-TRAIN = HERE / "ddp_train.py"
 BIN = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 TORCHRUN = shutil.which("torchrun", path=BIN)
 needs_torchrun = pytest.mark.skipif(
@@ -79,17 +77,7 @@ def test_torchrun_trains_two_ranks_as_one_process_on_the_whole_batch(tmp_path):
     params equal one process's trained on all 8, and each other's bitwise."""
     done = run_torchrun("mlp", "c", "ddp", str(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
-    single = subprocess.run(
-        [sys.executable, str(TRAIN), "mlp", "c", "single", str(tmp_path)],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
-    assert single.returncode == 0, single.stderr
-    ranks = [np.load(tmp_path / f"ddp_{r}.npz") for r in (0, 1)]
-    alone = np.load(tmp_path / "single_0.npz")
-    assert sorted(ranks[0]) == sorted(alone) and len(alone) >= 4
-    for key in alone:
-        assert np.array_equal(ranks[0][key], ranks[1][key]), key
-        np.testing.assert_allclose(ranks[0][key], alone[key], rtol=1e-5, atol=1e-7, err_msg=key)
+    assert_ranks_train_as_one_process(tmp_path, "mlp", "c")
 
 
 @needs_torchrun
