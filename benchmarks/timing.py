@@ -8,9 +8,10 @@ during ResNet-18's runs took 0.79 s, 13 ms a step over 60 steps)."""
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Callable, Sequence
+
+from gradfuse.gcpause import paused_gc
 
 
 def best_of(rounds: int, runs: Sequence[Callable[[], object]]) -> list[float]:
@@ -20,13 +21,8 @@ def best_of(rounds: int, runs: Sequence[Callable[[], object]]) -> list[float]:
     best = [float("inf")] * len(runs)
     for _ in range(rounds):
         for i, run in enumerate(runs):
-            was_enabled = gc.isenabled()
-            gc.disable()
-            try:
+            with paused_gc():
                 start = time.perf_counter()
                 run()
                 best[i] = min(best[i], time.perf_counter() - start)
-            finally:
-                if was_enabled:
-                    gc.enable()
     return best

@@ -5,7 +5,6 @@ the same training in one process."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -19,15 +18,14 @@ import gradfuse
 import gradfuse.distributed as dist
 from gradfuse import Feeder, Receiver, ir_for
 from gradfuse.backend import mpi
+from gradfuse.backend.torchrun import mpirun_path
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.frontend.parser import parse_tg
 from gradfuse.nn import Linear
 
 HERE = Path(__file__).resolve().parent
 TRAIN = HERE / "ddp_train.py"
-MPIRUN = shutil.which(
-    "mpirun", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-)
+MPIRUN = mpirun_path()
 needs_mpi = pytest.mark.skipif(
     MPIRUN is None or not dist.is_available(),
     reason="mpirun and mpi4py are the extra gradfuse[mpi] (.ci/run installs it)",

@@ -94,14 +94,15 @@ MAX_POINTS = 64
 
 @dataclass(frozen=True)
 class Copy:
-    """A nest that copies one gathered vector: its read, its store, and the nest's
-    indices of the read's trailing dims (one each, over the whole dim)."""
+    """A nest that copies one gathered vector: its read, its store, the nest's indices
+    that the read's trailing dims take, the read's last dim before those, and for each
+    value of the indices the trailing point it reads (`tap_points`)."""
 
     read: vector.TransferReadOp
     store: vector.StoreOp
-    trailing: list[SSAValue]  # the nest's indices that the trailing dims' indices take
-    last: int  # the read's last dim before the trailing ones (its lanes' dim: 16 lanes)
-    points: list[tuple[tuple[int, ...], int]]  # each value of `trailing`: its point
+    trailing: list[SSAValue]
+    last: int  # (16 lanes: the lanes' dim)
+    points: list[tuple[tuple[int, ...], int]]
 
 
 def match(nest: scf.ParallelOp) -> Copy | None:
@@ -124,22 +125,8 @@ def match(nest: scf.ParallelOp) -> Copy | None:
     lanes = ty.get_shape()[0] if isinstance(ty, VectorType) and ty.get_num_dims() == 1 else 0
     if store.vector is not read.result or lanes not in (LANES, EIGHT):
         return None
-    import os
-
-    if lanes == EIGHT and os.environ.get("GF_NOTR8"):
-        return None
     a = transfer_dim(read)
     shape = read.source.type.get_shape()  # type: ignore[attr-defined]
-    args = list(body.args)
-
-    def whole(k: int) -> bool:  # dim k's index is a nest index over the whole dim
-        iv = read.indices[k]
-        if iv not in args:
-            return False
-        j = args.index(iv)
-        bounds = (nest.lowerBound[j], nest.upperBound[j], nest.step[j])
-        return tuple(int_constant(v) for v in bounds) == (0, shape[k], 1)
-
     last = a
     if lanes == EIGHT:  # the fewest trailing dims whose points are a multiple of 8
         last = len(shape) - 2
@@ -147,20 +134,13 @@ def match(nest: scf.ParallelOp) -> Copy | None:
             last -= 1
     count = prod(shape[last + 1 :])
     fits = 2 <= count < LANES if lanes == LANES else count % EIGHT == 0 and count <= MAX_POINTS
-    if not fits:
+    indices = read.indices[last + 1 :]
+    if not fits or (lanes == LANES and not all(i in body.args for i in indices)):
+        return None  # (of 16 lanes, each trailing dim's index a nest index)
+    found = tap_points(indices, shape[last + 1 :], nest)
+    if found is None:
         return None
-    if lanes == LANES:  # each trailing dim a nest index over the whole dim
-        trailing = list(read.indices[last + 1 :])
-        if len(set(trailing)) < len(trailing) or not all(
-            whole(k) for k in range(last + 1, len(shape))
-        ):
-            return None
-        points = [(c, t) for t, c in enumerate(product(*map(range, shape[last + 1 :])))]
-    else:
-        found = tap_points(read.indices[last + 1 :], shape[last + 1 :], nest)
-        if found is None:
-            return None
-        trailing, points = found
+    trailing, points = found
     if any(depends(i, iv) for i in read.indices[: last + 1] for iv in trailing):
         return None
     return Copy(read, store, trailing, last, points)
@@ -171,7 +151,8 @@ def tap_points(
 ) -> tuple[list[SSAValue], list[tuple[tuple[int, ...], int]]] | None:
     """The nest's indices that `indices` (of dims of `shape`) are affine forms of, and
     for each of their values (in `product` order) the point of `shape` it reads, where
-    they read every point once (a phase-split weight's taps `2 t - r + 1`); else None."""
+    they read every point once (nest indices over whole dims; a phase-split weight's
+    taps `2 t - r + 1`); else None."""
     forms = [affine_form(i) for i in indices]
     if any(f is None for f in forms):
         return None
@@ -194,9 +175,7 @@ def tap_points(
     points, seen = [], set()
     for values in product(*map(range, sizes)):
         at = dict(zip(ivs, values))
-        coords = [
-            c + sum(k * at[iv] for iv, k in f[0].items()) for f, c in ((f, f[1]) for f in forms)
-        ]  # type: ignore[index]
+        coords = [f[1] + sum(k * at[iv] for iv, k in f[0].items()) for f in forms]  # type: ignore[index]
         if any(not 0 <= x < n for x, n in zip(coords, shape)) or tuple(coords) in seen:
             return None
         seen.add(tuple(coords))
@@ -359,7 +338,8 @@ def tiles(
 
 @dataclass(frozen=True)
 class LoopsTransposeReadsPass(ModulePass):
-    """Copies whose 16 lanes gather across a contiguous block load it whole and shuffle.
+    """Copies whose 16 lanes gather across a contiguous block load it whole and shuffle;
+    those of 8 lanes whose lanes' points are contiguous transpose 8 x 8 tiles.
 
     `ir-opt k.mlir -p loops-transpose-reads`
     """

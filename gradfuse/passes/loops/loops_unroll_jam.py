@@ -108,7 +108,7 @@ def plan(nest: scf.ParallelOp, rows: int = ROWS, min_work: int = JAM_WORK) -> li
         )
 
     trips = [dim_trips(nest, k) for k in range(len(args))]
-    bounding = [b for o in nest.walk() if isinstance(o, scf.ForOp) for b in (o.lb, o.ub)]
+    bounding = loop_bounds(nest)
     scored = [
         (shared(args[k]), k)
         for k in range(len(args))
@@ -135,17 +135,15 @@ def plan(nest: scf.ParallelOp, rows: int = ROWS, min_work: int = JAM_WORK) -> li
     return chosen
 
 
+def loop_bounds(nest: scf.ParallelOp) -> list[SSAValue]:
+    """The bounds of the loops in `nest`."""
+    return [b for o in nest.walk() if isinstance(o, scf.ForOp) for b in (o.lb, o.ub)]
+
+
 def trimmed(nest: scf.ParallelOp) -> bool:
     """Whether a loop in `nest` has bounds that depend on its point (`loops-trim-taps`:
     a window on a small image, whose blocks of few points run faster unjammed)."""
-    args = nest.body.block.args
-    return any(
-        depends(b, a)
-        for o in nest.walk()
-        if isinstance(o, scf.ForOp)
-        for b in (o.lb, o.ub)
-        for a in args
-    )
+    return any(depends(b, a) for b in loop_bounds(nest) for a in nest.body.block.args)
 
 
 def jam_nest(nest: scf.ParallelOp, rows: int = ROWS, min_work: int = JAM_WORK) -> None:
