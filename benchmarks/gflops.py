@@ -166,6 +166,9 @@ def convnet(name: str, steps: int, **sizes: int) -> None:
     )  # a receiver each step: a profiled step each
 
 
+MODELS = ("transformer", "dcgan", "resnet18")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1, help="BLAS and OpenMP threads")
@@ -173,6 +176,10 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=8, help="slowest launches listed")
     parser.add_argument("--models", default="transformer,dcgan,resnet18", help="which, by name")
     args = parser.parse_args()
+    names = args.models.split(",")
+    for name in names:
+        if name not in MODELS:
+            parser.error(f"--models: {name!r} is not one of {', '.join(MODELS)}")
     rates = {n: sgemm_gflops(n) for n in SIZES}
     peak = max(rates.values())
     sizes = ", ".join(f"{n}: {r:.1f}" for n, r in rates.items())
@@ -187,9 +194,7 @@ def main() -> None:
             lambda: convnet("resnet18", args.steps, BATCH=8, IMAGE=64),
         ),
     }
-    for name in args.models.split(","):
-        if name not in models:
-            parser.error(f"--models: {name!r} is not one of {', '.join(models)}")
+    for name in names:
         rows += measure(*models[name], args.steps)
     timed = max(args.steps - 1, 1)
     print(f"\nC backend ({pipeline} pipeline), contractions per step:")
