@@ -10,10 +10,11 @@ or on an `scf.for` that carries sums: the loop is vectorised (`loops-vectorize`)
 """
 
 from collections.abc import Iterator, Sequence
+from math import prod
 from typing import NamedTuple
 
 from xdsl.dialects import arith, func, memref, scf, vector
-from xdsl.dialects.builtin import IntegerAttr, ModuleOp
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, MemRefType, ModuleOp, i64
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.ir.affine import AffineDimExpr
 
@@ -150,6 +151,24 @@ def scratch(fn: func.FuncOp, element: Attribute, shape: list[int], name: str) ->
     entry.insert_op_before(alloc, first)
     entry.insert_op_before(memref.DeallocOp.get(alloc.memref), end)
     return alloc.memref
+
+
+def collapsed(source: SSAValue, cut: int) -> memref.CollapseShapeOp:
+    """A view of `source` whose dims from `cut` on are one (the same elements; the C
+    target prints the same pointer): `memref<8x4x3x3xf32>` at 1 is `memref<8x36xf32>`."""
+    ty = source.type
+    assert isinstance(ty, MemRefType)
+    shape = list(ty.get_shape())
+    groups = [[k] for k in range(cut)] + [list(range(cut, len(shape)))]
+    return memref.CollapseShapeOp.create(
+        operands=[source],
+        result_types=[MemRefType(ty.element_type, [*shape[:cut], prod(shape[cut:])])],
+        properties={
+            "reassociation": ArrayAttr(
+                [ArrayAttr([IntegerAttr(k, i64) for k in g]) for g in groups]
+            )
+        },
+    )
 
 
 def dim_trips(nest: scf.ParallelOp, dim: int) -> int:

@@ -51,11 +51,9 @@ from itertools import product
 from math import prod
 
 from xdsl.context import Context
-from xdsl.dialects import arith, memref, scf, vector
+from xdsl.dialects import arith, scf, vector
 from xdsl.dialects.builtin import (
-    ArrayAttr,
     DenseArrayBase,
-    IntegerAttr,
     MemRefType,
     ModuleOp,
     VectorType,
@@ -68,6 +66,7 @@ from gradfuse.passes.lib import fast_ops as fast
 from gradfuse.passes.loops.loop_ir import (
     affine_form,
     block_like,
+    collapsed,
     depends,
     int_constant,
     kernel_functions,
@@ -220,17 +219,7 @@ def transpose(copy: Copy, nest: scf.ParallelOp) -> None:
     count = prod(shape[last + 1 :])
     eight = read.result.type.get_shape()[0] == EIGHT  # type: ignore[attr-defined]
     cut = last + 1 if eight else a  # the dims from `cut` on become one
-    flat_type = MemRefType(ty.element_type, [*shape[:cut], prod(shape[cut:])])
-    groups = [[k] for k in range(cut)] + [list(range(cut, len(shape)))]
-    flat = memref.CollapseShapeOp.create(
-        operands=[source],
-        result_types=[flat_type],
-        properties={
-            "reassociation": ArrayAttr(
-                [ArrayAttr([IntegerAttr(k, i64) for k in g]) for g in groups]
-            )
-        },
-    )
+    flat = collapsed(source, cut)
     keep = [k for k, arg in enumerate(body.args) if arg not in trailing]
     tile = store.indices[0]  # the target's tile: outermost, for `loops-pack-tiles`
     keep.sort(key=lambda k: body.args[k] is not tile)
