@@ -37,6 +37,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "kernel-plan-buffers": _lazy("kernel.plan_buffers", "KernelPlanBuffersPass"),
     "convert-kernel-to-gpu": _lazy("gpu.convert_kernel_to_gpu", "ConvertKernelToGpuPass"),
     "convert-kernel-to-loops": _lazy("loops.convert_kernel_to_loops", "ConvertKernelToLoopsPass"),
+    "loops-coalesce": _lazy("loops.loops_coalesce", "LoopsCoalescePass"),
     "loops-distribute": _lazy("loops.loops_distribute", "LoopsDistributePass"),
     "loops-interchange": _lazy("loops.loops_interchange", "LoopsInterchangePass"),
     "loops-pack": _lazy("loops.loops_pack", "LoopsPackPass"),
@@ -66,7 +67,7 @@ PIPELINES: dict[str, str] = {
     "cpu": (
         "kernels,kernel-layout,kernel-split-dims,kernel-split-phases,kernel-plan-buffers,convert-kernel-to-loops,"
         "canonicalize,cse,"
-        "loops-distribute,loops-interchange,loops-pack,loops-trim-taps,loops-pad,loops-vectorize,cse,loops-unroll-jam,cse,"
+        "loops-distribute,loops-interchange,loops-pack,loops-trim-taps,loops-pad,loops-coalesce,loops-vectorize,cse,loops-unroll-jam,cse,"
         "loops-transpose-writes,loops-transpose-reads,loops-pack-tiles,loops-parallelize"
     ),
 }

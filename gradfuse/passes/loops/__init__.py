@@ -7,6 +7,7 @@
 | `loops_interchange.py`       | `loops-interchange`       | the lanes' dim innermost; channel loops inside the taps |
 | `loops_pack.py`              | `loops-pack`              | operands read across the lanes copied into loop order |
 | `loops_trim_taps.py`        | `loops-trim-taps`         | tap loops bounded by the output point: no reads of padding |
+| `loops_coalesce.py`          | `loops-coalesce`          | an elementwise nest's short trailing dims made one, for lanes |
 | `loops_vectorize.py`         | `loops-vectorize`         | one loop per nest runs in SIMD lanes   |
 | `loops_unroll_jam.py`        | `loops-unroll-jam`        | reduction nests run in register blocks (`jam.py`) |
 | `loops_transpose_writes.py`  | `loops-transpose-writes`  | 8 x 8 tiles written across the lanes stored by rows |

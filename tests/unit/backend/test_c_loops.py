@@ -270,6 +270,26 @@ def test_a_weight_gradient_stored_for_its_update_matches_float64():
         np.testing.assert_allclose(params["w"], w, rtol=0, atol=1e-6)
 
 
+def test_coalesced_elementwise_nests_match_the_reference():
+    """loops-coalesce's cases (tests/filecheck/passes/loops-coalesce.tg): a weight's
+    update over [128, 64, 4, 4] made one dim of 131072 points in lanes, taps made one
+    dim of 9 (8 in lanes, 1 after), and a transposing copy left as it was. Each point
+    is a product, square root or quotient of its own elements, correctly rounded in
+    lanes as in NumPy: `agree`'s tolerance holds on any CPU."""
+    src = Path(__file__).resolve().parents[2] / "filecheck/passes/loops-coalesce.tg"
+    update, taps, transposed = src.read_text().split("// -----")
+    rng = np.random.default_rng(19)
+    m = np.abs(rng.standard_normal((128, 64, 4, 4))).astype(np.float32) + 0.1
+    g = rng.standard_normal((128, 64, 4, 4)).astype(np.float32)
+    agree(update, "c", pipeline="cpu", args=[m, g, np.float32(0.01)])
+    x, s = (rng.standard_normal(shape).astype(np.float32) for shape in ((32, 16, 3, 3), (32, 16)))
+    agree(taps, "c", pipeline="cpu", args=[x, s])
+    t = np.abs(rng.standard_normal((64, 4, 32))).astype(np.float32)
+    agree(transposed, "c", pipeline="cpu", args=[t])
+    source = render_c(compile_module(parse_tg(update), "c", pipeline="cpu").module)
+    assert re.search(r"for \(long d0 = 0; d0 < 131072; d0 \+= (8|16)\)", source)
+
+
 def test_a_max_pool_gradient_split_by_phase_matches_the_reference():
     """A 3 x 3 max pool of stride 2 (ResNet-18's): its input gradient, split by phase
     with its 3 taps padded to 4 (`kernel-split-phases`), sums 1 to 4 window slots an
