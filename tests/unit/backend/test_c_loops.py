@@ -293,7 +293,8 @@ def test_coalesced_elementwise_nests_match_the_reference():
 def test_a_max_pool_gradient_split_by_phase_matches_the_reference():
     """A 3 x 3 max pool of stride 2 (ResNet-18's): its input gradient, split by phase
     with its 3 taps padded to 4 (`kernel-split-phases`), sums 1 to 4 window slots an
-    input; random normal inputs tie in no window."""
+    input, its tap loops bounded by the phase and the image (`loops-trim-taps`); random
+    normal inputs tie in no window."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "passes"))
     from test_split_phases import MAX_POOL_GRAD
 
@@ -301,7 +302,8 @@ def test_a_max_pool_gradient_split_by_phase_matches_the_reference():
     args = [rng.standard_normal(s).astype(np.float32) for s in ((2, 3, 8, 8), (2, 3, 4, 4))]
     agree(MAX_POOL_GRAD, "c", pipeline="cpu", args=args)
     source = render_c(compile_module(parse_tg(MAX_POOL_GRAD), "c", pipeline="cpu").module)
-    assert source.count("gf_floordiv(") == 1  # its definition alone: no phase test a tap
+    assert source.count("gf_floordiv(") == 3  # its definition, and a bound a tap loop
+    assert re.search(r"for \(long d6 = v\d+; d6 < v\d+; d6\+\+\)", source)
 
 
 def resnet_params(backend: str) -> dict[str, np.ndarray]:
