@@ -20,6 +20,9 @@ and step time on the C backend against PyTorch CPU eager, measured in one run.
    to the model (ResNet-18: 45 MB each way), a cost of the run, not of a step (on the
    2-core developer machine, one thread: 126 ms a step in runs of one step, 111 ms in
    runs of 10), hence 10 steps a run by default, where training runs thousands.
+   Both sides train on one fixed batch, drawn once (PyTorch's side draws its tensors
+   once; gradfuse's feeders return the example's first batch every step, so the timed
+   step holds no NumPy random draws: ResNet-18 b8's cost 1.7 ms a step).
    `--no-resnet` times DCGAN only.
 
     .venv/bin/python benchmarks/convnets.py --backend cuda --time-batch 128 --steps 10
@@ -35,6 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
 from threads import add_threads_option, use_threads  # benchmarks/threads.py
 from timing import best_of  # benchmarks/timing.py
 
@@ -70,6 +74,25 @@ def kernels_per_step(name: str, **sizes: int) -> tuple[int, float]:
     return program.kernels_per_iteration, time.perf_counter() - start
 
 
+class FixedBatch:
+    """An example's `Data` that returns its first batch at every call: the batch that a
+    feeder gives each step is drawn once, as the PyTorch side's tensors are."""
+
+    def __init__(self, data: object) -> None:
+        self.data = data
+        self.drawn: dict[str, np.ndarray] = {}
+
+    def __getattr__(self, name: str) -> Callable[[], np.ndarray]:
+        source = getattr(self.data, name)
+
+        def fixed() -> np.ndarray:
+            if name not in self.drawn:
+                self.drawn[name] = source()
+            return self.drawn[name]
+
+        return fixed
+
+
 def gradfuse_steps(
     name: str, steps: int, backend: str | None, **sizes: int
 ) -> tuple[Callable[[], None], str]:
@@ -77,7 +100,7 @@ def gradfuse_steps(
     here, and run once untimed), and the backend's name."""
     module = example(name, **sizes)
     gradfuse.reset()
-    module.record(steps=steps, log_every=steps)
+    module.record(steps=steps, log_every=steps, data=FixedBatch(module.Data()))
     program = gradfuse.compile(backend)
     program.run()  # the untimed first run (library load, first touch of the buffers)
     return program.run, program.backend
