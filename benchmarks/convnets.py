@@ -16,10 +16,10 @@ and step time on the C backend against PyTorch CPU eager, measured in one run.
    is not timed. Each side is timed `--rounds` times, the two taking turns, and the
    best of each is kept, as `timeit` does: the machine is shared, and a slow run
    measures its other load, not the code. A step's time is a run's over its steps: a
-   gradfuse run also copies the params' first values in and their last values back
-   to the model (ResNet-18: 45 MB each way), a cost of the run, not of a step (on the
-   2-core developer machine, one thread: 126 ms a step in runs of one step, 111 ms in
-   runs of 10), hence 10 steps a run by default, where training runs thousands.
+   gradfuse run also copies the params' first values in (ResNet-18: 45 MB) and hands
+   its last values to the model, a cost of the run, not of a step (2-core Zen 4, one
+   thread, 2026-12-02: 12 ms a run, 22 ms while the last values were copied back too),
+   hence 10 steps a run by default, where training runs thousands.
    Both sides train on one fixed batch, drawn once (PyTorch's side draws its tensors
    once; gradfuse's feeders return the example's first batch every step, so the timed
    step holds no NumPy random draws: ResNet-18 b8's cost 1.7 ms a step).

@@ -139,9 +139,12 @@ def Receiver(  # noqa: N802 (the seed program's name)
 
 
 def _write_back(params: dict[str, Parameter], values: dict[str, np.ndarray]) -> None:
+    """The params' final values into the model: the arrays of the run's result (a run
+    copies the params it starts from, so they belong to it), cast where a dtype differs;
+    as `model.state_dict()` in PyTorch, a result's params share memory with the model's."""
     for key, param in params.items():
         if key in values:
-            param.data = np.array(values[key], dtype=param.data.dtype)
+            param.data = np.asarray(values[key], dtype=param.data.dtype)
 
 
 class Compiled:
