@@ -47,7 +47,8 @@ func.func @main(%w: memref<32x16x3x3xf32>, %p: memref<1x3x3x32x16xf32>) {
 // -----
 
 // Lanes of 8 (a machine that runs 16 no faster, `gradfuse.backend.c.lanes`) across
-// 3 x 3 taps stay gathered: 9 points a lane are no whole 8 x 8 tiles (below).
+// 3 x 3 taps: each lane's 9 taps are contiguous, taps 0-7 one 8 x 8 tile (8 vector
+// loads, 24 shuffles), tap 8 past it gathered as before; the tile runs outermost.
 func.func private @eight(%w: memref<32x8x3x3xf32>, %p: memref<1x3x3x32x8xf32>) attributes {gradfuse.kernel} {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
@@ -70,8 +71,14 @@ func.func @main(%w: memref<32x8x3x3xf32>, %p: memref<1x3x3x32x8xf32>) {
   func.return
 }
 // CHECK-LABEL: func.func private @eight
-// CHECK-NOT:   memref.collapse_shape
-// CHECK:       vector.transfer_read
+// CHECK:       %[[F:.*]] = memref.collapse_shape %w {{\[}}[0 : i64], [1 : i64], [2 : i64, 3 : i64]] : memref<32x8x3x3xf32> into memref<32x8x9xf32>
+// CHECK:       ^bb0(%t: index, %co: index, %q: index):
+// CHECK-COUNT-8: vector.load %[[F]][%co, %{{.*}}, %{{.*}}] : memref<32x8x9xf32>, vector<8xf32>
+// CHECK-COUNT-24: vector.shuffle
+// CHECK:       %[[EIGHT:.*]] = arith.constant 8 : index
+// CHECK:       %[[LAST:.*]] = vector.transfer_read %[[F]][%co, %ci, %[[EIGHT]]]
+// CHECK-COUNT-8: vector.store
+// CHECK:       vector.store %[[LAST]], %p[%t, %{{.*}}, %{{.*}}, %co, %q]
 
 // -----
 
