@@ -34,6 +34,7 @@ for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
+from functools import partial  # noqa: E402
 from math import prod  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -166,7 +167,15 @@ def convnet(name: str, steps: int, **sizes: int) -> None:
     )  # a receiver each step: a profiled step each
 
 
-MODELS = ("transformer", "dcgan", "resnet18")
+MODELS: dict[str, tuple[str, Callable[[int], None]]] = {
+    "transformer": ("transformer", transformer),
+    "dcgan": ("dcgan b8", lambda steps: convnet("dcgan", steps, BATCH=8)),
+    "resnet18": (
+        "resnet18 b8 64x64",
+        lambda steps: convnet("resnet18", steps, BATCH=8, IMAGE=64),
+    ),
+}
+"""The models measured, by their `--models` name: the row label and the recording."""
 
 
 def main() -> None:
@@ -186,16 +195,9 @@ def main() -> None:
     print(f"NumPy SGEMM on {args.threads} thread(s), GFLOP/s by size ({sizes}); peak {peak:.1f}")
     pipeline = pipeline_of("c")
     rows: list[Row] = []
-    models: dict[str, tuple[str, Callable[[], None]]] = {
-        "transformer": ("transformer", lambda: transformer(args.steps)),
-        "dcgan": ("dcgan b8", lambda: convnet("dcgan", args.steps, BATCH=8)),
-        "resnet18": (
-            "resnet18 b8 64x64",
-            lambda: convnet("resnet18", args.steps, BATCH=8, IMAGE=64),
-        ),
-    }
     for name in names:
-        rows += measure(*models[name], args.steps)
+        label, record = MODELS[name]
+        rows += measure(label, partial(record, args.steps), args.steps)
     timed = max(args.steps - 1, 1)
     print(f"\nC backend ({pipeline} pipeline), contractions per step:")
     print(
