@@ -17,6 +17,9 @@ sums, an activation), so the rate is a lower bound on the contraction's own.
 
 The table: per model and class, the FLOPs, seconds and GFLOP/s of a step's
 contractions, their share of the peak, and the `--rows` slowest launches by time.
+Then each model's floor: its step's contraction FLOPs at the peak, a bound on any
+implementation's step on this machine, PyTorch's included (a step of DCGAN b8 cannot
+run in less than its 15.4 GFLOP at ~100 GFLOP/s, 150 ms on a 2-core Zen 4).
 `GRADFUSE_C_PIPELINE` gives the c backend's pipeline options (`cpu{jam-work=0}`).
 """
 
@@ -203,6 +206,7 @@ def main() -> None:
     print(
         f"{'model':<20}{'class':<13}{'launches':>9}{'GFLOP':>9}{'ms':>10}{'GFLOP/s':>9}{'of peak':>9}"
     )
+    floors: list[str] = []
     for model in dict.fromkeys(r.model for r in rows):
         for kind in ("matmul", "convolution"):
             sel = [r for r in rows if r.model == model and r.kind == kind]
@@ -212,6 +216,12 @@ def main() -> None:
             rate = flops / seconds / 1e9
             print(f"{model:<20}{kind:<13}{len(sel) // timed:>9}{flops / timed / 1e9:>9.3f}"
                   f"{seconds / timed * 1e3:>10.2f}{rate:>9.2f}{rate / peak:>9.1%}")  # fmt: skip
+        flops = sum(r.flops for r in rows if r.model == model) / timed
+        floors.append(f"{model}: {flops / peak / 1e6:.2f} ms")
+    print(
+        "\nA step's contractions at the peak (the least time a step can take on this"
+        " machine, whoever computes it): " + ", ".join(floors)
+    )
     launches: dict[tuple[str, str], list[Row]] = {}
     for r in rows:
         launches.setdefault((r.model, r.launch), []).append(r)
