@@ -27,8 +27,11 @@ scf.parallel (%d0, %e) = (%c0, %c0) to (%c128, %c1024) ... {
 A nest is coalesced where it holds no loop (an elementwise nest), its innermost dim has
 fewer than `MIN_LANES` points, and its last k >= 2 dims run from 0 by 1 to constants
 and are used only as the last k indices, in order, of loads and stores of buffers whose
-last k sizes are their trip counts (an access that uses none of them is left as it is);
-the longest such k is taken. Each point keeps its element: results are unchanged.
+last k sizes are their trip counts, or only through a last index that flattens them in
+row-major order, `d1 * 9 + d2 * 3 + d3`, of a buffer whose last size is their product
+(a gradient kept as `[O, C * 9]`, which ResNet-18's SGD reads beside its `[O, C, 3, 3]`
+weight: that access reads `e` itself). An access that uses none of them is left as it
+is; the longest such k is taken. Each point keeps its element: results are unchanged.
 """
 
 from __future__ import annotations
@@ -44,9 +47,12 @@ from xdsl.passes import ModulePass
 
 from gradfuse.passes.lib import fast_ops as fast
 from gradfuse.passes.loops.loop_ir import (
+    affine_form,
     block_like,
     collapsed,
+    depends,
     dim_trips,
+    erase_dead,
     int_constant,
     kernel_functions,
     replace_nest,
@@ -56,9 +62,56 @@ from gradfuse.passes.loops.loops_vectorize import MIN_LANES, innermost_nests
 Access = memref.LoadOp | memref.StoreOp
 
 
+def flat(op: Access, dims: list[SSAValue], sizes: list[int]) -> bool:
+    """Whether `op`'s last index is `dims` flattened in row-major order (`d1 * 9 + d2 * 3
+    + d3` for sizes 16, 3, 3), its buffer's last size their product, and no other index
+    depends on them."""
+    *rest, last = op.indices
+    strides = [prod(sizes[j + 1 :]) for j in range(len(sizes))]
+    ty = op.memref.type
+    assert isinstance(ty, MemRefType)
+    return (
+        affine_form(last) == (dict(zip(dims, strides)), 0)
+        and ty.get_shape()[-1] == prod(sizes)
+        and not any(depends(i, d) for i in rest for d in dims)
+    )
+
+
+def index_ops(v: SSAValue, dims: list[SSAValue]) -> set[Operation]:
+    """The ops between `dims` and the index `v` that is computed from them."""
+    op = v.owner
+    if v in dims or not isinstance(op, Operation):
+        return set()
+    found = {op}
+    for operand in op.operands:
+        if any(depends(operand, d) for d in dims):
+            found |= index_ops(operand, dims)
+    return found
+
+
+def flat_accesses(nest: scf.ParallelOp, k: int) -> tuple[list[Access], set[Operation]] | None:
+    """The accesses of `nest` whose last index flattens its last `k` dims (`flat`), and
+    the ops that compute those indices; None where a result of those ops has another use."""
+    args = nest.body.block.args
+    dims = list(args[len(args) - k :])
+    sizes = [dim_trips(nest, j) for j in range(len(args) - k, len(args))]
+    flats = [
+        o for o in nest.body.walk() if isinstance(o, Access) and o.indices and flat(o, dims, sizes)
+    ]
+    chain: set[Operation] = set().union(*(index_ops(o.indices[-1], dims) for o in flats))
+    for op in chain:
+        for r in op.results:
+            for use in r.uses:
+                user = use.operation
+                if user not in chain and not (user in flats and r is user.indices[-1]):  # type: ignore[union-attr]
+                    return None
+    return flats, chain
+
+
 def suffix_ok(nest: scf.ParallelOp, k: int) -> bool:
     """Whether the last `k` dims of `nest` may become one: each from 0 by 1, used only
-    as the last `k` indices, in order, of accesses whose buffer ends in their sizes."""
+    as the last `k` indices, in order, of accesses whose buffer ends in their sizes, or
+    through the flat last index of an access (`flat_accesses`)."""
     args = nest.body.block.args
     dims = list(args[len(args) - k :])
     sizes = [dim_trips(nest, j) for j in range(len(args) - k, len(args))]
@@ -67,9 +120,15 @@ def suffix_ok(nest: scf.ParallelOp, k: int) -> bool:
             return False
     if 0 in sizes:
         return False
+    found = flat_accesses(nest, k)
+    if found is None:
+        return False
+    chain = found[1]
     for d in dims:
         for use in d.uses:
             op = use.operation
+            if op in chain:
+                continue
             if not isinstance(op, Access):
                 return False
             ty = op.memref.type
@@ -110,25 +169,35 @@ def coalesce(nest: scf.ParallelOp, k: int) -> scf.ParallelOp:
     e.name_hint = body.args[keep].name_hint
     views: dict[SSAValue, SSAValue] = {}
     dims = set(body.args[keep:])
+    found = flat_accesses(nest, k)
+    assert found is not None
+    flats = found[0]
     for op in list(body.walk()):
-        if not isinstance(op, Access) or not any(i in dims for i in op.indices):
+        if not isinstance(op, Access):
             continue
         rank = len(op.indices)
-        if op.memref not in views:
-            view = collapsed(op.memref, rank - k)
-            parent.insert_op_before(view, nest)
-            views[op.memref] = view.result
-        indices = [*op.indices[: rank - k], e]
+        if op in flats:  # its last index flattens the dims: `e` itself, in the same buffer
+            source, indices = op.memref, [*op.indices[:-1], e]
+            erase = [op.indices[-1]]
+        elif any(i in dims for i in op.indices):
+            if op.memref not in views:
+                view = collapsed(op.memref, rank - k)
+                parent.insert_op_before(view, nest)
+                views[op.memref] = view.result
+            source, indices, erase = views[op.memref], [*op.indices[: rank - k], e], []
+        else:
+            continue
         new: Operation
         if isinstance(op, memref.LoadOp):
-            new = memref.LoadOp.get(views[op.memref], indices)
+            new = memref.LoadOp.get(source, indices)
         else:
-            new = memref.StoreOp.get(op.value, views[op.memref], indices)
+            new = memref.StoreOp.get(op.value, source, indices)
         op.parent_block().insert_op_before(new, op)  # type: ignore[union-attr]
         if op.results:
             op.results[0].replace_all_uses_with(new.results[0])
         op.detach()
         op.erase()
+        erase_dead(erase)
     for old, arg in zip(body.args[:keep], new_body.args):
         old.replace_all_uses_with(arg)
     for op in list(body.ops):

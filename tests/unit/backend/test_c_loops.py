@@ -273,17 +273,20 @@ def test_a_weight_gradient_stored_for_its_update_matches_float64():
 def test_coalesced_elementwise_nests_match_the_reference():
     """loops-coalesce's cases (tests/filecheck/passes/loops-coalesce.tg): a weight's
     update over [128, 64, 4, 4] made one dim of 131072 points in lanes, taps made one
-    dim of 9 (8 in lanes, 1 after), and a transposing copy left as it was. Each point
+    dim of 9 (8 in lanes, 1 after), a momentum update whose gradient is read by a flat
+    index, and a transposing copy left as it was. Each point
     is a product, square root or quotient of its own elements, correctly rounded in
     lanes as in NumPy: `agree`'s tolerance holds on any CPU."""
     src = Path(__file__).resolve().parents[2] / "filecheck/passes/loops-coalesce.tg"
-    update, taps, transposed = src.read_text().split("// -----")
+    update, taps, flat, transposed = src.read_text().split("// -----")
     rng = np.random.default_rng(19)
     m = np.abs(rng.standard_normal((128, 64, 4, 4))).astype(np.float32) + 0.1
     g = rng.standard_normal((128, 64, 4, 4)).astype(np.float32)
     agree(update, "c", pipeline="cpu", args=[m, g, np.float32(0.01)])
     x, s = (rng.standard_normal(shape).astype(np.float32) for shape in ((32, 16, 3, 3), (32, 16)))
     agree(taps, "c", pipeline="cpu", args=[x, s])
+    w, b, g = (rng.standard_normal(shape).astype(np.float32) for shape in ((32, 16, 3, 3),) * 2 + ((32, 144),))  # fmt: skip
+    agree(flat, "c", pipeline="cpu", args=[w, b, g])
     t = np.abs(rng.standard_normal((64, 4, 32))).astype(np.float32)
     agree(transposed, "c", pipeline="cpu", args=[t])
     source = render_c(compile_module(parse_tg(update), "c", pipeline="cpu").module)
