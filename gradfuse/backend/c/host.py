@@ -25,7 +25,7 @@ from __future__ import annotations
 from math import prod
 from pathlib import Path
 
-from xdsl.dialects import arith, func, gpu, memref, scf
+from xdsl.dialects import arith, func, gpu, memref, scf, vector
 from xdsl.dialects.builtin import MemRefType, ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 
@@ -289,13 +289,17 @@ def launched(op: Operation) -> tuple[str, list[SSAValue]]:
     return op.callee.root_reference.data, list(op.arguments)
 
 
+WRITES = (memref.StoreOp, memref.AtomicRMWOp, vector.StoreOp, vector.TransferWriteOp)
+"""The ops that write a buffer, the buffer their second operand."""
+
+
 def _written_args(fn: func.FuncOp) -> set[int]:
-    """Indices of the kernel arguments that `fn` stores to."""
+    """Indices of the kernel arguments that `fn` writes, in lanes or not."""
     args = list(fn.body.block.args)
     return {
-        args.index(op.memref)
+        args.index(op.operands[1])
         for op in fn.walk()
-        if isinstance(op, memref.StoreOp | memref.AtomicRMWOp) and op.memref in args
+        if isinstance(op, WRITES) and op.operands[1] in args
     }
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import gradfuse
-from gradfuse import Feeder, Parameter, ir_for
+from gradfuse import Feeder, Parameter, Receiver, ir_for
 from gradfuse.backend import c_available
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.nn import SGD, Linear
@@ -32,9 +32,10 @@ class Recorded:
     b: Parameter
 
 
-def record(backend: str, steps: int, feed: object = None) -> Recorded:
+def record(backend: str, steps: int, feed: object = None, receive: object = None) -> Recorded:
     """`steps` SGD steps of a Linear layer on a constant batch (or on `feed`, a feeder),
-    plus two counters that tell how many steps finished."""
+    plus two counters that tell how many steps finished; `receive`, a receiver given
+    the weight that each step's update made."""
     gradfuse.reset()
     gradfuse.manual_seed(0)
     batch, width = SIZES.get(backend, (64, 192))
@@ -50,6 +51,8 @@ def record(backend: str, steps: int, feed: object = None) -> Recorded:
         loss = (model(x) ** 2).mean() + a.sum() * 1024.0 + b.sum() * 2048.0
         loss.backward()
         opt.step()
+        if receive is not None:
+            Receiver(receive, [model.weight], name="weight")  # type: ignore[operator]
 
     ir_for(range(steps), step)
     return Recorded(model, a, b)
@@ -127,6 +130,30 @@ def test_a_failing_feeder_keeps_the_last_finished_iteration(backend: str) -> Non
     with pytest.raises(GradfuseError, match=r'feeder "feeder".*the disk is gone.*iteration 3'):
         gradfuse.execute(backend)
     assert_state_after(got, backend, 3, lambda: data)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_failing_receiver_after_the_updates_keeps_the_last_finished_iteration(
+    backend: str,
+) -> None:
+    """The iteration writes every param before it calls the receiver, so it saves them
+    first: the weight is the one the third call received, exactly (on c also where the
+    update writes it in lanes only, 192 columns and no scalar remainder, which the host
+    once did not count as a write: the weight kept the failed iteration's update)."""
+    sample(backend)
+    received: list[np.ndarray] = []
+
+    def receive(weight: np.ndarray) -> None:
+        received.append(np.array(weight))
+        if len(received) == 4:
+            raise ValueError("the log is full")
+
+    got = record(backend, 6, receive=receive)
+    with pytest.raises(GradfuseError, match=r"the log is full.*iteration 3"):
+        gradfuse.execute(backend)
+    assert not np.array_equal(received[2], received[3])
+    np.testing.assert_array_equal(got.model.weight.data, received[2])
+    assert_state_after(got, backend, 3)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
