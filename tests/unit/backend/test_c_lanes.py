@@ -140,3 +140,20 @@ def test_weights_gathered_in_16_lanes_are_transposed_in_registers_exactly(name):
     assert len(got["transposed"]) == len(list(make().parameters())) + 2
     for a, b in zip(got["transposed"], got["gathered"], strict=True):
         assert np.array_equal(a, b)
+
+
+def test_a_batch_norms_sums_over_nhwc_write_their_centred_values_in_lanes():
+    """loops-vectorize's last two cases (tests/filecheck/passes/loops-vectorize.tg): a
+    batch norm's sums over a convolution's NHWC output, the lanes along the channels,
+    write the centred values NCHW one lane at a time in the loop of the squares (8 x 8
+    images), or stay scalar (32 x 32: the lanes a page apart). Each lane sums its own
+    channel in the points' order, as the scalar nest did."""
+    src = Path(__file__).resolve().parents[2] / "filecheck/passes/loops-vectorize.tg"
+    *_, small, pages = src.read_text().split("// -----")
+    rng = np.random.default_rng(23)
+    w = rng.standard_normal((16, 3, 3, 3)).astype(np.float32) * 0.3
+    for case, size in ((small, 8), (pages, 32)):
+        x = rng.standard_normal((2, 3, size, size)).astype(np.float32)
+        agree(case, "c", pipeline="cpu", args=[x, w])
+    source = render_c(compile_module(parse_tg(small), "c", pipeline="cpu").module)
+    assert "p0[64] = " in source  # a lane's store, 64 floats after the one before
