@@ -79,31 +79,38 @@ def needs(backend: str) -> None:
 
 @pytest.mark.parametrize("backend", [*BACKENDS, "c-feeder"])
 def test_ctrl_c_stops_within_a_second_and_keeps_finished_iterations(backend: str) -> None:
+    """An iteration takes about a millisecond; on a machine that other processes load
+    (the test suite's other worker building and running C on both cores) the first one
+    once took more than 2 s, so a run that finished none is tried again, interrupted
+    later."""
     name = backend.split("-")[0]
     needs(name)
     batch, width = SIZES.get(name, (64, 192))
     data = np.random.default_rng(1).normal(size=(batch, width)).astype(np.float32)
     feed = (lambda: data) if backend.endswith("feeder") else None
-    got = record(name, 10**8, feed)
-    program = gradfuse.compile(name)
-    sent: list[float] = []
+    for delay in (1.0, 5.0):
+        got = record(name, 10**8, feed)
+        program = gradfuse.compile(name)
+        sent: list[float] = []
 
-    def interrupt() -> None:
-        sent.append(time.perf_counter())
-        os.kill(os.getpid(), signal.SIGINT)
+        def interrupt(sent: list[float]) -> None:
+            sent.append(time.perf_counter())
+            os.kill(os.getpid(), signal.SIGINT)
 
-    timer = threading.Timer(1.0, interrupt)
-    timer.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            program.run()
-        stopped = time.perf_counter() - sent[0]
-    finally:
-        timer.cancel()
-    print(f"{backend}: KeyboardInterrupt {stopped * 1e3:.1f} ms after SIGINT")
-    assert stopped < 5.0  # generous on a loaded machine; measured values are milliseconds
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
-    finished = -int(got.a.data[0])
+        timer = threading.Timer(delay, interrupt, [sent])
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                program.run()
+            stopped = time.perf_counter() - sent[0]
+        finally:
+            timer.cancel()
+        print(f"{backend}: KeyboardInterrupt {stopped * 1e3:.1f} ms after SIGINT")
+        assert stopped < 5.0  # generous on a loaded machine; measured values are milliseconds
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+        finished = -int(got.a.data[0])
+        if finished >= 1:
+            break
     assert finished >= 1
     assert_state_after(got, name, finished, feed)
 
