@@ -285,7 +285,8 @@ def test_coalesced_elementwise_nests_match_the_reference():
     agree(update, "c", pipeline="cpu", args=[m, g, np.float32(0.01)])
     x, s = (rng.standard_normal(shape).astype(np.float32) for shape in ((32, 16, 3, 3), (32, 16)))
     agree(taps, "c", pipeline="cpu", args=[x, s])
-    w, b, g = (rng.standard_normal(shape).astype(np.float32) for shape in ((32, 16, 3, 3),) * 2 + ((32, 144),))  # fmt: skip
+    w, b = (rng.standard_normal((32, 16, 3, 3)).astype(np.float32) for _ in range(2))
+    g = rng.standard_normal((32, 144)).astype(np.float32)
     agree(flat, "c", pipeline="cpu", args=[w, b, g])
     t = np.abs(rng.standard_normal((64, 4, 32))).astype(np.float32)
     agree(transposed, "c", pipeline="cpu", args=[t])
