@@ -25,7 +25,7 @@ from __future__ import annotations
 from math import prod
 from pathlib import Path
 
-from xdsl.dialects import arith, func, gpu, memref, scf, vector
+from xdsl.dialects import arith, func, gpu, memref, scf
 from xdsl.dialects.builtin import MemRefType, ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 
@@ -37,7 +37,7 @@ from gradfuse.backend.disk_cache import verified
 from gradfuse.backend.runner import callback_key, entry_function, host_call
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.passes import run_by_kernels
-from gradfuse.passes.loops.loop_ir import is_kernel
+from gradfuse.passes.loops.loop_ir import WRITES, buffer_of, is_kernel
 from gradfuse.stats import constant_trips
 
 MPI = """#include <mpi.h>
@@ -289,17 +289,13 @@ def launched(op: Operation) -> tuple[str, list[SSAValue]]:
     return op.callee.root_reference.data, list(op.arguments)
 
 
-WRITES = (memref.StoreOp, memref.AtomicRMWOp, vector.StoreOp, vector.TransferWriteOp)
-"""The ops that write a buffer, the buffer their second operand."""
-
-
 def _written_args(fn: func.FuncOp) -> set[int]:
     """Indices of the kernel arguments that `fn` writes, in lanes or not."""
     args = list(fn.body.block.args)
     return {
-        args.index(op.operands[1])
+        args.index(buffer_of(op))
         for op in fn.walk()
-        if isinstance(op, WRITES) and op.operands[1] in args
+        if isinstance(op, WRITES) and buffer_of(op) in args
     }
 
 

@@ -27,6 +27,18 @@ SIMD = "gradfuse.simd"
 REDUCING = {arith.AddfOp: "+", arith.MaximumfOp: "max"}
 """The ops by which a vectorised reduction may combine, with OpenMP's name for each."""
 
+LOADS = (memref.LoadOp, vector.LoadOp, vector.TransferReadOp)
+STORES = (memref.StoreOp, vector.StoreOp, vector.TransferWriteOp)
+WRITES = (*STORES, memref.AtomicRMWOp)
+"""The ops that read and write a buffer, in lanes or not: a write's buffer is its second
+operand (after the value), a read's its first."""
+
+
+def buffer_of(op: Operation) -> SSAValue:
+    """The memref that a load or a write accesses (its first operand, or its second after
+    the value a write writes)."""
+    return op.operands[1 if isinstance(op, WRITES) else 0]
+
 
 def is_kernel(op: Operation) -> bool:
     """Whether `op` is a kernel function or a host call of one."""

@@ -46,17 +46,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import func, memref, scf, vector
+from xdsl.dialects import func, memref, scf
 from xdsl.dialects.builtin import IndexType, MemRefType, ModuleOp
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from gradfuse.passes.kernel.plan_buffers import nbytes
 from gradfuse.passes.lib import fast_ops as fast
-from gradfuse.passes.loops.loop_ir import OMP, int_constant, kernel_functions
+from gradfuse.passes.loops.loop_ir import (
+    LOADS,
+    OMP,
+    STORES,
+    buffer_of,
+    int_constant,
+    kernel_functions,
+)
 
-LOADS = (memref.LoadOp, vector.LoadOp, vector.TransferReadOp)
-STORES = (memref.StoreOp, vector.StoreOp, vector.TransferWriteOp)
 MIN_BYTES = 1 << 21
 """The default `min-bytes`: a copy this large no longer stays in one core's L2 cache
 (1 or 2 MiB on current x86 cores) until its nest reads it."""
@@ -64,12 +69,6 @@ MAX_BYTES = 1 << 20
 """The default `max-bytes`: the most one tile's buffer may take on a thread's stack."""
 MIN_TILES = 8
 """The default `min-tiles`: after the fusion only the tiles are shared among threads."""
-
-
-def buffer_of(op: Operation) -> SSAValue:
-    """The memref that a load or store accesses (its first operand, or its second after
-    the value a store writes)."""
-    return op.operands[1 if isinstance(op, STORES) else 0]
 
 
 def first_index(op: Operation) -> int:
