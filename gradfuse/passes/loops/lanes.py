@@ -182,10 +182,13 @@ class Widen:
                     return step * k
         return None
 
-    def along_one_dim(self, access: memref.LoadOp | memref.StoreOp) -> bool:
-        """Whether `access`'s lanes run along one dim of its buffer, one element apart."""
+    def lane_dim(self, access: memref.LoadOp | memref.StoreOp) -> int | None:
+        """The dim of its buffer that `access`'s lanes run along, one element apart (the
+        others the same in every lane); None where there is no such dim."""
         steps = [self.lane_step(i) for i in access.indices]
-        return steps.count(1) == 1 and all(s in (0, 1) for s in steps)
+        if steps.count(1) != 1 or any(s not in (0, 1) for s in steps):
+            return None
+        return steps.index(1)
 
     def near_transfer(self, access: memref.StoreOp) -> bool:
         """Whether a write in a loop may store its lanes one at a time: along one dim of
@@ -193,11 +196,9 @@ class Widen:
         lanes along the channels, write the centred values NCHW in the loop (ResNet-18
         b8: 0.23 -> 0.11 ms with channels 256 floats apart, but 1.08 -> 1.73 ms 1024
         apart, every lane's store in one L1 set: those stay scalar, in order)."""
-        if not self.along_one_dim(access):
-            return False
-        steps = [self.lane_step(i) for i in access.indices]
+        dim = self.lane_dim(access)
         shape = access.memref.type.get_shape()  # type: ignore[attr-defined]
-        return prod(shape[steps.index(1) + 1 :]) < PAGE_FLOATS
+        return dim is not None and prod(shape[dim + 1 :]) < PAGE_FLOATS
 
     def transfer(
         self, access: memref.LoadOp | memref.StoreOp, into: Block
@@ -205,10 +206,10 @@ class Widen:
         """Where `access`'s lanes run along one dim of its buffer, one element apart (the
         channels of an NCHW output): that dim as a transfer's permutation map
         (`(d0, d1, d2, d3) -> (d1)`) and lane 0's indices; else None."""
-        if not self.along_one_dim(access):
+        dim = self.lane_dim(access)
+        if dim is None:
             return None
-        steps = [self.lane_step(i) for i in access.indices]
-        along = AffineMap(len(steps), 0, (AffineExpr.dimension(steps.index(1)),))
+        along = AffineMap(len(access.indices), 0, (AffineExpr.dimension(dim),))
         return AffineMapAttr(along), [self.lane_value(i, 0, into) for i in access.indices]
 
     def gather(self, op: memref.LoadOp, into: Block) -> None:
