@@ -12,10 +12,13 @@ is not loaded but rebuilt:
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
@@ -59,6 +62,39 @@ def seal(path: Path) -> None:
     tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     tmp.write_text(digest + "\n")
     os.replace(tmp, target)
+
+
+def store(path: Path, data: bytes) -> Path:
+    """Writes the entry `path` (a temporary file renamed into place, so that a reader
+    sees none or all of it) and seals it; returns `path`."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    seal(path)
+    return path
+
+
+@contextmanager
+def building(path: Path, wait: bool = True) -> Iterator[bool]:
+    """Holds the build lock of the entry `path` (an `flock` on `<entry>.lock`, which the
+    system drops when its process dies): two processes that need one entry at once (the
+    ranks of `mpirun -n 2` on one machine) build it once. Yields True once held; with
+    `wait=False`, False at once where another process holds it. The holder checks
+    `verified` again before building, since the lock is often held by the builder:
+
+        with building(path) as mine:
+            if not verified(path): build(path); seal(path)
+    """
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def find_compiler(variable: str, default: str, needs: str, package: str) -> str:

@@ -24,7 +24,14 @@ from pathlib import Path
 from xdsl.dialects.builtin import ModuleOp
 
 from gradfuse.backend.compile_errors import compile_error
-from gradfuse.backend.disk_cache import cache_dir, find_compiler, seal, tool_version, verified
+from gradfuse.backend.disk_cache import (
+    building,
+    cache_dir,
+    find_compiler,
+    seal,
+    tool_version,
+    verified,
+)
 from gradfuse.diagnostics import GradfuseError
 
 TUNING = "-march=native"  # replaced by $GRADFUSE_CFLAGS (say "-march=x86-64 -mno-fma")
@@ -128,6 +135,7 @@ class Units:
         self.objects: list[Path] = []
         self.mpi = False  # a unit includes MPI: the library links it
         self.waiting: list[tuple[str, Path]] = []  # (text, object) not started yet
+        self.elsewhere: list[tuple[str, Path]] = []  # waiting, another process builds them
         self.running: set[subprocess.Popen[str]] = set()
         self.adding, self.stopped = True, False
         self.failed: UnitFailed | None = None
@@ -152,32 +160,56 @@ class Units:
 
     def work(self) -> None:
         """A worker: gcc on the next waiting unit (in order while units still come, then
-        the largest, so that the last to finish is a small one) until none is left."""
+        the largest, so that the last to finish is a small one) until none is left. A
+        unit that another process is building (its `building` lock held) waits until
+        the rest are started, then for that process: its object is then cached."""
         while True:
             with self.ready:
-                while not self.waiting and self.adding and not self.stopped:
+                while not (self.waiting or self.elsewhere) and self.adding and not self.stopped:
                     self.ready.wait()
-                if self.stopped or not self.waiting:
+                if self.stopped or not (self.waiting or self.elsewhere):
                     return
-                job = self.waiting[0] if self.adding else max(self.waiting, key=lambda w: len(w[0]))
-                self.waiting.remove(job)
-                text, obj = job
-                src, out = self.tmp / f"{obj.stem}.c", self.tmp / obj.name
-                src.write_text(text)
-                cmd = [self.cc, *unit_flags(text), "-c", "-o", str(out), str(src)]
-                proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-                self.running.add(proc)
-            stderr = proc.communicate()[1]
-            with self.ready:
-                self.running.discard(proc)
-                if self.stopped:
+                wait = not self.waiting  # for another process's build of `elsewhere[0]`
+                if wait:
+                    job = self.elsewhere.pop(0)
+                else:
+                    job = (
+                        self.waiting[0]
+                        if self.adding
+                        else max(self.waiting, key=lambda w: len(w[0]))
+                    )
+                    self.waiting.remove(job)
+            with building(job[1], wait) as mine:
+                if not mine:
+                    with self.ready:
+                        self.elsewhere.append(job)
+                    continue
+                if not verified(job[1]) and not self.compile(*job):
                     return
-                if proc.returncode != 0:
-                    self.failed = UnitFailed(text, *kept_failure(text, stderr, src, obj))
-                    self.stop()
-                    return
-                os.replace(out, obj)
-                seal(obj)
+
+    def compile(self, text: str, obj: Path) -> bool:
+        """gcc on one unit into its cache entry `obj` (whose build lock the caller
+        holds); False where the build is stopped (by this unit's failure or another's)."""
+        with self.ready:
+            if self.stopped:
+                return False
+            src, out = self.tmp / f"{obj.stem}.c", self.tmp / obj.name
+            src.write_text(text)
+            cmd = [self.cc, *unit_flags(text), "-c", "-o", str(out), str(src)]
+            proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+            self.running.add(proc)
+        stderr = proc.communicate()[1]
+        with self.ready:
+            self.running.discard(proc)
+            if self.stopped:
+                return False
+            if proc.returncode != 0:
+                self.failed = UnitFailed(text, *kept_failure(text, stderr, src, obj))
+                self.stop()
+                return False
+            os.replace(out, obj)
+            seal(obj)
+        return True
 
     def stop(self) -> None:
         """(Holding `ready`.) No more gcc: kills the running ones and wakes the workers."""
@@ -242,6 +274,14 @@ def build_library(
             raise build.error(failed) from None
         finally:
             build.close()
+    with building(target):  # another process building it: wait, then load its build
+        if not verified(target):
+            _build_one(source, target, module)
+    return target
+
+
+def _build_one(source: str, target: Path, module: ModuleOp | None) -> None:
+    """gcc on `source` as one unit, into the cache entry `target`."""
     cc = compiler()
     with tempfile.TemporaryDirectory(dir=cache_dir("c")) as tmp:
         out, src = Path(tmp) / "program.so", Path(tmp) / "program.c"
@@ -256,4 +296,3 @@ def build_library(
             raise compile_error("gcc", source, stderr, kept, module)
         os.replace(out, target)  # atomic: a reader sees no library or the whole one
     seal(target)
-    return target

@@ -34,7 +34,7 @@ from functools import cache
 from pathlib import Path
 
 from gradfuse.backend.c.cache import build_library, compiler, flags
-from gradfuse.backend.disk_cache import cache_dir, seal, verified
+from gradfuse.backend.disk_cache import cache_dir, store, verified
 
 CHAINS = "".join(f"  a{k} = a{k} * m + c;\n" for k in range(12))
 PROBE = "#include <time.h>\nvolatile float gf_sink;\n" + "".join(
@@ -108,10 +108,7 @@ def _lanes(cflags: tuple[str, ...]) -> int:
     if verified(record):
         return int(record.read_text())
     lanes = choose(*measure())
-    tmp = record.with_name(f"{record.name}.{os.getpid()}.tmp")
-    tmp.write_text(f"{lanes}\n")
-    os.replace(tmp, record)
-    seal(record)
+    store(record, f"{lanes}\n".encode())
     return lanes
 
 

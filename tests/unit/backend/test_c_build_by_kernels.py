@@ -4,6 +4,7 @@ The program, its IR and its library are those of the whole pipeline run at once.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -111,3 +112,34 @@ def test_a_failed_unit_stops_the_others_and_the_next_add_raises(monkeypatch, tmp
         )
     assert not list(tmp_path.glob("c/*.so"))
     assert not [p for p in (tmp_path / "c").iterdir() if p.is_dir()]
+
+
+def test_two_processes_building_one_program_compile_each_unit_once(tmp_path):
+    """Two processes that build the same program at once (the ranks of `mpirun -n 2`
+    on one machine) share its translation units: a unit another process is compiling
+    (its build lock held) is waited for, not compiled again. gcc is wrapped to log each
+    compile and to take a second over it, so that the two builds overlap."""
+    log = tmp_path / "gcc.log"
+    wrapper = tmp_path / "slow-gcc"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        'case " $* " in *" -c "*) echo "$*" >> ' + str(log) + "; sleep 1;; esac\n"
+        'exec gcc "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    script = (
+        "from gradfuse.backend.c.cache import build_library\n"
+        "units = [f'int unit{k}(void) {{ return {k}; }}\\n' for k in range(4)]\n"
+        "print(build_library(''.join(units), split=lambda cores: units))\n"
+    )
+    env = {**os.environ, "GRADFUSE_CACHE_DIR": str(tmp_path / "cache"), "CC": str(wrapper)}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+        for _ in range(2)
+    ]
+    outs = [p.communicate()[0].strip() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    assert outs[0] == outs[1] and Path(outs[0]).read_bytes()[:4] == b"\x7fELF"
+    compiled = [line.split()[-1] for line in log.read_text().splitlines()]
+    assert len(compiled) == 4, compiled  # each unit once, by one process or the other
+    assert len({Path(c).name for c in compiled}) == 4
