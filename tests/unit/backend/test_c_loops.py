@@ -308,36 +308,3 @@ def test_a_max_pool_gradient_split_by_phase_matches_the_reference():
     source = render_c(compile_module(parse_tg(MAX_POOL_GRAD), "c", pipeline="cpu").module)
     assert source.count("gf_floordiv(") == 3  # its definition, and a bound a tap loop
     assert re.search(r"for \(long d6 = v\d+; d6 < v\d+; d6\+\+\)", source)
-
-
-def resnet_params(backend: str) -> dict[str, np.ndarray]:
-    """ResNet-18 (examples/resnet18.py) at batch 2, 64x64, in float64, after 2 steps
-    recorded with the loss at the end only: the recording whose max-pool gradient runs
-    in a `kernel.rows` with the convolution gradient that feeds it. (At 32x32 layer 4's
-    batch norms amplify rounding: float64 c and reference part by 1e-5 in 2 steps.)"""
-    from example_programs import load_example  # tests/unit
-
-    import gradfuse
-
-    ex = load_example("resnet18", BATCH=2, IMAGE=64, NUM_CLASSES=10, DTYPE=np.float64)
-    gradfuse.manual_seed(0)
-    model = ex.resnet18(ex.NUM_CLASSES)
-    for p in [*model.parameters(), *model.buffers()]:
-        p.data = p.data.astype(np.float64)
-    ex.record(2, 2, model=model, data=ex.Data(seed=0))
-    gradfuse.execute(backend=backend)
-    return {k: np.array(v.data) for k, v in model.named_parameters()}
-
-
-def test_resnet18_with_its_max_pool_gradient_split_in_a_row_kernel_is_the_reference(
-    monkeypatch,
-):
-    """The max-pool gradient split by phase inside a `kernel.rows` (`kernel-split-phases`
-    puts the phases after the rows) on c through the cpu pipeline, against the reference
-    interpreter; both float64, where c equals the reference to ~1e-13
-    (`test_resnet.py`): 1e-10 relative leaves room for gcc's own order of sums. With
-    the phases put before the rows the parameters were off by up to 1500x relative."""
-    want = resnet_params("reference")
-    got = resnet_params("c")
-    for k, v in want.items():
-        np.testing.assert_allclose(got[k], v, rtol=1e-10, atol=1e-12, err_msg=k)

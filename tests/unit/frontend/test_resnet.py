@@ -79,7 +79,7 @@ def test_state_dict_is_torchvisions() -> None:
     assert list(state) == list(torchvision.models.resnet18(num_classes=10).state_dict())
 
 
-def run(size: int, steps: int, backend: str, dtype: Any, rtol: float) -> None:
+def run(size: int, steps: int, backend: str, dtype: Any, rtol: float, log_every: int = 1) -> None:
     """Trains the example's ResNet-18 and PyTorch's from the same state for `steps` steps
     at batch 2 and `size` x `size`, every value in `dtype`, and compares the losses, the
     parameters and the running statistics."""
@@ -94,13 +94,13 @@ def run(size: int, steps: int, backend: str, dtype: Any, rtol: float) -> None:
     state = [*model.named_parameters(), *model.named_buffers()]
     for _, p in state:
         p.data = p.data.astype(dtype)
-    _, losses = ex.record(steps, 1, model=model, data=ex.Data(seed=3))
+    _, losses = ex.record(steps, log_every, model=model, data=ex.Data(seed=3))
     finals: dict[str, np.ndarray] = {}
     names = [n for n, _ in state]
     Receiver(lambda *v: finals.update(zip(names, v)), [p for _, p in state], name="final")
     execute(backend=backend)
     want_losses = torch_train(ex, tmodel, ex.Data(seed=3), steps)
-    np.testing.assert_allclose(losses, want_losses, rtol=rtol)
+    np.testing.assert_allclose(losses, want_losses[log_every - 1 :: log_every], rtol=rtol)
     for k, v in tmodel.state_dict().items():
         assert_norm_close(finals[k], v.numpy().astype(np.float64), rtol, k)
 
@@ -112,7 +112,11 @@ def test_resnet18_matches_pytorch_in_float64_at_32x32() -> None:
 
 @pytest.mark.parametrize("backend", ["c", "reference", "cuda"])
 def test_resnet18_matches_pytorch_in_float64_at_64x64(backend: str) -> None:
-    run(64, 3, backend, np.float64, 1e-9)
+    """Three steps with the loss of the last only: the recording whose max-pool gradient
+    runs in a `kernel.rows` with the convolution gradient that feeds it, split by phase
+    (`kernel-split-phases` puts the phases after the rows; put before them, c's loss
+    was 4 % off)."""
+    run(64, 3, backend, np.float64, 1e-9, log_every=3)
 
 
 @pytest.mark.parametrize("backend", ["c", "reference", "cuda"])
