@@ -67,7 +67,11 @@ def check_fed_finite(where: str, value: np.ndarray, position: Position | None) -
 def sigint_flag(install: Callable[[], Any], remove: Callable[[], bool]) -> Iterator[list[bool]]:
     """Around a compiled run: `install()` its SIGINT handler (a flag the run checks once
     per iteration) when Python would raise KeyboardInterrupt here (the main thread, the
-    default handler); the yielded list gets `remove()`'s answer: whether one came."""
+    default handler); the yielded list gets `remove()`'s answer: whether one came.
+    Python's own handler is then set again at the system level: `remove()` puts back
+    what the system held when `install()` ran, which need not be it (a handler left
+    ignored behind Python's back, or another run's of the same library, whose saved
+    handler the two share), and a Ctrl-C after the run must raise KeyboardInterrupt."""
     catch = (
         threading.current_thread() is threading.main_thread()
         and signal.getsignal(signal.SIGINT) is signal.default_int_handler
@@ -80,6 +84,7 @@ def sigint_flag(install: Callable[[], Any], remove: Callable[[], bool]) -> Itera
     finally:
         if catch:
             came.append(bool(remove()))
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 __all__ = [
