@@ -95,6 +95,18 @@ def test_ctrl_c_stops_within_a_second_and_keeps_finished_iterations(backend: str
     later."""
     name = backend.split("-")[0]
     needs(name)
+    # Ctrl-C as in a terminal: Python's own handler, whatever this process inherited (a
+    # process started in the background by a non-interactive shell ignores SIGINT) or an
+    # earlier test left (make test once hung here, SIGINT ignored in its worker)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        interrupt_a_long_run(backend, name)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def interrupt_a_long_run(backend: str, name: str) -> None:
+    """The Ctrl-C test's body: a run of 10**8 steps interrupted after a second."""
     batch, width = SIZES.get(name, (64, 192))
     data = np.random.default_rng(1).normal(size=(batch, width)).astype(np.float32)
     feed = (lambda: data) if backend.endswith("feeder") else None
@@ -140,10 +152,11 @@ def test_a_run_on_c_leaves_pythons_sigint_handler_with_the_system() -> None:
     needs("c")
     record("c", 3)
     program = gradfuse.compile("c")
-    pythons = system_sigint()
     libc = ctypes.CDLL(None)
     libc.signal.restype = ctypes.c_void_p
     libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    pythons = system_sigint()
     try:
         libc.signal(signal.SIGINT, 1)  # SIG_IGN, which Python does not see
         assert (
@@ -152,7 +165,7 @@ def test_a_run_on_c_leaves_pythons_sigint_handler_with_the_system() -> None:
         program.run()
         assert system_sigint() == pythons
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, previous)
 
 
 def sample(backend: str) -> np.ndarray:
