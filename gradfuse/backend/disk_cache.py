@@ -55,21 +55,21 @@ def verified(path: Path) -> bool:
     return hashlib.sha256(data).hexdigest() == want
 
 
-def seal(path: Path) -> None:
-    """Writes the checksum of the entry `path` beside it (atomically, as the entry)."""
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    target = _checksum_path(path)
-    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(digest + "\n")
-    os.replace(tmp, target)
-
-
-def store(path: Path, data: bytes) -> Path:
-    """Writes the entry `path` (a temporary file renamed into place, so that a reader
-    sees none or all of it) and seals it; returns `path`."""
+def _replace(path: Path, data: bytes) -> None:
+    """Writes `path` as a temporary file renamed into place: a reader sees none or all."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
+
+
+def seal(path: Path) -> None:
+    """Writes the checksum of the entry `path` beside it (atomically, as the entry)."""
+    _replace(_checksum_path(path), hashlib.sha256(path.read_bytes()).hexdigest().encode() + b"\n")
+
+
+def store(path: Path, data: bytes) -> Path:
+    """Writes the entry `path` atomically and seals it; returns `path`."""
+    _replace(path, data)
     seal(path)
     return path
 

@@ -21,7 +21,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from gradfuse.backend.compile_errors import compile_error
 from gradfuse.backend.cstyle import CUDATarget, render_kernels
-from gradfuse.backend.disk_cache import cache_dir, seal, tool_version, verified
+from gradfuse.backend.disk_cache import cache_dir, store, tool_version, verified
 from gradfuse.diagnostics import GradfuseError
 
 FLAGS = ("-O3",)  # no --use_fast_math: its log2f (lg2.approx) is off by 2^-22 absolute near
@@ -67,8 +67,4 @@ def compile_cubin(source: str, arch: str = "sm_90", module: ModuleOp | None = No
             raise compile_error(
                 "nvcc", source, done.stderr.replace(str(src), str(kept)), kept, module
             )
-        partial = Path(tmp) / "partial"
-        partial.write_bytes(out.read_bytes())
-        os.replace(partial, target)
-    seal(target)
-    return target.read_bytes()
+        return store(target, out.read_bytes()).read_bytes()
