@@ -15,12 +15,16 @@ builds for: 32 with AVX-512 (and on AArch64), 16 with AVX2 or SSE. Blocks of 8 r
 (16 sums) fit 32; on 16 they spill, and 4 rows (8 sums, 2 loads and a broadcast) fit.
 On the 2-core Zen 3 developer machine (AVX2, one thread, DCGAN b8's step): 8 rows 541 /
 569 ms, 6 rows 612 / 684, 4 rows 437 / 450, 3 rows 676, 2 rows 614; on AVX-512 machines
-8 rows were the faster (`loops_unroll_jam.ROWS`):
+8 rows were the faster (`loops_unroll_jam.ROWS`).
+
+Those 2 vectors a row need the lanes' dim to hold 2 vectors: `loops-pack` runs a
+convolution's output channels in tiles of 16, one vector of 16 lanes, unless its
+`pack-tile` asks for 2 x 16 (its long reductions, `loops_pack.LONG_REDUCTION`):
 
     host_lanes()               # 16 or 8
     host_rows()                # 8 or 4
-    c_pipeline("cpu")          # "cpu{lanes=16 jam-rows=8}"
-    c_pipeline("cpu{lanes=8}") # "cpu{lanes=8 jam-rows=4}": an explicit choice is kept
+    c_pipeline("cpu")          # "cpu{lanes=16 jam-rows=8 pack-tile=32}"
+    c_pipeline("cpu{lanes=8}") # "cpu{lanes=8 jam-rows=4 pack-tile=16}": an explicit choice is kept
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from pathlib import Path
 
 from gradfuse.backend.c.cache import build_library, compiler, flags
 from gradfuse.backend.disk_cache import cache_dir, store, verified
+from gradfuse.passes.loops.pack_copy import TILE
 
 CHAINS = "".join(f"  a{k} = a{k} * m + c;\n" for k in range(12))
 PROBE = "#include <time.h>\nvolatile float gf_sink;\n" + "".join(
@@ -137,11 +142,16 @@ def _rows(cflags: tuple[str, ...]) -> int:
 
 def c_pipeline(spec: str) -> str:
     """`spec` (a pipeline of the c backend, `cpu` or `cpu{jam-work=0}`) with this
-    machine's `lanes` and `jam-rows`, unless it chooses them itself."""
+    machine's `lanes` and `jam-rows`, and a `pack-tile` of 2 vectors of those lanes (at
+    least `TILE`), unless it chooses them itself."""
     name, _, options = spec.partition("{")
     words = options.rstrip("}").split()
-    if not any(w.startswith("lanes=") for w in words):
+    chosen = dict(w.partition("=")[::2] for w in words)
+    if "lanes" not in chosen:
         words.append(f"lanes={host_lanes()}")
-    if not any(w.startswith("jam-rows=") for w in words):
+    if "jam-rows" not in chosen:
         words.append(f"jam-rows={host_rows()}")
+    if "pack-tile" not in chosen:
+        width = int(chosen.get("lanes") or host_lanes())
+        words.append(f"pack-tile={max(TILE, 2 * width)}")
     return f"{name}{{{' '.join(words)}}}"

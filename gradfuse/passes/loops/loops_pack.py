@@ -25,7 +25,11 @@ either contiguous along it or does not depend on it, and every store is contiguo
 
 Where the nest's innermost dim has several tiles of `TILE` points, the nest runs the
 tiles outermost and the copy is tile-major, `p[co / 16, kh, kw, ci, co % 16]`: all that
-one tile's points read is one contiguous block.
+one tile's points read is one contiguous block. `tile` sets the tile of a nest whose
+innermost reduction loop runs at least `LONG_REDUCTION` steps: 32 where vectors hold 16
+lanes (the c backend's `pack-tile`), so that `loops-unroll-jam` blocks 2 vectors a row
+there too (8 x 2 sums, 2 loads and 8 broadcasts a step, where 8 x 1 took 1 load per
+FMA). A nest of short reductions keeps tiles of at most `TILE`.
 
 ```
 // ir-opt conv.mlir -p loops-pack
@@ -87,6 +91,16 @@ from gradfuse.passes.loops.pack_copy import (
 GUARDED_GROWTH = 2
 """How much larger than its operand the copy of a guarded read may be: a 3 x 3 window
 split into phases of 2 x 2 taps (`kernel-split-phases`) is copied as 16 taps for 9."""
+
+LONG_REDUCTION = 64
+"""Steps of a nest's innermost reduction loop from which `tile` applies. DCGAN b8 on a
+2-core Emerald Rapids (16 lanes, one thread, kernels timed one by one by
+`gradfuse.profiler`, the best of 2 runs each, taking turns): with 32 everywhere the
+convolutions over 128-512 input channels took 15-30% less, but the weight gradients,
+whose innermost loop runs over the 8 images, up to twice as long (g139 11.7 -> 22.7 ms,
+g207 23.7 -> 35.9 ms); with 32 from 64 steps on, the kernels' sum went 295 -> 275 ms a
+step (ResNet-18 b8 64x64: 142 -> 138 ms), no kernel losing more than the noise between
+runs."""
 
 MIN_REUSE = 8
 """Points of a nest that read each packed element, below which an operand is not
@@ -227,14 +241,24 @@ def tile_major(loads: list[memref.LoadOp], nest: scf.ParallelOp) -> None:
         )
 
 
-def pack(fn: func.FuncOp, nest: scf.ParallelOp, min_reuse: int = MIN_REUSE) -> int:
+def tile_of(loop: scf.ForOp, tile: int) -> int:
+    """The tile of a nest whose innermost reduction is `loop`: `tile` if the loop runs
+    at least `LONG_REDUCTION` steps, else at most `TILE`."""
+    steps = iv_trips(loop.body.block.args[0])
+    return tile if steps is not None and steps >= LONG_REDUCTION else min(tile, TILE)
+
+
+def pack(
+    fn: func.FuncOp, nest: scf.ParallelOp, min_reuse: int = MIN_REUSE, tile: int = TILE
+) -> int:
     """Packs the operands of `nest` (in function `fn`) that qualify (see the module
-    docstring); how many."""
+    docstring), in tiles of `tile` points where its reduction is long; how many."""
     loop = innermost_reduction(nest)
     if loop is None or contiguous(loop):
         return 0  # none, or a dot product along the reduction (`loops-vectorize`)
     order = loop_indices(nest, loop)
-    tiled = tiles(nest, TILE)
+    size = tile_of(loop, tile)
+    tiled = tiles(nest, size)
     count, majors = 0, list[memref.LoadOp]()
     for load in [o for o in loop.body.walk() if isinstance(o, memref.LoadOp)]:
         buf = load.memref
@@ -255,13 +279,13 @@ def pack(fn: func.FuncOp, nest: scf.ParallelOp, min_reuse: int = MIN_REUSE) -> i
         else:
             assert ivs is not None
             packed_shape, indices = [iv_trips(iv) or 0 for iv in ivs], ivs
-        major = tiled and packed_shape[-1] % TILE == 0
+        major = tiled and packed_shape[-1] % size == 0
         if major:
-            packed_shape = major_shape(packed_shape)
+            packed_shape = major_shape(packed_shape, size)
         target = scratch(fn, buf.type.element_type, packed_shape, "packed")  # type: ignore[attr-defined]
         copy, consts = (
-            copy_nest(buf, target, perm, major) if perm is not None
-            else gather_nest(load, target, indices, major, guard)
+            copy_nest(buf, target, perm, major, size) if perm is not None
+            else gather_nest(load, target, indices, major, guard, size)
         )  # fmt: skip
         parent = nest.parent_block()
         assert parent is not None
@@ -278,7 +302,7 @@ def pack(fn: func.FuncOp, nest: scf.ParallelOp, min_reuse: int = MIN_REUSE) -> i
         if major:
             majors.append(new)
     if count and tiled:
-        tile_major(majors, tile_outermost(nest, TILE))
+        tile_major(majors, tile_outermost(nest, size))
     return count
 
 
@@ -286,14 +310,15 @@ def pack(fn: func.FuncOp, nest: scf.ParallelOp, min_reuse: int = MIN_REUSE) -> i
 class LoopsPackPass(ModulePass):
     """Copies operands that reductions read across their lanes into loop order.
 
-    `ir-opt k.mlir -p 'loops-pack{min-reuse=8}'`
+    `ir-opt k.mlir -p 'loops-pack{min-reuse=8 tile=32}'`
     """
 
     name = "loops-pack"
 
     min_reuse: int = MIN_REUSE
+    tile: int = TILE
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for fn in kernel_functions(op):
             for nest in innermost_nests(fn):
-                pack(fn, nest, self.min_reuse)
+                pack(fn, nest, self.min_reuse, self.tile)

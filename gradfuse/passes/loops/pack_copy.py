@@ -25,9 +25,10 @@ from gradfuse.passes.loops.loop_ir import int_constant, loop_bounds
 
 TILE = 16
 """Points of the innermost dim a packed nest runs for all its other points before the
-next (`tile_outermost`): 2 vectors of lanes, so the packed rows that one tile reads (a
+next (`tile_outermost`): 2 vectors of 8 lanes, so the packed rows that one tile reads (a
 16-channel panel of a convolution's weight, at most a few hundred KiB) stay in cache
-while every output point uses them, where streaming all of it per point would not."""
+while every output point uses them, where streaming all of it per point would not.
+`loops-pack{tile=32}` makes them 2 vectors of 16 lanes where the reduction is long."""
 
 
 def iv_trips(iv: SSAValue) -> int | None:
@@ -109,13 +110,13 @@ def tile_point(tile: SSAValue, point: SSAValue, width: SSAValue) -> list[Operati
     return [start, fast.index_op(arith.AddiOp, start.results[0], point)]
 
 
-def major_shape(shape: list[int]) -> list[int]:
-    """The shape of a tile-major copy: `[..., n]` as `[n / TILE, ..., TILE]`."""
-    return [shape[-1] // TILE, *shape[:-1], TILE]
+def major_shape(shape: list[int], tile: int = TILE) -> list[int]:
+    """The shape of a tile-major copy: `[..., n]` as `[n / tile, ..., tile]`."""
+    return [shape[-1] // tile, *shape[:-1], tile]
 
 
 def major_indices(indices: list[SSAValue], tile: SSAValue, point: SSAValue) -> list[SSAValue]:
-    """Where a tile-major copy keeps `[..., tile * TILE + point]`: `[tile, ..., point]`."""
+    """Where a tile-major copy keeps `[..., tile * width + point]`: `[tile, ..., point]`."""
     return [tile, *indices[:-1], point]
 
 
@@ -136,19 +137,20 @@ def gather_nest(
     ivs: list[SSAValue],
     tiled: bool,
     guard: arith.SelectOp | None = None,
+    tile: int = TILE,
 ) -> tuple[scf.ParallelOp, list[Operation]]:
     """`target[i...] = load's buffer[load's indices at i...]` over the loop indices
     `ivs` (iterated in the buffer's order, `source_order`), and the constants it needs;
     `tiled`: `target` is tile-major (`tile_major`), the last index split into its tile
-    and its point in the tile. `guard`: `select(g, load, c)`, the read's value, which the
+    of `tile` points and its point in the tile. `guard`: `select(g, load, c)`, the read's value, which the
     copy stores instead (c where g fails: a window padded to whole phases)."""
     order = source_order(load, ivs)
     sizes = [iv_trips(ivs[k]) or 0 for k in order]
     if tiled:
-        sizes = [*sizes[:-1], sizes[-1] // TILE, TILE]
+        sizes = [*sizes[:-1], sizes[-1] // tile, tile]
     body = Block(arg_types=[fast.INDEX] * len(sizes))
     ops: list[Operation] = []
-    width = [fast.constant(TILE)] if tiled else []
+    width = [fast.constant(tile)] if tiled else []
     lane = body.args[len(ivs) - 1]
     if tiled:
         ops += tile_point(lane, body.args[-1], width[0].results[0])
@@ -173,23 +175,23 @@ def gather_nest(
 
 
 def copy_nest(
-    source: SSAValue, target: SSAValue, perm: list[int], tiled: bool
+    source: SSAValue, target: SSAValue, perm: list[int], tiled: bool, tile: int = TILE
 ) -> tuple[scf.ParallelOp, list[Operation]]:
     """`target[i[perm[0]], i[perm[1]], ...] = source[i]` over `source`'s shape, and the
     constants it needs. The copy runs in `source`'s order, but for the dim that becomes
-    `target`'s last (`j = perm[-1]`): its points run innermost in tiles of `TILE` (a
-    blocked transpose), so each step writes a whole line of `target` and the `TILE`
+    `target`'s last (`j = perm[-1]`): its points run innermost in tiles of `tile` (a
+    blocked transpose), so each step writes a whole line of `target` and the `tile`
     lines of `source` it reads stay in cache until all their points are copied; a
     store per point strided by `target`'s row length would touch a line each.
-    `tiled`: `target` is tile-major (`tile_major`), `[i[j] / TILE, ..., i[j] % TILE]`."""
+    `tiled`: `target` is tile-major (`tile_major`), `[i[j] / tile, ..., i[j] % tile]`."""
     shape = list(source.type.get_shape())  # type: ignore[attr-defined]
     j = perm[-1]
-    blocked = j != len(shape) - 1 and shape[j] % TILE == 0
+    blocked = j != len(shape) - 1 and shape[j] % tile == 0
     assert blocked or not tiled
-    sizes = [*shape[:j], shape[j] // TILE, *shape[j + 1 :], TILE] if blocked else shape
+    sizes = [*shape[:j], shape[j] // tile, *shape[j + 1 :], tile] if blocked else shape
     body = Block(arg_types=[fast.INDEX] * len(sizes))
     idx = list(body.args)
-    width = [fast.constant(TILE)] if blocked else []
+    width = [fast.constant(tile)] if blocked else []
     if blocked:
         at = tile_point(idx[j], idx[-1], width[0].results[0])
         body.add_ops(at)

@@ -17,12 +17,12 @@ from gradfuse.backend.c import lanes
 from gradfuse.backend.c.host import render_c
 from gradfuse.frontend.parser import parse_tg
 from gradfuse.frontend.recorder import program
-from gradfuse.nn import Conv2d
+from gradfuse.nn import Conv2d, ConvTranspose2d
 from gradfuse.passes import expand
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_c_loops import BLOCKS, LANES, MASKS  # noqa: E402
-from test_c_loops_conv import record  # noqa: E402
+from test_c_loops_conv import assert_matches_float64, record  # noqa: E402
 
 
 @pytest.mark.parametrize("width", [8, 16])
@@ -80,11 +80,14 @@ def test_the_probe_measures_once_and_the_pipeline_carries_its_width(monkeypatch,
     monkeypatch.setattr(lanes, "measure", again)
     assert lanes.host_lanes() == width  # read back, not measured
     rows = lanes.host_rows()
-    assert pipeline_of("c") == f"cpu{{lanes={width} jam-rows={rows}}}"
+    tile = 2 * width  # 2 vectors: 16 or 32
+    assert pipeline_of("c") == f"cpu{{lanes={width} jam-rows={rows} pack-tile={tile}}}"
     monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{jam-work=0}")
-    assert pipeline_of("c") == f"cpu{{jam-work=0 lanes={width} jam-rows={rows}}}"
+    assert pipeline_of("c") == f"cpu{{jam-work=0 lanes={width} jam-rows={rows} pack-tile={tile}}}"
     monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{lanes=8 jam-rows=2}")
-    assert pipeline_of("c") == "cpu{lanes=8 jam-rows=2}"  # explicit choices are kept
+    assert pipeline_of("c") == "cpu{lanes=8 jam-rows=2 pack-tile=16}"  # explicit choices kept
+    monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{lanes=16 pack-tile=16}")
+    assert pipeline_of("c") == f"cpu{{lanes=16 pack-tile=16 jam-rows={rows}}}"
     lanes._lanes.cache_clear()
 
 
@@ -159,3 +162,29 @@ def test_a_batch_norms_sums_over_nhwc_write_their_centred_values_in_lanes():
         agree(case, "c", pipeline="cpu", args=[x, w])
     source = render_c(compile_module(parse_tg(small), "c", pipeline="cpu").module)
     assert "p0[64] = " in source  # a lane's store, 64 floats after the one before
+
+
+WIDE = {
+    "conv-3x3": (lambda: Conv2d(64, 64, 3, 1, 1, bias=False), (2, 64, 8, 8)),
+    "convT-4x4-stride2": (lambda: ConvTranspose2d(64, 64, 4, 2, 1), (2, 64, 4, 4)),
+}
+"""Convolutions whose reductions run over 64 channels (`loops_pack.LONG_REDUCTION`),
+into 64 channels: 2 tiles of 32 (a ResNet-18 layer, a DCGAN generator layer)."""
+
+
+@pytest.mark.parametrize("name", sorted(WIDE))
+def test_long_reductions_in_tiles_of_two_16_lane_vectors_match_float64(monkeypatch, name):
+    """`pack-tile=32` (the c backend's choice with 16 lanes, on any machine here): the
+    forward and input-gradient nests read weights packed in tiles of 32 channels and
+    keep 2 vectors a row of their register blocks; the results (output, input and
+    weight gradients, a bias's) come within test_c_loops_conv's float64 tolerance: at
+    worst 0.35 of it (the conv's input gradient, sums of 576 terms), 0.32 built without
+    FMA (`GRADFUSE_CFLAGS="-march=x86-64 -mno-fma"`)."""
+    make, shape = WIDE[name]
+    pipeline = "cpu{lanes=16 pack-tile=32}"
+    record(make, shape, np.float32)
+    module = str(compile_module(program().module.clone(), "c", pipeline=pipeline).module)
+    assert "x32xf32>, vector<16xf32>" in module  # a vector load from a tile of 32
+    assert "-> (" + ", ".join(["vector<16xf32>"] * 16) + ")" in module  # 8 rows x 2
+    monkeypatch.setenv("GRADFUSE_C_PIPELINE", pipeline)
+    assert_matches_float64(make, shape, len(list(make().parameters())) + 2)
