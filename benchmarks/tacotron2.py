@@ -185,7 +185,11 @@ def main() -> None:
           f" {frames} frames:")  # fmt: skip
     print(f"  {'section':38} {'gradfuse':>9} {'PyTorch':>8}")
     for key in counts:  # in program order
-        per = f" ({counts[key] / frames:.0f} a frame; PyTorch {PER_FRAME[key]})" if key in PER_FRAME else ""
+        per = (
+            f" ({counts[key] / frames:.0f} a frame; PyTorch {PER_FRAME[key]})"
+            if key in PER_FRAME
+            else ""
+        )
         theirs = str(TORCH[key]) if key in TORCH and frames == 98 else ""
         print(f"  {key:38} {counts[key]:9d} {theirs:>8}{per}")
     print(f"  {'total':38} {total:9d} {TORCH['total'] if frames == 98 else '':>8}")
