@@ -10,7 +10,9 @@ MLIR's `vector.transpose` lowers to on AVX (`unpcklps`/`unpckhps`, `shufps`,
 b8's kernels held 8,488 lane stores, a third of their C. A block of 4 rows (the register
 blocks of a machine with 16 vector registers, `jam-rows=4`) holds 4 x 8 tiles: the
 first two stages leave each column of 4 in a half of a vector, stored as a
-`vector<4xf32>` (a 128-bit store: `vextractf128` for the upper half).
+`vector<4xf32>` (a 128-bit store: `vextractf128` for the upper half). Writes of 16
+lanes (`loops-vectorize{lanes=16}`) are 8 x 16 or 4 x 16 tiles: each row's two halves
+of 8 lanes (`vextractf32x8`) are transposed as two tiles of 8 lanes, 16 stores.
 
 ```
 // ir-opt conv.mlir -p loops-transpose-writes
@@ -41,8 +43,9 @@ from gradfuse.passes.lib import fast_ops as fast
 from gradfuse.passes.loops.loop_ir import Form, Write, kernel_functions, transfer_dim, writes
 
 LANES = 8
-"""The tile's width: the transpose below is that of 8 x 8 or 4 x 8 (writes of 16 lanes
-stay as they are)."""
+"""The tile's width: the transpose below is that of 8 x 8 or 4 x 8."""
+WIDE = 16
+"""The lanes of writes whose tiles are transposed as two of `LANES`: the rows' halves."""
 ROWS = (LANES, 4)
 """The tile's rows: the writes of 8 or 4 points along the buffer's last dim."""
 STAGES = (
@@ -86,6 +89,20 @@ def transpose(rows: list[SSAValue], into: list[Operation]) -> list[SSAValue]:
     return halves
 
 
+def halves(rows: list[SSAValue], into: list[Operation]) -> tuple[list[SSAValue], list[SSAValue]]:
+    """The first and the second `LANES` lanes of each of `rows` (vectors of `WIDE`), as
+    shuffles added to `into`."""
+    out: tuple[list[SSAValue], list[SSAValue]] = ([], [])
+    for v in rows:
+        half = VectorType(v.type.element_type, [LANES])  # type: ignore[attr-defined]
+        for k in (0, 1):
+            mask = DenseArrayBase.from_list(i64, list(range(k * LANES, (k + 1) * LANES)))
+            op = vector.ShuffleOp(v, v, mask, result_type=half)
+            into.append(op)
+            out[k].append(op.result)
+    return out
+
+
 Key = tuple[SSAValue, int, tuple[object, ...]]
 
 
@@ -93,7 +110,7 @@ def tile_key(write: Write) -> tuple[Key, int] | None:
     """What the 8 writes of one tile share (buffer, lane dim, the affine forms of the
     indices, the last one's without its constant), and this write's constant; None
     for a write that no tile holds (lanes along the last dim, a non-affine index)."""
-    if write.lanes != LANES or write.along == len(write.forms) - 1:
+    if write.lanes not in (LANES, WIDE) or write.along == len(write.forms) - 1:
         return None
     forms = [f for f in write.forms if f is not None]
     if len(forms) < len(write.forms):
@@ -106,11 +123,17 @@ def tile_key(write: Write) -> tuple[Key, int] | None:
 
 def rewrite(group: list[vector.TransferWriteOp], last: vector.TransferWriteOp) -> None:
     """Replaces the 8 or 4 writes of a tile (`group`, by their last index's offset) by
-    a transpose and 8 contiguous stores, after `last`, the last of them in its block."""
+    a transpose and 8 contiguous stores (16 for writes of 16 lanes), after `last`, the
+    last of them in its block."""
     first = group[0]
     along = transfer_dim(first)
     new: list[Operation] = []
-    columns = transpose([w.vector for w in group], new)
+    rows = [w.vector for w in group]
+    if rows[0].type.get_shape()[0] == WIDE:  # type: ignore[attr-defined]
+        low, high = halves(rows, new)
+        columns = transpose(low, new) + transpose(high, new)
+    else:
+        columns = transpose(rows, new)
     for j, col in enumerate(columns):
         indices = list(first.indices)
         if j:
@@ -153,7 +176,7 @@ def transpose_block(block: Block) -> None:
 @dataclass(frozen=True)
 class LoopsTransposeWritesPass(ModulePass):
     """Writes 8 x 8 and 4 x 8 tiles that a nest stores across its lanes as 8 contiguous
-    stores.
+    stores (8 x 16 and 4 x 16 tiles as 16).
 
     `ir-opt k.mlir -p loops-transpose-writes`
     """

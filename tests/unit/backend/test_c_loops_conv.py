@@ -302,6 +302,21 @@ def test_blocks_of_four_rows_store_4_by_8_tiles(monkeypatch) -> None:
     assert_matches_float64(discriminator_layers, DISCRIMINATOR_INPUT, 4)
 
 
+def test_blocks_of_16_lanes_store_8_by_16_tiles(monkeypatch) -> None:
+    """With lanes of 16 (`cpu{lanes=16}`, on any machine), a block's 8 image columns x
+    16 output channels are an 8 x 16 tile: each row's halves of 8 lanes
+    (`__builtin_shufflevector`), of floats and of the leaky ReLU's mask bytes, are
+    transposed as two 8 x 8 tiles and stored as 16 rows; the transpose moves floats and
+    nothing else, so the results meet the float64 tolerance as lane stores did."""
+    source = discriminator_source("cpu{lanes=16}")
+    high = r"__builtin_shufflevector\((v\d+), \1, 8, 9, 10, 11, 12, 13, 14, 15\)"
+    for kind in ("float", "bool"):
+        assert re.search(rf"gf_{kind}x8 v\d+ = {high}", source)
+    assert source.count("(gf_intx8){0, 8, 1, 9, 4, 12, 5, 13}") >= 4 * 2 * 2  # 2 tiles of 8
+    monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{lanes=16}")
+    assert_matches_float64(discriminator_layers, DISCRIMINATOR_INPUT, 4)
+
+
 def test_convolutions_in_float64_match_the_reference_in_float64() -> None:
     """Float64 runs in scalar loops (the lanes are `vector<8xf32>`), its sums in another
     order than the reference's: relative errors near 1e-16 times the terms summed (at
