@@ -147,11 +147,11 @@ def c_pipeline(spec: str) -> str:
     name, _, options = spec.partition("{")
     words = options.rstrip("}").split()
     chosen = dict(w.partition("=")[::2] for w in words)
+    lanes = int(chosen.get("lanes") or host_lanes())
     if "lanes" not in chosen:
-        words.append(f"lanes={host_lanes()}")
+        words.append(f"lanes={lanes}")
     if "jam-rows" not in chosen:
         words.append(f"jam-rows={host_rows()}")
     if "pack-tile" not in chosen:
-        width = int(chosen.get("lanes") or host_lanes())
-        words.append(f"pack-tile={max(TILE, 2 * width)}")
+        words.append(f"pack-tile={max(TILE, 2 * lanes)}")
     return f"{name}{{{' '.join(words)}}}"

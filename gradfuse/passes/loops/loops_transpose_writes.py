@@ -58,7 +58,16 @@ MASKS = [tuple(DenseArrayBase.from_list(i64, m) for m in masks) for masks in STA
 COLUMNS = (0, 2, 1, 3, 4, 6, 5, 7)
 """Where the stages leave each column of the tile (column 1 in vector 2); with 4 rows,
 the first two stages leave column j in half j // 4 of vector COLUMNS[j % 4]."""
-HALVES = [DenseArrayBase.from_list(i64, list(range(k, k + 4))) for k in (0, 4)]
+
+
+def half(v: SSAValue, k: int, into: list[Operation]) -> SSAValue:
+    """Half `k` (0: the low lanes, 1: the high) of vector `v` (f32, or a mask's i1), as a
+    shuffle added to `into`: `vextractf128` of 8 lanes, `vextractf32x8` of 16."""
+    n = v.type.get_shape()[0] // 2  # type: ignore[attr-defined]
+    mask = DenseArrayBase.from_list(i64, list(range(k * n, (k + 1) * n)))
+    op = vector.ShuffleOp(v, v, mask, result_type=VectorType(v.type.element_type, [n]))  # type: ignore[attr-defined]
+    into.append(op)
+    return op.result
 
 
 def transpose(rows: list[SSAValue], into: list[Operation]) -> list[SSAValue]:
@@ -79,28 +88,7 @@ def transpose(rows: list[SSAValue], into: list[Operation]) -> list[SSAValue]:
         vs = out
     if len(rows) == LANES:
         return [vs[k] for k in COLUMNS]
-    halves = []
-    for j in range(LANES):
-        v = vs[COLUMNS[j % 4]]
-        four = VectorType(v.type.element_type, [4])  # type: ignore[attr-defined]  (f32, or a mask's i1)
-        half = vector.ShuffleOp(v, v, HALVES[j // 4], result_type=four)
-        into.append(half)
-        halves.append(half.result)
-    return halves
-
-
-def halves(rows: list[SSAValue], into: list[Operation]) -> tuple[list[SSAValue], list[SSAValue]]:
-    """The first and the second `LANES` lanes of each of `rows` (vectors of `WIDE`), as
-    shuffles added to `into`."""
-    out: tuple[list[SSAValue], list[SSAValue]] = ([], [])
-    for v in rows:
-        half = VectorType(v.type.element_type, [LANES])  # type: ignore[attr-defined]
-        for k in (0, 1):
-            mask = DenseArrayBase.from_list(i64, list(range(k * LANES, (k + 1) * LANES)))
-            op = vector.ShuffleOp(v, v, mask, result_type=half)
-            into.append(op)
-            out[k].append(op.result)
-    return out
+    return [half(vs[COLUMNS[j % 4]], j // 4, into) for j in range(LANES)]
 
 
 Key = tuple[SSAValue, int, tuple[object, ...]]
@@ -130,8 +118,8 @@ def rewrite(group: list[vector.TransferWriteOp], last: vector.TransferWriteOp) -
     new: list[Operation] = []
     rows = [w.vector for w in group]
     if rows[0].type.get_shape()[0] == WIDE:  # type: ignore[attr-defined]
-        low, high = halves(rows, new)
-        columns = transpose(low, new) + transpose(high, new)
+        low, high = zip(*[(half(v, 0, new), half(v, 1, new)) for v in rows], strict=True)
+        columns = transpose(list(low), new) + transpose(list(high), new)
     else:
         columns = transpose(rows, new)
     for j, col in enumerate(columns):

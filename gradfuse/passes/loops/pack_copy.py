@@ -142,8 +142,9 @@ def gather_nest(
     """`target[i...] = load's buffer[load's indices at i...]` over the loop indices
     `ivs` (iterated in the buffer's order, `source_order`), and the constants it needs;
     `tiled`: `target` is tile-major (`tile_major`), the last index split into its tile
-    of `tile` points and its point in the tile. `guard`: `select(g, load, c)`, the read's value, which the
-    copy stores instead (c where g fails: a window padded to whole phases)."""
+    of `tile` points and its point in the tile. `guard`: `select(g, load, c)`, the
+    read's value, which the copy stores instead (c where g fails: a window padded to
+    whole phases)."""
     order = source_order(load, ivs)
     sizes = [iv_trips(ivs[k]) or 0 for k in order]
     if tiled:
