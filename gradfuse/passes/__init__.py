@@ -102,12 +102,14 @@ PIPELINE_OPTIONS: dict[str, tuple[str, str]] = {
     "jam-work": ("loops-unroll-jam", "min-work"),
     "lanes": ("loops-vectorize", "lanes"),
     "jam-rows": ("loops-unroll-jam", "rows"),
+    "jam-fill": ("loops-unroll-jam", "fill"),
     "pack-tile": ("loops-pack", "tile"),
 }
 """Options of the named pipelines, as MLIR's registered pipelines take them: each sets an
 option of one pass in the pipeline (`ir-opt m.tg -p 'cpu{jam-work=0}'`: register blocks
 for nests of any size, as the golden tests of small programs ask; `jam-rows=4`: blocks of
-4 rows, for a machine of 16 vector registers; `pack-tile=32`: the packed tiles of long
+4 rows, for a machine of 16 vector registers; `jam-fill=6`: a block that a short dim (3
+taps) leaves filled up to 6 rows; `pack-tile=32`: the packed tiles of long
 reductions 2 vectors of 16 lanes)."""
 
 

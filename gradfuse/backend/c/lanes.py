@@ -15,7 +15,10 @@ builds for: 32 with AVX-512 (and on AArch64), 16 with AVX2 or SSE. Blocks of 8 r
 (16 sums) fit 32; on 16 they spill, and 4 rows (8 sums, 2 loads and a broadcast) fit.
 On the 2-core Zen 3 developer machine (AVX2, one thread, DCGAN b8's step): 8 rows 541 /
 569 ms, 6 rows 612 / 684, 4 rows 437 / 450, 3 rows 676, 2 rows 614; on AVX-512 machines
-8 rows were the faster (`loops_unroll_jam.ROWS`).
+8 rows were the faster (`loops_unroll_jam.ROWS`). (With `cache.SCHEDULE` keeping the
+weights in registers, ResNet-18 b8's step took 182 ms at 6 rows, 142 at 4: 6 rows leave
+remainder nests of 16-wide images.) Where a short dim leaves a block (3 taps), 16
+registers fill it up to 6 rows by exact divisors of the next dim (`FILL`).
 
 Those 2 vectors a row need the lanes' dim to hold 2 vectors: `loops-pack` runs a
 convolution's output channels in tiles of 16, one vector of 16 lanes, unless its
@@ -23,8 +26,9 @@ convolution's output channels in tiles of 16, one vector of 16 lanes, unless its
 
     host_lanes()               # 16 or 8
     host_rows()                # 8 or 4
-    c_pipeline("cpu")          # "cpu{lanes=16 jam-rows=8 pack-tile=32}"
-    c_pipeline("cpu{lanes=8}") # "cpu{lanes=8 jam-rows=4 pack-tile=16}": an explicit choice is kept
+    host_fill()                # 8 or 6
+    c_pipeline("cpu")          # "cpu{lanes=16 jam-rows=8 jam-fill=8 pack-tile=32}"
+    c_pipeline("cpu{lanes=8}") # "cpu{lanes=8 jam-rows=4 jam-fill=6 pack-tile=16}": an explicit choice is kept
 """
 
 from __future__ import annotations
@@ -140,10 +144,30 @@ def _rows(cflags: tuple[str, ...]) -> int:
     return vector_registers(cflags) // 4
 
 
+FILL = 6
+"""The rows that a block of 16 registers is filled up to where a short dim leaves it
+(`loops-unroll-jam`'s `fill`: a 3 x 3 window's 3 taps x 2 input channels): 12 sums, 2
+vectors of weights and a broadcast, 15 registers. ResNet-18 b8's weight gradients, one
+thread, 2-core Zen 3: 42.5 -> 35.8 ms a step (kernels timed by `gradfuse.profiler`, the
+best of 2 runs), the step 135-137 -> 127 ms. With 32 registers the block stays within
+`host_rows()` (3 taps x 2 channels of 8 rows), as measured there."""
+
+
+def host_fill() -> int:
+    """`loops-unroll-jam`'s `fill` for the c backend's flags: `FILL` with 16 vector
+    registers, else `host_rows()`."""
+    return _fill(flags())
+
+
+@cache
+def _fill(cflags: tuple[str, ...]) -> int:
+    return FILL if vector_registers(cflags) == 16 else _rows(cflags)
+
+
 def c_pipeline(spec: str) -> str:
     """`spec` (a pipeline of the c backend, `cpu` or `cpu{jam-work=0}`) with this
-    machine's `lanes` and `jam-rows`, and a `pack-tile` of 2 vectors of those lanes (at
-    least `TILE`), unless it chooses them itself."""
+    machine's `lanes`, `jam-rows` and `jam-fill` (where it chooses no `jam-rows`), and a
+    `pack-tile` of 2 vectors of those lanes (at least `TILE`), unless it chooses them."""
     name, _, options = spec.partition("{")
     words = options.rstrip("}").split()
     chosen = dict(w.partition("=")[::2] for w in words)
@@ -152,6 +176,8 @@ def c_pipeline(spec: str) -> str:
         words.append(f"lanes={lanes}")
     if "jam-rows" not in chosen:
         words.append(f"jam-rows={host_rows()}")
+        if "jam-fill" not in chosen:
+            words.append(f"jam-fill={host_fill()}")
     if "pack-tile" not in chosen:
         words.append(f"pack-tile={max(TILE, 2 * lanes)}")
     return f"{name}{{{' '.join(words)}}}"

@@ -9,13 +9,15 @@ schedules (`split` + `unroll` of the output tile) and MLIR's `affine-loop-unroll
 - the parallel dim that the most reads of the reduction do not depend on (a vector read
   counting twice; the innermost of equals): the rows of x @ w, the outputs of a
   matrix-vector product, by up to `rows`; where it has fewer points (a 4 x 4 image's
-  4 columns), the next dims that share as many reads too, up to `rows` in all, each
-  by a factor that divides its points (4 columns x 2 rows of the image; DCGAN's
-  [8, 512, 4, 4] convolutions 26 -> 21 ms); a dim that no such factor fits is passed
-  over for the next (a 3 x 3 window's 3 rows are not filled to 2 x 3, whose remainder
-  nest made ResNet-18's weight gradients 58 -> 85 ms: its taps take 3 x 2 input
-  channels instead, and its layer 1 to 4 weight gradients each 1.9 -> 1.4 ms to 3.4 ->
-  2.9 ms, against 3 taps alone);
+  4 columns), the next dims that share as many reads too, up to `fill` rows in all
+  (`rows` unless set), each by a factor that divides its points (4 columns x 2 rows of
+  the image; DCGAN's [8, 512, 4, 4] convolutions 26 -> 21 ms); a dim that no such
+  factor fits is passed over for the next (a 3 x 3 window's 3 rows are not filled to
+  2 x 3, whose remainder nest made ResNet-18's weight gradients 58 -> 85 ms: its taps
+  take 3 x 2 input channels instead, and its layer 1 to 4 weight gradients each 1.9 ->
+  1.4 ms to 3.4 -> 2.9 ms, against 3 taps alone). With 16 registers (`rows=4 fill=6`)
+  the 3 taps take 2 channels too: 12 sums where 3 rows left 6, too few chains of FMAs
+  to hide their latency (a Zen 3's 2 units x 4 cycles);
 - in a nest whose innermost dim runs in vector lanes (`loops-vectorize`), that dim too,
   by 2 where a row dim was jammed (an 8 x 16 block: 16 vector sums), else by up to `rows`.
 A dim runs its last `N mod factor` points unjammed. A nest that adds atomically, or
@@ -81,8 +83,11 @@ by 1.3%."""
 SMALL_WORK = 64
 
 
-def plan(nest: scf.ParallelOp, rows: int = ROWS, min_work: int = JAM_WORK) -> list[tuple[int, int]]:
-    """The dims of `nest` to jam, each with its factor, in the order to jam them."""
+def plan(
+    nest: scf.ParallelOp, rows: int = ROWS, min_work: int = JAM_WORK, fill: int = 0
+) -> list[tuple[int, int]]:
+    """The dims of `nest` to jam, each with its factor, in the order to jam them (a
+    block that a short first dim leaves filled up to `fill` rows, else `rows`)."""
     if any(isinstance(o, memref.AtomicRMWOp) for o in nest.walk()):
         return []
     points = iterations(nest, points=True)
@@ -121,9 +126,10 @@ def plan(nest: scf.ParallelOp, rows: int = ROWS, min_work: int = JAM_WORK) -> li
     if score:
         block = 1  # rows so far: a short row dim (a 4 x 4 image's 4) takes the next too
         for s, k in sorted(scored, reverse=True):
-            if s < score or block * 2 > rows:
+            most = (fill or rows) if chosen else rows
+            if s < score or block * 2 > most:
                 break
-            factor = min(rows // block, trips[k])
+            factor = min(most // block, trips[k])
             if chosen:  # a filling dim jams by a divisor: no remainder nest for a few rows
                 factor = max(f for f in range(1, factor + 1) if trips[k] % f == 0)
             if factor < 2:
@@ -146,10 +152,12 @@ def trimmed(nest: scf.ParallelOp) -> bool:
     return any(depends(b, a) for b in loop_bounds(nest) for a in nest.body.block.args)
 
 
-def jam_nest(nest: scf.ParallelOp, rows: int = ROWS, min_work: int = JAM_WORK) -> None:
+def jam_nest(
+    nest: scf.ParallelOp, rows: int = ROWS, min_work: int = JAM_WORK, fill: int = 0
+) -> None:
     """Jams the dims that `plan` chooses, each in the nest the last one left (its
     remainder nests stay unjammed)."""
-    for dim, factor in plan(nest, rows, min_work):
+    for dim, factor in plan(nest, rows, min_work, fill):
         main = unroll_jam(nest, dim, factor)
         if main is not None:
             nest = main
@@ -159,15 +167,16 @@ def jam_nest(nest: scf.ParallelOp, rows: int = ROWS, min_work: int = JAM_WORK) -
 class LoopsUnrollJamPass(ModulePass):
     """Jams the points of reduction nests into register blocks of up to `rows` rows.
 
-    `ir-opt k.mlir -p 'loops-unroll-jam{rows=4}'`
+    `ir-opt k.mlir -p 'loops-unroll-jam{rows=4 fill=6}'`
     """
 
     name = "loops-unroll-jam"
 
     rows: int = ROWS
     min_work: int = JAM_WORK
+    fill: int = 0
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for fn in kernel_functions(op):
             for nest in innermost_nests(fn):
-                jam_nest(nest, self.rows, self.min_work)
+                jam_nest(nest, self.rows, self.min_work, self.fill)

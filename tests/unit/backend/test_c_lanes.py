@@ -79,15 +79,16 @@ def test_the_probe_measures_once_and_the_pipeline_carries_its_width(monkeypatch,
 
     monkeypatch.setattr(lanes, "measure", again)
     assert lanes.host_lanes() == width  # read back, not measured
-    rows = lanes.host_rows()
+    rows, fill = lanes.host_rows(), lanes.host_fill()
     tile = 2 * width  # 2 vectors: 16 or 32
-    assert pipeline_of("c") == f"cpu{{lanes={width} jam-rows={rows} pack-tile={tile}}}"
+    blocks = f"jam-rows={rows} jam-fill={fill}"
+    assert pipeline_of("c") == f"cpu{{lanes={width} {blocks} pack-tile={tile}}}"
     monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{jam-work=0}")
-    assert pipeline_of("c") == f"cpu{{jam-work=0 lanes={width} jam-rows={rows} pack-tile={tile}}}"
+    assert pipeline_of("c") == f"cpu{{jam-work=0 lanes={width} {blocks} pack-tile={tile}}}"
     monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{lanes=8 jam-rows=2}")
     assert pipeline_of("c") == "cpu{lanes=8 jam-rows=2 pack-tile=16}"  # explicit choices kept
     monkeypatch.setenv("GRADFUSE_C_PIPELINE", "cpu{lanes=16 pack-tile=16}")
-    assert pipeline_of("c") == f"cpu{{lanes=16 pack-tile=16 jam-rows={rows}}}"
+    assert pipeline_of("c") == f"cpu{{lanes=16 pack-tile=16 {blocks}}}"
     lanes._lanes.cache_clear()
 
 
@@ -101,6 +102,7 @@ def test_register_blocks_take_a_quarter_of_the_vector_registers(tuning, register
     flags = ("-O2", *tuning.split())
     assert lanes.vector_registers(flags) == registers
     assert lanes._rows(flags) == registers // 4
+    assert lanes._fill(flags) == (6 if registers == 16 else 8)  # 12 sums of 16, or 8 rows
 
 
 def test_register_blocks_of_four_rows_hold_8_sums():
@@ -188,3 +190,18 @@ def test_long_reductions_in_tiles_of_two_16_lane_vectors_match_float64(monkeypat
     assert "-> (" + ", ".join(["vector<16xf32>"] * 16) + ")" in module  # 8 rows x 2
     monkeypatch.setenv("GRADFUSE_C_PIPELINE", pipeline)
     assert_matches_float64(make, shape, len(list(make().parameters())) + 2)
+
+
+def test_a_block_of_3_taps_filled_with_2_channels_matches_float64(monkeypatch):
+    """`jam-fill=6` (the c backend's choice with 16 vector registers): a 3 x 3 weight
+    gradient's block of 3 taps takes 2 input channels, 6 rows x 2 vectors, 12 sums
+    where `jam-rows=4` alone leaves 6; the results come within test_c_loops_conv's
+    float64 tolerance: at worst 0.35 of it (the input gradient; the weight gradient's
+    sums of 128 terms 0.22), 0.32 and 0.21 built without FMA (`-march=x86-64 -mno-fma`)."""
+    make, shape = WIDE["conv-3x3"]
+    pipeline = "cpu{lanes=8 jam-rows=4 jam-fill=6}"
+    record(make, shape, np.float32)
+    module = str(compile_module(program().module.clone(), "c", pipeline=pipeline).module)
+    assert "-> (" + ", ".join(["vector<8xf32>"] * 12) + ")" in module  # 6 rows x 2
+    monkeypatch.setenv("GRADFUSE_C_PIPELINE", pipeline)
+    assert_matches_float64(make, shape, 3)
