@@ -147,7 +147,8 @@ TILE_PACKS = PIPELINES["cpu"].replace(
 def test_a_weight_copied_tile_by_tile_matches_the_reference(monkeypatch) -> None:
     """64 output channels, 4 tiles: the forward convolution copies each tile of its
     weight in that tile's iteration, into an array on the thread's stack, the input
-    gradient pads each image of its output gradient in that image's iteration, and the
+    gradient pads each image of its output gradient in that image's iteration (its 64
+    channels, which the reduction steps through, last), and the
     weight gradient's copy of its input (16 channels in lanes of 8, 6 x 6 = 36 points
     a channel: 4 transposed 8 x 8 tiles and 4 points gathered, `loops-transpose-reads`)
     is made a tile at a time; the input gradient's weight copy (one tile) stays whole.
@@ -160,7 +161,7 @@ def test_a_weight_copied_tile_by_tile_matches_the_reference(monkeypatch) -> None
     run_pipeline(module, "cpu")
     tiles = [op for op in module.walk() if isinstance(op, memref.AllocaOp)]
     shapes = sorted(t.memref.type.get_shape() for t in tiles)
-    assert shapes == [(1, 3, 3, 16, 16), (1, 6, 6, 2, 16), (1, 64, 8, 8)]
+    assert shapes == [(1, 3, 3, 16, 16), (1, 6, 6, 2, 16), (1, 8, 8, 64)]
     assert re.search(r"^    float v\d+\[2304\] __attribute", render_c(module), re.M)
     assert_matches_float64(make, shape, 3)
 
