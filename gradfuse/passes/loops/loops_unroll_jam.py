@@ -20,7 +20,11 @@ schedules (`split` + `unroll` of the output tile) and MLIR's `affine-loop-unroll
   to hide their latency (a Zen 3's 2 units x 4 cycles);
 - in a nest whose innermost dim runs in vector lanes (`loops-vectorize`), that dim too,
   by 2 where a row dim was jammed (an 8 x 16 block: 16 vector sums), else by up to `rows`.
-A dim runs its last `N mod factor` points unjammed. A nest that adds atomically, or
+A dim runs its last `N mod factor` points in a nest of their own, jammed by their
+count where they are 2 or more, and by the dims after (the stem of ResNet-18: a 7 x 7
+window's last 3 taps after 4 ran one at a time, 2 sums each over 8,192 steps, 3.7% of
+the b8 step; jammed, the step 123.5 -> 117.4 ms, one thread, Zen 3, best of 5 runs
+taken alternately). A nest that adds atomically, or
 whose innermost dim `omp simd` vectorises, is left as it is. A dim that a loop's bounds
 depend on (the output point whose taps `loops-trim-taps` bounded) is not jammed: its
 points run different taps.
@@ -155,12 +159,22 @@ def trimmed(nest: scf.ParallelOp) -> bool:
 def jam_nest(
     nest: scf.ParallelOp, rows: int = ROWS, min_work: int = JAM_WORK, fill: int = 0
 ) -> None:
-    """Jams the dims that `plan` chooses, each in the nest the last one left (its
-    remainder nests stay unjammed)."""
-    for dim, factor in plan(nest, rows, min_work, fill):
+    """Jams the dims that `plan` chooses, each in the nest the last one left; a
+    remainder of 2 points or more is jammed by its points, and by the dims after."""
+    jam_dims(nest, plan(nest, rows, min_work, fill))
+
+
+def jam_dims(nest: scf.ParallelOp, chosen: list[tuple[int, int]]) -> None:
+    """Jams `nest`'s dims `chosen` (dim, factor) in turn, and each remainder nest of at
+    least 2 points by its points (a 7-tap window's 3 after 4: 3 sums, not 1 x 3)."""
+    for k, (dim, factor) in enumerate(chosen):
+        rest = dim_trips(nest, dim) % factor
         main = unroll_jam(nest, dim, factor)
-        if main is not None:
-            nest = main
+        if main is None:
+            continue
+        if rest >= 2:
+            jam_dims(nest, [(dim, rest), *chosen[k + 1 :]])
+        nest = main
 
 
 @dataclass(frozen=True)
