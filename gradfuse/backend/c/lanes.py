@@ -121,10 +121,11 @@ def _lanes(cflags: tuple[str, ...]) -> int:
     return lanes
 
 
+@cache
 def vector_registers(cflags: tuple[str, ...]) -> int:
     """The vector registers of the instruction set gcc builds for with `cflags` (its
-    predefined macros): 32 with AVX-512 or on AArch64, else 16 (also where gcc refuses
-    the flags: the build then fails with gcc's own message)."""
+    predefined macros, asked once per set of flags): 32 with AVX-512 or on AArch64, else
+    16 (also where gcc refuses the flags: the build then fails with gcc's own message)."""
     macros = subprocess.run(
         [compiler(), *cflags, "-dM", "-E", "-x", "c", os.devnull],
         capture_output=True,
@@ -139,7 +140,6 @@ def host_rows() -> int:
     return _rows(flags())
 
 
-@cache
 def _rows(cflags: tuple[str, ...]) -> int:
     return vector_registers(cflags) // 4
 
@@ -159,7 +159,6 @@ def host_fill() -> int:
     return _fill(flags())
 
 
-@cache
 def _fill(cflags: tuple[str, ...]) -> int:
     return FILL if vector_registers(cflags) == 16 else _rows(cflags)
 

@@ -158,16 +158,15 @@ def pad_nest(
     target: SSAValue,
     below: list[int],
     fill: SSAValue,
-    order: list[int] | None = None,
+    order: list[int],
 ) -> tuple[scf.ParallelOp, list[Operation]]:
     """`target[p] = source[p - below]` where that lies in `source`, else `fill`, over
-    `target`'s shape, whose dims are `source`'s in `order` (the same order unless
-    given); and the constants the nest needs. A dim that `order` moves last is iterated
+    `target`'s shape, whose dims are `source`'s in `order`; and the constants the nest
+    needs. A dim that `order` moves last is iterated
     just outside `source`'s last dim, which stays innermost: the copy reads rows of
     `source` (its lanes' loads in a row, not 8 channels 4 KiB apart in one cache set)."""
     shape = source.type.get_shape()  # type: ignore[attr-defined]
     last = len(shape) - 1
-    order = order or list(range(len(shape)))
     loop = order if order[-1] == last else [*(d for d in order if d != last), last]
     sizes = [target.type.get_shape()[order.index(k)] for k in range(len(shape))]  # type: ignore[attr-defined]
     body = Block(arg_types=[fast.INDEX] * len(sizes))
