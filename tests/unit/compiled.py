@@ -1,7 +1,7 @@
 """Shared checks for the compiled backends' tests (tests/unit/conftest.py puts this
 folder on the path):
 
-    from compiled import agree, needs_nvcc, nvcc_errors
+    from compiled import agree, needs_mpicc, needs_nvcc, nvcc_errors
     agree(src, "c", feeders={"x": xs})            # c against the reference, to 1e-5
     assert nvcc_errors(render_kernels(m, CUDATarget())) is None
 """
@@ -21,6 +21,25 @@ from gradfuse.backend import compile_module
 from gradfuse.frontend.parser import parse_tg
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+
+
+def _mpicc() -> bool:
+    """Whether the c backend finds mpicc, with which it builds a `tg.allreduce`."""
+    from gradfuse.backend.c import cache
+    from gradfuse.diagnostics import GradfuseError
+
+    try:
+        cache.mpi_flags()
+    except GradfuseError:
+        return False
+    return True
+
+
+needs_mpicc = pytest.mark.skipif(
+    not _mpicc(), reason="the c backend builds tg.allreduce with mpicc: gradfuse[mpi]"
+)
+"""A c-backend case of a program that all-reduces (in a world of one too): it needs the
+extra gradfuse[mpi], which .ci/run installs and a bare `make test` does not."""
 
 
 def nvcc_errors(source: str) -> str | None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from compiled import needs_mpicc  # tests/unit
 from ddp_compare import assert_ranks_train_as_one_process, ranks_and_one_process
 
 import gradfuse
@@ -44,7 +45,9 @@ func @main(%x: tensor<2x3xf32>) -> (tensor<2x3xf32>, tensor<2x3xf32>) {
 """
 
 
-@pytest.mark.parametrize("backend", ["reference", "numpy", "lowered", "c", "cuda-emu"])
+@pytest.mark.parametrize(
+    "backend", ["reference", "numpy", "lowered", pytest.param("c", marks=needs_mpicc), "cuda-emu"]
+)
 def test_an_allreduce_in_a_world_of_one_is_the_identity(backend):
     """Without a process group (one process), sum and mean over the ranks are the value
     itself, and so is the all-reduce of its cotangent: d(s^2)/dw = 2 s x."""
@@ -140,7 +143,7 @@ def test_convert_sync_batchnorm_keeps_params_buffers_and_order():
         SyncBatchNorm(4, process_group=object())
 
 
-@pytest.mark.parametrize("backend", ["reference", "c"])
+@pytest.mark.parametrize("backend", ["reference", pytest.param("c", marks=needs_mpicc)])
 def test_synced_batch_statistics_in_a_world_of_one_are_the_batchs(monkeypatch, backend):
     """SyncBatchNorm's statistics (channel sums and the count in one buffer, all-reduced,
     then divided) in a world of one normalise as the batch's own, forward and backward,

@@ -26,6 +26,7 @@ needs_torchrun = pytest.mark.skipif(
 )
 
 
+@pytest.mark.skipif(not dist.is_available(), reason="mpi4py is gradfuse[mpi]")
 def test_ranks_on_several_nodes_are_refused_with_the_command_to_run(monkeypatch):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "4")

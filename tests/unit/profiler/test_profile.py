@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from compiled import needs_mpicc  # tests/unit
 from example_programs import record_conv_step, record_mlp  # tests/unit (conftest)
 from listing_origins import fuses
 
@@ -82,7 +83,7 @@ def test_a_slow_feeder_is_data_loading_and_a_recommendation_names_it() -> None:
     assert 'feeder "images"' in str(view)
 
 
-@pytest.mark.parametrize("backend", ["c", "cuda-emu"])
+@pytest.mark.parametrize("backend", [pytest.param("c", marks=needs_mpicc), "cuda-emu"])
 def test_an_all_reduce_is_a_communication_span_of_its_step(monkeypatch, backend: str) -> None:
     """DistributedDataParallel's gradient all-reduce (a world of one: the timed site
     copies) is one span a step, `mpi:all_reduce mean` in the trace as torch names a
