@@ -51,6 +51,7 @@ from gradfuse.dialects import kernel as K  # noqa: E402
 from gradfuse.frontend.recorder import program  # noqa: E402
 from gradfuse.passes import run_pipeline  # noqa: E402
 from gradfuse.profiler import profile, schedule  # noqa: E402
+from gradfuse.profiler.launches import live_share  # noqa: E402
 
 SIZES = (512, 1024, 2048)
 
@@ -101,7 +102,8 @@ def useful(guard: AffineSet, domain: list[int]) -> float:
 
 def contractions(module: object) -> dict[str, tuple[bool, float]]:
     """Each contraction kernel's symbol -> (whether it is a convolution, the share of its
-    multiply-adds that read no padding)."""
+    counted multiply-adds that read no padding: `KernelWork.inner_flops` leaves out the
+    taps of a stride's dead phases already, `launches.live_share`)."""
     found: dict[str, tuple[bool, float]] = {}
     for op in module.walk():  # type: ignore[attr-defined]
         if not (isinstance(op, K.KernelOp) and op.kind.data == "contraction"):
@@ -111,7 +113,7 @@ def contractions(module: object) -> dict[str, tuple[bool, float]]:
         conv = any(windowed(e, domain, parallel) for o in loads for e in o.map.data.results)
         guards = [o.guard.data for o in loads if o.guard is not None]
         share = min((useful(g, domain) for g in guards), default=1.0)
-        found[op.sym_name.data] = (conv, share)
+        found[op.sym_name.data] = (conv, share / live_share(op))  # (inner_flops has the live)
     return found
 
 

@@ -26,6 +26,9 @@ Counting rules (per execution of the launch; loops are not multiplied in, see
   each `kernel.reduce` counts 1 (an add or a max per reduced point) and each
   `kernel.scatter_add` counts 1. A multiply-accumulate is a `mulf` feeding a
   `kernel.reduce add`, so it counts 2 and a contraction comes out as 2·ΠP·ΠR.
+  The points that a stride's phase leaves dead are left out of ΠP·ΠR (`live_share`: a
+  transposed convolution of stride 2 multiplies its input at one tap in 4, and torch
+  counts it by its input's size); padding's taps count, as torch's do.
   A group's or rows' FLOPs are the sum of its kernels'.
 - Inner FLOPs (`KernelWork.inner_flops`): the multiply-adds alone, each `kernel.reduce`
   and the `mulf` that makes its operand, at ΠP·ΠR points: 2·ΠP·ΠR for a contraction,
@@ -52,10 +55,13 @@ from math import prod
 from xdsl.dialects import func
 from xdsl.dialects.builtin import AnyFloat, MemRefType, ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir.affine import AffineExpr, AffineMap, AffineSet
 
+from gradfuse.affine import compose_guard, eval_guard
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.dialects import kernel as K
 from gradfuse.passes.kernel.plan_buffers import element_bytes, nbytes
+from gradfuse.passes.kernel.split_phases import dead_phases
 from gradfuse.profiler.text import cut, render, si, sources_text
 from gradfuse.provenance import provenance_of
 
@@ -170,6 +176,34 @@ def direction_of(shares: dict[str, float]) -> str:
     return " ".join(f"{names[d]} {round(100 * s) or '<1'}%" for d, s in parts)
 
 
+LIVE_POINTS = 1 << 24
+"""The most points `live_share` counts (over the dims its phases read); past it every
+point counts, an upper bound."""
+
+
+def live_share(k: K.KernelOp) -> float:
+    """The share of `k`'s domain that does work: 1, but for the taps a stride's phase
+    leaves dead (`split_phases.dead_phases`: a transposed convolution of stride 2 reads
+    its input at one tap in 4), which torch does not count either (it counts a
+    transposed convolution by its input's size). Padding's taps count, as torch's do.
+
+        live_share(k)  # 0.25: [8, 256, 8, 8 | 512, 4, 4] of stride 2
+    """
+    phases = dead_phases(k)
+    if not phases:
+        return 1.0
+    used = sorted(set().union(*(c.lhs.used_dims() | c.rhs.used_dims() for c in phases)))
+    sizes = [k.domain_sizes[d] for d in used]
+    if prod(sizes) > LIVE_POINTS:
+        return 1.0
+    into = [AffineExpr.dimension(used.index(d)) if d in used else AffineExpr.constant(0)
+            for d in range(len(k.domain_sizes))]  # fmt: skip
+    over_used = compose_guard(
+        AffineSet(len(into), 0, tuple(phases)), AffineMap(len(used), 0, tuple(into))
+    )
+    return float(eval_guard(over_used, sizes).mean())
+
+
 def _op_flops(op: Operation) -> int:
     """FLOPs of one body op at one point."""
     if isinstance(op, K.ReduceOp | K.ScatterAddOp):
@@ -203,7 +237,7 @@ def kernel_work(k: K.KernelOp) -> KernelWork:
     """
     dims = k.domain_sizes
     prologue, reduces, epilogue = k.phases()
-    full, outer = prod(dims), prod(dims[: k.num_parallel])
+    full, outer = round(prod(dims) * live_share(k)), prod(dims[: k.num_parallel])
     points: dict[Operation, int] = {op: full for op in [*prologue, *reduces]}
     points.update({op: outer for op in epilogue})
     flops = read = written = inner = 0

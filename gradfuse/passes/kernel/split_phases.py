@@ -121,6 +121,28 @@ def _zero_where_failing(v: SSAValue, c: AffineConstraintExpr) -> bool:
     return False
 
 
+def dead_phases(k: K.KernelOp) -> list[AffineConstraintExpr]:
+    """The equalities in the guards of `k`'s reads (a stride's phase, `(oh - kh + 1) mod
+    2 == 0`, or what it simplifies to over a dim of 2, `d2 == 0`) where every sum's term
+    is 0 wherever they fail: the points they leave out are no work, whether or not
+    `split_phase` can split the kernel on them (a transposed convolution's zeros between
+    its input's pixels). The profiler counts without them; padding's bounds (`>=`) stay.
+
+        dead_phases(k)  # [(d2 - d5 + 1) mod 2 == 0, (d3 - d6 + 1) mod 2 == 0]
+    """
+    reduces = [op for op in k.body.block.ops if isinstance(op, K.ReduceOp)]
+    if not reduces or any(r.kind.data != "add" for r in reduces):
+        return []
+    found: list[AffineConstraintExpr] = []
+    for op in k.body.block.ops:
+        if isinstance(op, K.LoadOp) and op.guard is not None:
+            for c in op.guard.data.constraints:
+                if c.kind == AffineConstraintKind.eq and c not in found:
+                    if all(_zero_where_failing(r.value, c) for r in reduces):
+                        found.append(c)
+    return found
+
+
 def find_phase(k: K.KernelOp, first: int = 0) -> Phase | None:
     """The first guard constraint of `k` that `split_phase` can split on."""
     sizes, npar = k.domain_sizes, k.num_parallel

@@ -3,6 +3,7 @@ listing's `fuses:` lines, and FLOPs against hand counts and torch.profiler."""
 
 from __future__ import annotations
 
+from math import prod
 from pathlib import Path
 
 import numpy as np
@@ -135,6 +136,23 @@ def test_a_reduction_counts_one_per_reduced_point() -> None:
     row = _only_kernel()
     assert row.op == "reduction" and row.flops == 2 * 4 * 6  # mulf + reduce add
     assert row.kernels[0].params == "[4 | 6]" and row.bytes_written == 4 * 4
+
+
+def test_a_transposed_convolution_counts_its_live_taps_as_torch_does() -> None:
+    # stride 2: the dilated domain [2, 3, 8, 8 | 4, 4, 4] multiplies the input at one
+    # tap in 4 (the others are 0 by the guard's phase); torch counts a transposed
+    # convolution by its input: 2·N·Cin·H·W·Cout·KH·KW
+    import gradfuse.nn.functional as F
+
+    gradfuse.reset()
+    x = Feeder(lambda: np.ones((2, 4, 4, 4), np.float32), shape=[2, 4, 4, 4], name="x")
+    w = Feeder(lambda: np.ones((4, 3, 4, 4), np.float32), shape=[4, 3, 4, 4], name="w")
+    Receiver(lambda y: None, F.conv_transpose2d(x, w, stride=2, padding=1), name="y")
+    row = _only_kernel()
+    (work,) = row.kernels
+    assert row.op == "contraction"
+    assert prod(work.domain) == 2 * 3 * 8 * 8 * 4 * 4 * 4  # the dilated domain
+    assert work.inner_flops == 2 * 2 * 4 * 4 * 4 * 3 * 4 * 4
 
 
 def test_a_loop_records_its_trip_count() -> None:
