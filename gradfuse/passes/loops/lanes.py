@@ -47,6 +47,7 @@ from xdsl.ir.affine import AffineExpr, AffineMap
 from gradfuse.dialects import lanes
 from gradfuse.passes.lib import fast_ops as fast
 from gradfuse.passes.loops.loop_ir import block_like, dependents, int_constant, peel
+from gradfuse.passes.loops.loops_transpose_writes import tiled_loop
 
 PAGE_FLOATS = 1024
 """Floats in a 4 KB page: lanes stored this far apart or further share one set of an L1
@@ -192,13 +193,14 @@ class Widen:
 
     def near_transfer(self, access: memref.StoreOp) -> bool:
         """Whether a write in a loop may store its lanes one at a time: along one dim of
-        the buffer, less than `PAGE_FLOATS` apart. A batch norm's sums over NHWC, the
-        lanes along the channels, write the centred values NCHW in the loop (ResNet-18
-        b8: 0.23 -> 0.11 ms with channels 256 floats apart, but 1.08 -> 1.73 ms 1024
-        apart, every lane's store in one L1 set: those stay scalar, in order)."""
+        the buffer, less than `PAGE_FLOATS` apart (further, every lane's store falls in
+        one L1 set: ResNet-18 b8's batch norm, 1.08 -> 1.73 ms), or along the loop's
+        index, which `loops-transpose-writes` unrolls into tiles (`tiled_loop`)."""
         dim = self.lane_dim(access)
         shape = access.memref.type.get_shape()  # type: ignore[attr-defined]
-        return dim is not None and prod(shape[dim + 1 :]) < PAGE_FLOATS
+        return dim is not None and (
+            prod(shape[dim + 1 :]) < PAGE_FLOATS or tiled_loop(access) is not None
+        )
 
     def transfer(
         self, access: memref.LoadOp | memref.StoreOp, into: Block
