@@ -51,15 +51,19 @@ and steps of a reduction below which it is not vectorised along its index."""
 
 def innermost_reduction(nest: scf.ParallelOp) -> scf.ForOp | None:
     """The last `scf.for` under `nest` that carries values and holds no loop."""
-    found = None
-    for op in nest.body.walk():
-        if (
-            isinstance(op, scf.ForOp)
-            and op.iter_args
-            and not any(isinstance(o, scf.ForOp | scf.ParallelOp) for o in op.body.walk())
-        ):
-            found = op
-    return found
+    found = reductions(nest)
+    return found[-1] if found else None
+
+
+def reductions(nest: scf.ParallelOp) -> list[scf.ForOp]:
+    """The `scf.for`s under `nest` that carry values and hold no loop, in order."""
+    return [
+        op
+        for op in nest.body.walk()
+        if isinstance(op, scf.ForOp)
+        and op.iter_args
+        and not any(isinstance(o, scf.ForOp | scf.ParallelOp) for o in op.body.walk())
+    ]
 
 
 def contiguous(loop: scf.ForOp) -> bool:
@@ -131,7 +135,9 @@ def vectorize(nest: scf.ParallelOp, widest: int = DEFAULT_LANES) -> None:
         return
     loop = innermost_reduction(nest)
     if loop is not None and along_reduction(loop, nest):
-        loop.attributes[SIMD] = UnitAttr()
+        for other in reductions(nest):  # (a batch norm's gradient: two sums of a row)
+            if other is loop or along_reduction(other, nest):
+                other.attributes[SIMD] = UnitAttr()
     elif not strip_mine(nest, widest):
         nest.attributes[SIMD] = UnitAttr()
 

@@ -148,6 +148,22 @@ def test_weights_gathered_in_16_lanes_are_transposed_in_registers_exactly(name):
         assert np.array_equal(a, b)
 
 
+def test_both_sums_of_a_batch_norms_gradient_run_in_lanes_and_match_the_reference():
+    """loops-vectorize's `two_sums` case: each of a rows nest's two sums along W in
+    lanes (partial sums, a `simd reduction` each) within `agree`'s tolerance: 128
+    positive terms a channel, whose float32 sum in any order is within 128 x 2^-24 =
+    7.6e-6 of the exact one relative to it (under rtol 1e-5), and `g + x * s` with
+    `x * s` a tenth of `g` (no cancellation)."""
+    src = Path(__file__).resolve().parents[2] / "filecheck/passes/loops-vectorize.tg"
+    (case,) = [c for c in src.read_text().split("// -----") if "@two_sums" in c]
+    rng = np.random.default_rng(5)
+    g = rng.uniform(0.5, 1.5, (2, 16, 8, 8)).astype(np.float32)
+    x = rng.uniform(0.0, 0.001, (2, 16, 8, 8)).astype(np.float32)
+    agree(case, "c", pipeline="cpu", args=[g, x])
+    source = render_c(compile_module(parse_tg(case), "c", pipeline="cpu").module)
+    assert source.count("#pragma omp simd reduction(+:") == 2
+
+
 def test_a_batch_norms_sums_over_nhwc_write_their_centred_values_in_tiles():
     """loops-vectorize's last two cases (tests/filecheck/passes/loops-vectorize.tg): a
     batch norm's sums over a convolution's NHWC output, the lanes along the channels,
