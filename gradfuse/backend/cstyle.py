@@ -290,7 +290,7 @@ class Renderer:
     def op(self, op: Operation, depth: int) -> None:  # noqa: C901 (one case per op)
         r = self.name(op.results[0]) if op.results else ""
         scalar = op.results and not isinstance(op.results[0].type, MemRefType)
-        decl = f"{ctype(op.results[0].type)} {r} = " if scalar and self.declare else ""
+        decl = f"{self.type_name(op.results[0].type)} {r} = " if scalar and self.declare else ""
         decl = decl or (f"{r} = " if op.results else "")
         a = [self.name(v) for v in op.operands]
         if isinstance(op, arith.ConstantOp):
@@ -371,9 +371,13 @@ class Renderer:
             for res, v in zip(op.results, y.operands):
                 self.emit(f"{self.name(res)} = {self.name(v)};", depth)
 
+    def type_name(self, ty: Attribute) -> str:
+        """The C type of a value (the c backend's loops: its vectors too)."""
+        return ctype(ty)
+
     def branch(self, op: scf.IfOp, depth: int) -> None:
         for res in op.results:
-            self.emit(f"{ctype(res.type)} {self.name(res)};", depth)
+            self.emit(f"{self.type_name(res.type)} {self.name(res)};", depth)
         for k, region in enumerate((op.true_region, op.false_region)):
             if not region.blocks:
                 continue

@@ -44,6 +44,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "loops-pack-tiles": _lazy("loops.loops_pack_tiles", "LoopsPackTilesPass"),
     "loops-pad": _lazy("loops.loops_pad", "LoopsPadPass"),
     "loops-trim-taps": _lazy("loops.loops_trim_taps", "LoopsTrimTapsPass"),
+    "loops-skip-dead-sums": _lazy("loops.loops_skip_dead_sums", "LoopsSkipDeadSumsPass"),
     "loops-vectorize": _lazy("loops.loops_vectorize", "LoopsVectorizePass"),
     "loops-unroll-jam": _lazy("loops.loops_unroll_jam", "LoopsUnrollJamPass"),
     "loops-transpose-writes": _lazy("loops.loops_transpose_writes", "LoopsTransposeWritesPass"),
@@ -68,7 +69,7 @@ PIPELINES: dict[str, str] = {
         "kernels,kernel-layout,kernel-split-dims,kernel-split-phases,kernel-plan-buffers,convert-kernel-to-loops,"
         "canonicalize,cse,"
         "loops-distribute,loops-interchange,loops-pack,loops-trim-taps,loops-pad,loops-coalesce,loops-vectorize,cse,loops-unroll-jam,cse,"
-        "loops-transpose-writes,loops-transpose-reads,loops-pack-tiles,loops-parallelize"
+        "loops-skip-dead-sums,loops-transpose-writes,loops-transpose-reads,loops-pack-tiles,loops-parallelize"
     ),
 }
 """Named pipelines, each extending the one before: `tg` (differentiate and simplify,

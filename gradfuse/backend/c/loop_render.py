@@ -104,6 +104,9 @@ class LoopRenderer(Renderer):
         self.forms: dict[SSAValue, Form | None] = {}  # affine_form's, for a kernel
         self.pointers = 0
 
+    def type_name(self, ty: Attribute) -> str:
+        return type_name(ty)
+
     def fresh(self, v: SSAValue) -> str:
         """Loop indices by their dims' names (`d2`), constants as literals."""
         if isinstance(v.owner, arith.ConstantOp):
@@ -124,7 +127,7 @@ class LoopRenderer(Renderer):
         if isinstance(op, arith.ConstantOp):
             return  # printed where used (`name`)
         vectors = op.results and isinstance(op.results[0].type, VectorType)
-        if isinstance(op, vector.StoreOp) or (vectors and not isinstance(op, scf.ForOp)):
+        if isinstance(op, vector.StoreOp) or (vectors and not isinstance(op, scf.ForOp | scf.IfOp)):
             self.lanes(op, depth)
         elif isinstance(op, scf.ParallelOp):
             self.parallel(op, depth)
