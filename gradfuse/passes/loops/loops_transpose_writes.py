@@ -60,6 +60,7 @@ from xdsl.passes import ModulePass
 from gradfuse.passes.lib import fast_ops as fast
 from gradfuse.passes.loops.loop_ir import (
     LOADS,
+    STORES,
     Form,
     Write,
     buffer_of,
@@ -192,7 +193,7 @@ def tiled_loop(store: memref.StoreOp | vector.TransferWriteOp) -> scf.ForOp | No
     """The loop that `unroll_tiles` unrolls so that its copies of `store` (a write across
     the lanes) make tiles: the `scf.for` around it (no loop inside, from 0 by 1, a
     multiple of `LANES` steps) whose index is the write's last index and no other's,
-    and which reads nothing of the buffer written. A batch norm's sums over an NHWC
+    and which reads or writes the buffers of its transfer writes in no other way. A batch norm's sums over an NHWC
     input write the centred values NCHW along the loop over W; else None."""
     loop = store.parent_op()
     if not isinstance(loop, scf.ForOp) or any(isinstance(o, scf.ForOp) for o in loop.body.walk()):
@@ -203,9 +204,11 @@ def tiled_loop(store: memref.StoreOp | vector.TransferWriteOp) -> scf.ForOp | No
     iv, indices = loop.body.block.args[0], list(store.indices)
     if indices[-1] is not iv or iv in indices[:-1]:
         return None
-    target = buffer_of(store)
-    if any(isinstance(o, LOADS) and buffer_of(o) is target for o in loop.body.walk()):
-        return None
+    moved = [o for o in loop.body.block.ops if isinstance(o, vector.TransferWriteOp)]
+    written = {buffer_of(o) for o in [store, *moved]}
+    others = [o for o in loop.body.walk() if isinstance(o, (*LOADS, *STORES)) and o not in moved]
+    if any(buffer_of(o) in written for o in others if o is not store):
+        return None  # (the writes move after the rest: nothing else may touch their buffers)
     return loop
 
 
