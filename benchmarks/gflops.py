@@ -38,14 +38,13 @@ import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from functools import partial  # noqa: E402
-from math import prod  # noqa: E402
 
 import numpy as np  # noqa: E402
 from convnets import example  # noqa: E402 (benchmarks/convnets.py)
-from xdsl.ir.affine import AffineDimExpr, AffineExpr, AffineMap, AffineSet  # noqa: E402
+from xdsl.ir.affine import AffineDimExpr, AffineExpr, AffineSet  # noqa: E402
 
 import gradfuse  # noqa: E402
-from gradfuse.affine import compose_guard, eval_guard, linear  # noqa: E402
+from gradfuse.affine import guard_share, linear  # noqa: E402
 from gradfuse.backend import pipeline_of  # noqa: E402
 from gradfuse.dialects import kernel as K  # noqa: E402
 from gradfuse.frontend.recorder import program  # noqa: E402
@@ -91,13 +90,7 @@ def windowed(expr: AffineExpr, domain: list[int], parallel: int) -> bool:
 def useful(guard: AffineSet, domain: list[int]) -> float:
     """The share of the domain's points where `guard` holds (a padding's or a stride's
     taps that read a zero are no work), over the dims the guard mentions."""
-    used = sorted(set().union(*(c.lhs.used_dims() | c.rhs.used_dims() for c in guard.constraints)))
-    if prod(domain[d] for d in used) > 1 << 25:
-        return 1.0  # too many points to count: all of them, an upper bound of the work
-    new = [AffineExpr.dimension(used.index(d)) if d in used else AffineExpr.constant(0)
-           for d in range(len(domain))]  # fmt: skip
-    only = compose_guard(guard, AffineMap(len(used), 0, tuple(new)))  # over `used` alone
-    return float(eval_guard(only, [domain[d] for d in used]).mean())
+    return guard_share(guard, domain, 1 << 25)  # (past 2^25 points: all, an upper bound)
 
 
 def contractions(module: object) -> dict[str, tuple[bool, float]]:

@@ -345,3 +345,16 @@ def eval_guard(guard: AffineSet, shape: Sequence[int]) -> np.ndarray:
         else:
             mask &= value == 0
     return mask
+
+
+def guard_share(guard: AffineSet, sizes: Sequence[int], limit: int) -> float:
+    """The share of the points of a domain of `sizes` where `guard` holds, counted over
+    the dims its constraints mention (1.0, an upper bound, where those have more than
+    `limit` points): `d0 mod 2 == 0` over [8, 4] -> 0.5."""
+    used = sorted(set().union(*(c.lhs.used_dims() | c.rhs.used_dims() for c in guard.constraints)))
+    if prod(sizes[d] for d in used) > limit:
+        return 1.0
+    into = [AffineExpr.dimension(used.index(d)) if d in used else AffineExpr.constant(0)
+            for d in range(len(sizes))]  # fmt: skip
+    only = compose_guard(guard, AffineMap(len(used), 0, tuple(into)))  # over `used` alone
+    return float(eval_guard(only, [sizes[d] for d in used]).mean())

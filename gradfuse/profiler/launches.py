@@ -55,9 +55,9 @@ from math import prod
 from xdsl.dialects import func
 from xdsl.dialects.builtin import AnyFloat, MemRefType, ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
-from xdsl.ir.affine import AffineExpr, AffineMap, AffineSet
+from xdsl.ir.affine import AffineSet
 
-from gradfuse.affine import compose_guard, eval_guard
+from gradfuse.affine import guard_share
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.dialects import kernel as K
 from gradfuse.passes.kernel.plan_buffers import element_bytes, nbytes
@@ -192,16 +192,9 @@ def live_share(k: K.KernelOp) -> float:
     phases = dead_phases(k)
     if not phases:
         return 1.0
-    used = sorted(set().union(*(c.lhs.used_dims() | c.rhs.used_dims() for c in phases)))
-    sizes = [k.domain_sizes[d] for d in used]
-    if prod(sizes) > LIVE_POINTS:
-        return 1.0
-    into = [AffineExpr.dimension(used.index(d)) if d in used else AffineExpr.constant(0)
-            for d in range(len(k.domain_sizes))]  # fmt: skip
-    over_used = compose_guard(
-        AffineSet(len(into), 0, tuple(phases)), AffineMap(len(used), 0, tuple(into))
+    return guard_share(
+        AffineSet(len(k.domain_sizes), 0, tuple(phases)), k.domain_sizes, LIVE_POINTS
     )
-    return float(eval_guard(over_used, sizes).mean())
 
 
 def _op_flops(op: Operation) -> int:

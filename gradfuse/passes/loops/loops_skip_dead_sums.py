@@ -62,12 +62,7 @@ def zero_unless(v: SSAValue) -> SSAValue | None:
 def inside(v: SSAValue, loop: scf.ForOp) -> bool:
     """Whether `v` is computed in `loop` (or is one of its block's arguments)."""
     owner = v.owner
-    op = owner.parent_op() if isinstance(owner, Block) else owner
-    while op is not None:
-        if op is loop:
-            return True
-        op = op.parent_op()
-    return False
+    return loop.is_ancestor(owner.parent_op() if isinstance(owner, Block) else owner)
 
 
 def hoisted(v: SSAValue, loop: scf.ForOp, before: list[Operation], vm: dict) -> SSAValue | None:
