@@ -287,6 +287,10 @@ class Renderer:
         ]
         return f"{self.name(buffer)}[{' + '.join(terms) or '0'}]"
 
+    def select(self, op: arith.SelectOp, a: list[str]) -> str:
+        """The C of `arith.select` with operands named `a`: `c ? x : y`."""
+        return f"{a[0]} ? {a[1]} : {a[2]}"
+
     def op(self, op: Operation, depth: int) -> None:  # noqa: C901 (one case per op)
         r = self.name(op.results[0]) if op.results else ""
         scalar = op.results and not isinstance(op.results[0].type, MemRefType)
@@ -313,7 +317,7 @@ class Renderer:
         elif isinstance(op, arith.CmpfOp | arith.CmpiOp):
             self.emit(f"{decl}{a[0]} {CMP[comparison(op)]} {a[1]};", depth)
         elif isinstance(op, arith.SelectOp):
-            self.emit(f"{decl}{a[0]} ? {a[1]} : {a[2]};", depth)
+            self.emit(f"{decl}{self.select(op, a)};", depth)
         elif isinstance(op, CASTS):
             self.emit(f"{decl}({ctype(op.results[0].type)})({a[0]});", depth)
         elif type(op) in self.t.math:
