@@ -273,6 +273,8 @@ class LoopRenderer(Renderer):
         if not isinstance(op, arith.CmpfOp | arith.SelectOp | arith.MaximumfOp):
             return None
         first, values = op.operands[0].type, op.operands[-1].type  # (a select's mask, else)
+        if isinstance(op, arith.SelectOp) and first == IntegerType(1):  # one test: C's ?:
+            return "{} ? {} : {}".format(*(self.name(v) for v in op.operands))
         if not isinstance(first, VectorType) or values != VectorType(f32, first.get_shape()):
             return None
         n, a = first.get_shape()[0], [self.name(v) for v in op.operands]

@@ -299,11 +299,15 @@ class Widen:
             raise NotLanes(f"{op.name} in lanes")
         elif varying:
             lane_op = MASK_OPS.get(type(op))
+            if isinstance(op, arith.SelectOp) and operands[0] not in self.varying:
+                lane_op = arith.SelectOp  # a test the same in every lane: whole vectors
             if lane_op is None:
                 if not isinstance(op, FLOAT_OPS) and type(op).__module__ != math.__name__:
                     raise NotLanes(f"{op.name} on lane values")
                 lane_op = type(op)
             args = [self.as_vector(v, into) for v in op.operands]
+            if lane_op is arith.SelectOp:
+                args[0] = operands[0]
             new = lane_op.create(
                 operands=args,
                 result_types=[self.vec(r.type) for r in op.results],

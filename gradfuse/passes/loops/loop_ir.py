@@ -110,6 +110,12 @@ def guard_tests(g: SSAValue) -> list[arith.CmpiOp] | None:
     return None
 
 
+def inside(v: SSAValue, loop: scf.ForOp) -> bool:
+    """Whether `v` is computed in `loop` (or is one of its block's arguments)."""
+    owner = v.owner
+    return loop.is_ancestor(owner.parent_op() if isinstance(owner, Block) else owner)
+
+
 def erase_dead(values: list[SSAValue]) -> None:
     """Erases the pure arith ops among the owners of `values` that nothing uses, and then
     those of their operands."""

@@ -17,7 +17,11 @@ An operand is packed where a load in a nest's innermost reduction loop
   the operand). A guarded read, `select(g, w[..], 0)` with g computed from the same
   loops (a 3 x 3 window split into 2 x 2 taps a phase, the 4th past the window), is
   copied with its guard: the copy holds 0 where g fails, at most `GUARDED_GROWTH`
-  times the operand, and the reduction reads it without a test; and
+  times the operand. Where g is the same at every step of the reduction loop (a test
+  of the tap and the phase), the reduction reads the copy with g still: a test that
+  `loops-skip-dead-sums` takes out of the loop, which then runs at the live taps only
+  (7 of a 3 x 3 window's 16 phase-split taps are dead); else it reads it without a
+  test; and
 - is read again by at least `min-reuse` points of the nest (the points of the dims it
   does not depend on), so the copy costs little beside the reads it serves;
 and where lanes could then run along the innermost dim: every other read there is
@@ -71,6 +75,7 @@ from gradfuse.passes.loops.loop_ir import (
     dim_trips,
     erase_dead,
     guarded_select,
+    inside,
     int_constant,
     kernel_functions,
     own_index,
@@ -293,6 +298,10 @@ def pack(
         new = fast.load(target, indices)
         if guard is None:
             Rewriter.replace_op(load, new)
+        elif not inside(guard.cond, loop):  # a tap's guard: the reduction keeps it
+            old = list(load.indices)
+            Rewriter.replace_op(load, new)
+            erase_dead(old)
         else:  # the copy holds the guarded value: the guard and the clamped read go
             old = [*load.indices, guard.cond]
             Rewriter.replace_op(guard, new)

@@ -46,7 +46,7 @@ from itertools import product
 from math import prod
 
 from xdsl.context import Context
-from xdsl.dialects import arith, memref, scf
+from xdsl.dialects import arith, memref, scf, vector
 from xdsl.dialects.builtin import FloatAttr, ModuleOp, i1
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
@@ -73,11 +73,18 @@ ResNet-18 b8 (one thread, best of 5 twice) took 111.3 / 110.7 ms a step trimming
 
 
 def zero_fill(op: Operation) -> bool:
-    """Whether `op` is `select(c, v, 0.0)`: `v`, or 0 where `c` fails."""
-    if not isinstance(op, arith.SelectOp) or not isinstance(op.rhs.owner, arith.ConstantOp):
+    """Whether `op` is `select(c, v, 0.0)`: `v`, or 0 where `c` fails (0.0 or, in lanes,
+    its broadcast)."""
+    if not isinstance(op, arith.SelectOp):
         return False
-    fill = op.rhs.owner.value
-    return isinstance(fill, FloatAttr) and fill.value.data == 0.0
+    fill = op.rhs.owner
+    if isinstance(fill, vector.BroadcastOp):
+        fill = fill.source.owner
+    return (
+        isinstance(fill, arith.ConstantOp)
+        and isinstance(fill.value, FloatAttr)
+        and fill.value.value.data == 0.0
+    )
 
 
 def guarded_zero(op: Operation) -> bool:
