@@ -193,26 +193,40 @@ def test_a_strided_3x3_input_gradient_reads_a_weight_padded_to_whole_phases() ->
     is stored by channels (the next layer's weight gradient reads it): its live taps
     are split by phase, 2 x 2 a phase (`kernel-split-phases`), the weight's 4th tap
     past the window; `loops-pack` copies the weight in phase and tap order with 0 there,
-    `p[r, s, t, u, co, ci]`, and the reduction reads the copy without a guard."""
+    `p[r, s, t, u, co, ci]`, and the reduction reads the copy with the tap's test (made
+    outside the loop over the channels); `loops-skip-dead-sums` runs that loop where the
+    test holds, reading the copy with no test."""
 
     def make():
         return Sequential(Conv2d(8, 16, 3, 1, 1, bias=False), Conv2d(16, 16, 3, 2, 1, bias=False))
 
+    def packed(module: ModuleOp) -> memref.AllocOp:
+        (pack,) = [
+            op for op in module.walk()
+            if isinstance(op, memref.AllocOp) and op.memref.type.get_shape() == (2, 2, 2, 2, 16, 16)
+        ]  # fmt: skip
+        return pack
+
     shape = (2, 8, 8, 8)
     record(make, shape, np.float32)
     module = program().module.clone()
-    run_pipeline(module, PIPELINES["cpu"].split(",loops-pad,")[0])
-    packs = [
-        op for op in module.walk()
-        if isinstance(op, memref.AllocOp) and op.memref.type.get_shape() == (2, 2, 2, 2, 16, 16)
-    ]  # fmt: skip
-    assert len(packs) == 1
-    stores = [u.operation for u in packs[0].memref.uses if isinstance(u.operation, memref.StoreOp)]
+    before, _, after = PIPELINES["cpu"].partition(",loops-pad,")
+    run_pipeline(module, before)
+    uses = [u.operation for u in packed(module).memref.uses]
+    stores = [op for op in uses if isinstance(op, memref.StoreOp)]
     assert [type(s.value.owner) for s in stores] == [arith.SelectOp]  # 0 past the window
-    reads = [u.operation for u in packs[0].memref.uses if isinstance(u.operation, memref.LoadOp)]
+    reads = [op for op in uses if isinstance(op, memref.LoadOp)]
+    tests = [u.operation for r in reads for u in r.res.uses]
+    assert reads and all(isinstance(t, arith.SelectOp) for t in tests)
+    for read, test in zip(reads, tests, strict=True):
+        loop = read.parent_op()
+        assert isinstance(loop, scf.ForOp) and not loop.is_ancestor(test.cond.owner)  # type: ignore[attr-defined]
+    run_pipeline(module, "loops-pad," + after)
+    reads = [u.operation for u in packed(module).memref.uses if u.operation.results]
     assert reads and not any(
-        isinstance(u.operation, arith.SelectOp) for r in reads for u in r.res.uses
+        isinstance(u.operation, arith.SelectOp) for r in reads for u in r.results[0].uses
     )
+    assert any(isinstance(op, scf.IfOp) for op in module.walk())
     assert_matches_float64(make, shape, 4)
 
 
