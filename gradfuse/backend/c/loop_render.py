@@ -40,7 +40,16 @@ from gradfuse.backend.cstyle import (
     literal,
 )
 from gradfuse.passes.loops.lanes import WIDTHS
-from gradfuse.passes.loops.loop_ir import OMP, REDUCING, SIMD, Form, Write, transfer_dim, writes
+from gradfuse.passes.loops.loop_ir import (
+    LOADS,
+    OMP,
+    REDUCING,
+    SIMD,
+    Form,
+    Write,
+    transfer_dim,
+    writes,
+)
 
 DIM = re.compile(r"d\d+")
 
@@ -105,8 +114,8 @@ def reductions(loop: scf.ForOp) -> dict[str, list[int]]:
 
 
 def from_data(v: SSAValue) -> bool:
-    """Whether `v` is computed from values in memory (a load, or a sum a loop carries),
-    not from loop indices alone: a relu's mask, not a padding guard."""
+    """Whether `v` is computed from values in memory (a load, or what a loop or an
+    `scf.if` yields), not from loop indices alone: a relu's mask, not a padding guard."""
     seen: set[SSAValue] = set()
     stack = [v]
     while stack:
@@ -114,7 +123,7 @@ def from_data(v: SSAValue) -> bool:
         if x in seen or not isinstance(x.owner, Operation):
             continue  # a loop index or an argument
         seen.add(x)
-        if isinstance(x.owner, memref.LoadOp | scf.ForOp):
+        if isinstance(x.owner, LOADS) or x.owner.regions:
             return True
         stack.extend(x.owner.operands)
     return False

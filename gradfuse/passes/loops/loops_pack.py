@@ -17,8 +17,8 @@ An operand is packed where a load in a nest's innermost reduction loop
   the operand). A guarded read, `select(g, w[..], 0)` with g computed from the same
   loops (a 3 x 3 window split into 2 x 2 taps a phase, the 4th past the window), is
   copied with its guard: the copy holds 0 where g fails, at most `GUARDED_GROWTH`
-  times the operand. Where g is the same at every step of the reduction loop (a test
-  of the tap and the phase), the reduction reads the copy with g still: a test that
+  times the operand. Where g is the same at every step of the reduction loop and in
+  every lane (a test of the tap and the phase), the reduction reads the copy with g still: a test that
   `loops-skip-dead-sums` takes out of the loop, which then runs at the live taps only
   (7 of a 3 x 3 window's 16 phase-split taps are dead); else it reads it without a
   test; and
@@ -262,6 +262,7 @@ def pack(
     if loop is None or contiguous(loop):
         return 0  # none, or a dot product along the reduction (`loops-vectorize`)
     order = loop_indices(nest, loop)
+    lanes = nest.body.block.args[-1]
     size = tile_of(loop, tile)
     tiled = tiles(nest, size)
     count, majors = 0, list[memref.LoadOp]()
@@ -298,7 +299,7 @@ def pack(
         new = fast.load(target, indices)
         if guard is None:
             Rewriter.replace_op(load, new)
-        elif not inside(guard.cond, loop):  # a tap's guard: the reduction keeps it
+        elif not inside(guard.cond, loop) and not depends(guard.cond, lanes):  # a tap's test
             old = list(load.indices)
             Rewriter.replace_op(load, new)
             erase_dead(old)
