@@ -18,10 +18,10 @@ An operand is packed where a load in a nest's innermost reduction loop
   loops (a 3 x 3 window split into 2 x 2 taps a phase, the 4th past the window), is
   copied with its guard: the copy holds 0 where g fails, at most `GUARDED_GROWTH`
   times the operand. Where g is the same at every step of the reduction loop and in
-  every lane (a test of the tap and the phase), the reduction reads the copy with g still: a test that
-  `loops-skip-dead-sums` takes out of the loop, which then runs at the live taps only
-  (7 of a 3 x 3 window's 16 phase-split taps are dead); else it reads it without a
-  test; and
+  every lane (a test of the tap and the phase), the reduction reads the copy with g
+  still: a test that `loops-skip-dead-sums` takes out of the loop, which then runs at
+  the live taps only (7 of a 3 x 3 window's 16 phase-split taps are dead); else it
+  reads it without a test; and
 - is read again by at least `min-reuse` points of the nest (the points of the dims it
   does not depend on), so the copy costs little beside the reads it serves;
 and where lanes could then run along the innermost dim: every other read there is
