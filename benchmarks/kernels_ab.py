@@ -7,12 +7,17 @@ backend) under two revisions of gradfuse, each in a process of its own, the two 
 turns for `--rounds` rounds: the base revision from a `git worktree`, and this tree as
 it is. Kernels are matched by name; one is *changed* where its C differs between the
 two (`LoopRenderer`). Each round prints, for both, the changed kernels' time a step
-and all kernels' time a step; the last line, the medians and their ratio:
+and all kernels' time a step; the last line, the medians and their ratio; `--show N`
+also lists the N kernels whose medians differ most (where a change reaches kernels
+through the host program or the arena, not their C). On the developer Zen 3, one
+thread, this session's change against its start (2026-12-07):
 
-    python benchmarks/kernels_ab.py --base 7d2795c --model resnet18 --threads 1
-    # round 1: base changed 7.57 ms, all 108.4 ms | head changed 5.70 ms, all 109.3 ms
-    # ...
-    # changed kernels (g121 g144 g167): 7.85 -> 5.31 ms a step (0.68x), all 111.5 -> ...
+    python benchmarks/kernels_ab.py --base 7d2795c --model resnet18 --rounds 3
+    # round 1: base changed 14.60 ms, all 110.1 ms | head changed 12.51 ms, all 123.5 ms
+    # round 2: base changed 17.39 ms, all 130.1 ms | head changed 13.02 ms, all 126.6 ms
+    # round 3: base changed 17.88 ms, all 134.3 ms | head changed 13.15 ms, all 137.4 ms
+    # changed kernels (g121 g144 g167 g186 k188 r99): 17.39 -> 13.02 ms a step (0.75x),
+    #   all kernels 130.1 -> 126.6 ms a step (resnet18 b8, 1 thread(s), medians of 3 rounds)
 
 The examples are this tree's (`benchmarks/convnets.py`), at batch 8 (ResNet-18 at 64 x
 64), with a fixed batch; a step's kernel times are the average of 4 profiled steps.
@@ -83,6 +88,9 @@ def main() -> None:
     parser.add_argument("--model", choices=sorted(SIZES), default="resnet18")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--show", type=int, default=0, help="also list the N kernels whose medians differ most"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -126,14 +134,22 @@ def main() -> None:
         for i in (0, 1)
     ]
     whole = [statistics.median(sum(r[i]["times"].values()) for r in rounds) / 1e3 for i in (0, 1)]
-    ratio = part[1] / part[0] if part[0] else float("nan")
+    ratio = f"{part[1] / part[0]:.2f}x" if part[0] else "no ratio"
     print(
         f"changed kernels ({' '.join(changed) or 'none'}): {part[0]:.2f} -> {part[1]:.2f} ms a"
-        f" step ({ratio:.2f}x), all kernels {whole[0]:.1f} -> {whole[1]:.1f} ms a step"
+        f" step ({ratio}), all kernels {whole[0]:.1f} -> {whole[1]:.1f} ms a step"
         f" ({args.model} b8, {args.threads} thread(s), medians of {args.rounds} rounds)"
     )
     if only:
         print(f"kernels in one revision only (not matched): {' '.join(sorted(only))}")
+    both = set(rounds[0][0]["times"]) & set(rounds[0][1]["times"])
+    medians = {
+        n: [statistics.median(r[i]["times"].get(n, 0.0) for r in rounds) / 1e3 for i in (0, 1)]
+        for n in both
+    }
+    for n in sorted(medians, key=lambda n: -abs(medians[n][1] - medians[n][0]))[: args.show]:
+        mark = " (changed)" if n in changed else ""
+        print(f"  {n}: {medians[n][0]:.3f} -> {medians[n][1]:.3f} ms a step{mark}")
 
 
 if __name__ == "__main__":
