@@ -298,16 +298,15 @@ class Widen:
         elif op.regions or isinstance(op, memref.AtomicRMWOp):
             raise NotLanes(f"{op.name} in lanes")
         elif varying:
-            lane_op = MASK_OPS.get(type(op))
-            if isinstance(op, arith.SelectOp) and operands[0] not in self.varying:
-                lane_op = arith.SelectOp  # a test the same in every lane: whole vectors
+            # a select on a test the same in every lane picks whole vectors: no mask
+            whole = isinstance(op, arith.SelectOp) and operands[0] not in self.varying
+            lane_op = arith.SelectOp if whole else MASK_OPS.get(type(op))
             if lane_op is None:
                 if not isinstance(op, FLOAT_OPS) and type(op).__module__ != math.__name__:
                     raise NotLanes(f"{op.name} on lane values")
                 lane_op = type(op)
-            args = [self.as_vector(v, into) for v in op.operands]
-            if lane_op is arith.SelectOp:
-                args[0] = operands[0]
+            kept = operands[:1] if whole else []  # (the test, a scalar)
+            args = kept + [self.as_vector(v, into) for v in op.operands[len(kept) :]]
             new = lane_op.create(
                 operands=args,
                 result_types=[self.vec(r.type) for r in op.results],
