@@ -210,6 +210,12 @@ def _atom(kind: AffineBinaryOpKind, inner: Linear, c: int) -> AffineExpr:
     return AffineBinaryOpExpr(kind, _to_expr(inner), AffineExpr.constant(c))
 
 
+def bounds(expr: AffineExpr, sizes: Sequence[int]) -> tuple[int, int]:
+    """The least and greatest values of `expr` where each dim k ranges over [0, sizes[k]):
+    `d0 * 16 + d1` over (4, 16) gives (0, 63); ValueError where it is not affine."""
+    return _range(linear(expr, sizes), sizes)
+
+
 def _range(lin: Linear, sizes: Sequence[int]) -> tuple[int, int]:
     terms, k = lin
     lo = hi = k

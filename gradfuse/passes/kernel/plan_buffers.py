@@ -31,6 +31,7 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.ir.affine import AffineDimExpr
 from xdsl.passes import ModulePass
 
+from gradfuse import affine
 from gradfuse.diagnostics import GradfuseError, position_of
 from gradfuse.dialects import kernel as kd
 from gradfuse.dialects.kernel import ForOp
@@ -104,10 +105,35 @@ class _Order:
         return out
 
 
-def _covers(k: kd.KernelOp, arg: SSAValue) -> bool:
-    """Whether kernel `k` stores to every element of its buffer argument `arg`."""
-    buf = arg.type
-    assert isinstance(buf, MemRefType)
+def used_extent(buffer: SSAValue) -> tuple[int, ...]:
+    """Per axis of `buffer`, one past the largest index that any kernel's access of it
+    reaches: its size, or less where the end is never touched (a row that
+    `kernel-pad-rows` padded); its shape where an access is not affine in the kernel's
+    dims or a host op uses it."""
+    ty = buffer.type
+    assert isinstance(ty, MemRefType)
+    shape = tuple(ty.get_shape())
+    reach = [0] * len(shape)
+    for use in buffer.uses:
+        k = use.operation
+        if not isinstance(k, kd.KernelOp):
+            return shape
+        arg = k.buffer_args[use.index]
+        for access in arg.uses:
+            op = access.operation
+            if not isinstance(op, kd.LoadOp | kd.StoreOp) or op.buffer != arg:
+                return shape
+            for axis, e in enumerate(op.map.data.results):
+                try:
+                    reach[axis] = max(reach[axis], affine.bounds(e, k.domain_sizes)[1] + 1)
+                except ValueError:
+                    return shape
+    return tuple(min(r, n) for r, n in zip(reach, shape))
+
+
+def _covers(k: kd.KernelOp, arg: SSAValue, extent: tuple[int, ...]) -> bool:
+    """Whether kernel `k` stores to every element of `extent` (the elements of its
+    buffer argument `arg` that any kernel accesses: `used_extent`)."""
     sizes = k.domain_sizes
     for use in arg.uses:
         store = use.operation
@@ -116,7 +142,7 @@ def _covers(k: kd.KernelOp, arg: SSAValue) -> bool:
         results = store.map.data.results
         dims = [e.position for e in results if isinstance(e, AffineDimExpr)]
         if len(dims) == len(results) == len(set(dims)) and all(
-            sizes[d] == n for d, n in zip(dims, buf.get_shape())
+            sizes[d] == n for d, n in zip(dims, extent)
         ):
             return True
     return False
@@ -129,7 +155,7 @@ def writes_whole(op: Operation, buffer: SSAValue) -> bool:
     if isinstance(op, kd.AllReduceOp):
         return op.target == buffer and op.source != buffer
     kernels = list(op.body.block.ops) if isinstance(op, kd.LAUNCH_GROUPS) else [op]
-    whole = False
+    whole, extent = False, used_extent(buffer)
     for k in kernels:
         if not isinstance(k, kd.KernelOp):
             return False
@@ -138,7 +164,7 @@ def writes_whole(op: Operation, buffer: SSAValue) -> bool:
                 continue
             if any(isinstance(u.operation, kd.LoadOp) for u in arg.uses):
                 return False
-            whole = whole or _covers(k, arg)
+            whole = whole or _covers(k, arg, extent)
     return whole
 
 

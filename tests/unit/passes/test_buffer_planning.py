@@ -222,3 +222,53 @@ def test_random_straight_line_programs_plan_and_run(
     feeders = {f"x{k}": v for k, v in enumerate(values)}
     result = run_lowered(lower(parse(main(body))), feeders=feeders)
     np.testing.assert_allclose(result.received["last"][0][0], expected[last], rtol=1e-6)
+
+
+def _copy(name: str, src: str, dst: str, dst_cols: int, shift: int) -> str:
+    """An elementwise kernel over [2, 4] reading `src` (2 x 4) at (d0, d1) and writing
+    `dst` (2 x dst_cols) at (d0, d1 + shift)."""
+    a, b = "memref<2x4xf32>", f"memref<2x{dst_cols}xf32>"
+    at = f"affine_map<(d0, d1) -> (d0, d1 + {shift})>"
+    return kernel(
+        name, "elementwise", [2, 4], 2, [(src, a), (dst, b)],
+        load("%a", "%b0", "affine_map<(d0, d1) -> (d0, d1)>", a)
+        + "  %r = arith.negf %a : f32\n" + store("%r", "%b1", at, b),
+    )  # fmt: skip
+
+
+def _read(name: str, src: str, dst: str, shift: int) -> str:
+    """An elementwise kernel over [2, 4] reading `src` (2 x 5) at (d0, d1 + shift)."""
+    a, b = "memref<2x5xf32>", "memref<2x4xf32>"
+    return kernel(
+        name, "elementwise", [2, 4], 2, [(src, a), (dst, b)],
+        load("%a", "%b0", f"affine_map<(d0, d1) -> (d0, d1 + {shift})>", a)
+        + "  %r = arith.negf %a : f32\n"
+        + store("%r", "%b1", "affine_map<(d0, d1) -> (d0, d1)>", b),
+    )  # fmt: skip
+
+
+def test_a_padded_row_written_whole_is_not_carried() -> None:
+    """A buffer whose last column no kernel touches (a row `kernel-pad-rows` padded):
+    a kernel writing the other columns writes all of its value, so in a loop it is not
+    carried (`used_extent`); read at the last column too, it is."""
+    for shift, carried in ((0, False), (1, True)):
+        body = (
+            "  %t0 = kernel.alloc : memref<2x4xf32>\n"
+            "  %t1 = kernel.alloc : memref<2x5xf32>\n"
+            "  %t2 = kernel.alloc : memref<2x4xf32>\n"
+            + loop(
+                2,
+                '  kernel.feed "x", %t0 : memref<2x4xf32>\n'
+                + _copy("write", "%t0", "%t1", 5, 0)
+                + _read("read", "%t1", "%t2", shift)
+                + '  kernel.receive "y", %t2 : memref<2x4xf32>',
+            )
+            + "  func.return"
+        )
+        _, fn, t = allocs(main(body))
+        plan = plan_buffers(fn)
+        # allocs 0-2, kernel.for 3, feed 4, kernels 5 and 6, receive 7, kernel.yield 8
+        assert (plan.ranges[t["t1"]] != (5, 6)) == carried
+        lo, hi = plan.ranges[t["t1"]]
+        assert (lo <= 3 and hi >= 8) == carried
+        check_no_conflicts(plan)
