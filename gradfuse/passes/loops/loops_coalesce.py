@@ -27,11 +27,12 @@ scf.parallel (%d0, %e) = (%c0, %c0) to (%c128, %c1024) ... {
 A nest is coalesced where it holds no loop (an elementwise nest), its innermost dim has
 fewer than `MIN_LANES` points, and its last k >= 2 dims run from 0 by 1 to constants
 and are used only as the last k indices, in order, of loads and stores of buffers whose
-last k sizes are their trip counts, or only through a last index that flattens them in
-row-major order, `d1 * 9 + d2 * 3 + d3`, of a buffer whose last size is their product
-(a gradient kept as `[O, C * 9]`, which ResNet-18's SGD reads beside its `[O, C, 3, 3]`
-weight: that access reads `e` itself). An access that uses none of them is left as it
-is; the longest such k is taken. Each point keeps its element: results are unchanged.
+last k sizes are their trip counts (the first of them perhaps longer: a gradient whose
+rows `kernel-pad-rows` padded), or only through a last index that flattens them in
+row-major order, `d1 * 9 + d2 * 3 + d3`, of a buffer whose last size is at least their
+product (a gradient kept as `[O, C * 9]`, which ResNet-18's SGD reads beside its
+`[O, C, 3, 3]` weight: that access reads `e` itself). An access that uses none of them
+is left as it is; the longest such k is taken. Each point keeps its element: results are unchanged.
 """
 
 from __future__ import annotations
@@ -64,17 +65,24 @@ Access = memref.LoadOp | memref.StoreOp
 
 def flat(op: Access, dims: list[SSAValue], sizes: list[int]) -> bool:
     """Whether `op`'s last index is `dims` flattened in row-major order (`d1 * 9 + d2 * 3
-    + d3` for sizes 16, 3, 3), its buffer's last size their product, and no other index
-    depends on them."""
+    + d3` for sizes 16, 3, 3), its buffer's last size at least their product (a row
+    that `kernel-pad-rows` padded is longer), and no other index depends on them."""
     *rest, last = op.indices
     strides = [prod(sizes[j + 1 :]) for j in range(len(sizes))]
     ty = op.memref.type
     assert isinstance(ty, MemRefType)
     return (
         affine_form(last) == (dict(zip(dims, strides)), 0)
-        and ty.get_shape()[-1] == prod(sizes)
+        and ty.get_shape()[-1] >= prod(sizes)
         and not any(depends(i, d) for i in rest for d in dims)
     )
+
+
+def ends_in(ty: MemRefType, sizes: list[int]) -> bool:
+    """Whether a buffer's last dims are `sizes`, the first of them perhaps longer (a dim
+    padded by `kernel-pad-rows`: the collapsed dim keeps each element's place)."""
+    tail = list(ty.get_shape()[len(ty.get_shape()) - len(sizes) :])
+    return len(tail) == len(sizes) and tail[0] >= sizes[0] and tail[1:] == sizes[1:]
 
 
 def index_ops(v: SSAValue, dims: list[SSAValue]) -> set[Operation]:
@@ -134,10 +142,7 @@ def suffix_ok(nest: scf.ParallelOp, k: int) -> bool:
             ty = op.memref.type
             assert isinstance(ty, MemRefType)
             indices = list(op.indices)
-            if (
-                indices[len(indices) - k :] != dims
-                or list(ty.get_shape()[len(indices) - k :]) != sizes
-            ):
+            if indices[len(indices) - k :] != dims or not ends_in(ty, sizes):
                 return False
             if any(i in dims for i in indices[: len(indices) - k]):
                 return False
