@@ -68,16 +68,24 @@ def streamed_dim(k: K.KernelOp, load: K.LoadOp) -> int | None:
     return dims[0] if len(dims) == 1 else None
 
 
+def contraction_to_elementwise(found: list[Access]) -> bool:
+    """Whether a buffer with accesses `found` is written only by contractions and read
+    only by elementwise kernels, both at least once (a weight's gradient, read by the
+    optimizer)."""
+    loads = [k for k, op in found if isinstance(op, K.LoadOp)]
+    stores = [k for k, op in found if isinstance(op, K.StoreOp)]
+    return (
+        bool(loads and stores)
+        and all(k.kind.data == "contraction" for k in stores)
+        and all(k.kind.data == "elementwise" for k in loads)
+    )
+
+
 def plan(found: list[Access], rank: int) -> list[int] | None:
     """The new order of a buffer's dims (old positions), or None to keep it."""
+    if not contraction_to_elementwise(found):
+        return None
     loads = [(k, op) for k, op in found if isinstance(op, K.LoadOp)]
-    stores = [k for k, op in found if isinstance(op, K.StoreOp)]
-    if not loads or not stores:
-        return None
-    if any(k.kind.data != "contraction" for k in stores):
-        return None
-    if any(k.kind.data != "elementwise" for k, _ in loads):
-        return None
     streamed = {streamed_dim(k, op) for k, op in loads}
     j = streamed.pop() if len(streamed) == 1 else None
     if j is None or j == rank - 1:
@@ -91,12 +99,16 @@ def permute_buffer(alloc: H.AllocOp, order: list[int], found: list[Access]) -> N
     old = alloc.result.type
     assert isinstance(old, MemRefType)
     shape = old.get_shape()
-    new_type = MemRefType(old.element_type, [shape[d] for d in order])
     for _, op in found:
         m = op.map.data
         op.properties["map"] = AffineMapAttr(
             AffineMap(m.num_dims, m.num_symbols, tuple(m.results[d] for d in order))
         )
+    retype(alloc, MemRefType(old.element_type, [shape[d] for d in order]))
+
+
+def retype(alloc: H.AllocOp, new_type: MemRefType) -> None:
+    """Gives `alloc`'s buffer, and each kernel argument it is passed as, `new_type`."""
     for use in list(alloc.result.uses):
         k = use.operation
         assert isinstance(k, K.KernelOp)
