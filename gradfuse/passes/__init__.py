@@ -30,6 +30,7 @@ PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "kernel-squeeze": _lazy("kernel.squeeze", "KernelSqueezePass"),
     "kernel-fuse-rows": _lazy("kernel.fuse_rows", "KernelFuseRowsPass"),
     "kernel-layout": _lazy("kernel.layout", "KernelLayoutPass"),
+    "kernel-pad-rows": _lazy("kernel.pad_rows", "KernelPadRowsPass"),
     "kernel-split-dims": _lazy("kernel.split_dims", "KernelSplitDimsPass"),
     "kernel-split-phases": _lazy("kernel.split_phases", "KernelSplitPhasesPass"),
     "kernel-tile": _lazy("kernel.tile", "KernelTilePass"),
@@ -66,7 +67,7 @@ PIPELINES: dict[str, str] = {
     "default": "kernels,kernel-plan-buffers,convert-kernel-to-gpu",
     "cuda": "kernels,kernel-tile,kernel-block-reduce,kernel-plan-buffers,convert-kernel-to-gpu",
     "cpu": (
-        "kernels,kernel-layout,kernel-split-dims,kernel-split-phases,kernel-plan-buffers,convert-kernel-to-loops,"
+        "kernels,kernel-layout,kernel-pad-rows,kernel-split-dims,kernel-split-phases,kernel-plan-buffers,convert-kernel-to-loops,"
         "canonicalize,cse,"
         "loops-distribute,loops-interchange,loops-pack,loops-trim-taps,loops-pad,loops-coalesce,loops-vectorize,cse,loops-unroll-jam,cse,"
         "loops-skip-dead-sums,loops-transpose-writes,loops-transpose-reads,loops-pack-tiles,loops-parallelize"
