@@ -17,11 +17,15 @@ import hashlib
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
+from xdsl.dialects.builtin import ModuleOp
+
+from gradfuse.backend.compile_errors import compile_error
 from gradfuse.diagnostics import GradfuseError
 
 
@@ -95,6 +99,42 @@ def building(path: Path, wait: bool = True) -> Iterator[bool]:
             yield True
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def kept_failure(text: str, stderr: str, src: Path, entry: Path) -> tuple[str, Path]:
+    """A compiler failed on `text`, written to `src`: its messages naming the copy of the
+    text kept beside the cache `entry` it was to build (`<entry>-failed.c`), and that copy."""
+    kept = entry.with_name(f"{entry.stem}-failed{src.suffix}")
+    kept.write_text(text)
+    return stderr.replace(str(src), str(kept)), kept
+
+
+def compile_into(
+    entry: Path,
+    source: str,
+    name: str,
+    tool: str,
+    command: Callable[[Path, Path], list[str]],
+    module: ModuleOp | None = None,
+) -> Path:
+    """Compiles `source` into the cache entry `entry` and seals it: `command(src, out)`
+    is the compiler's command line, run on `source` written to `name` in a temporary
+    folder beside the entry; its output is renamed into place. A failure keeps the
+    source (`kept_failure`) and raises the `compile_error` of `tool` ("gcc", "nvcc"),
+    which names the kernel (of `module`) that it stopped in:
+
+        compile_into(entry, text, "program.c", "gcc", lambda src, out: [cc, "-o", str(out), str(src)])
+    """
+    with tempfile.TemporaryDirectory(dir=entry.parent) as tmp:
+        src, out = Path(tmp) / name, Path(tmp) / f"out{entry.suffix}"
+        src.write_text(source)
+        done = subprocess.run(command(src, out), capture_output=True, text=True)
+        if done.returncode != 0:
+            stderr, kept = kept_failure(source, done.stderr, src, entry)
+            raise compile_error(tool, source, stderr, kept, module)
+        os.replace(out, entry)  # atomic: a reader sees no entry or the whole one
+    seal(entry)
+    return entry
 
 
 def find_compiler(variable: str, default: str, needs: str, package: str) -> str:

@@ -27,7 +27,9 @@ from gradfuse.backend.compile_errors import compile_error
 from gradfuse.backend.disk_cache import (
     building,
     cache_dir,
+    compile_into,
     find_compiler,
+    kept_failure,
     seal,
     tool_version,
     verified,
@@ -107,14 +109,6 @@ def cached(text: str, cflags: Sequence[str], suffix: str) -> Path:
 def library_path(source: str) -> Path:
     """Where the library of `source` is cached."""
     return cached(source, flags() + libraries(source), ".so")
-
-
-def kept_failure(text: str, stderr: str, src: Path, entry: Path) -> tuple[str, Path]:
-    """gcc failed on `text`, written to `src`: gcc's messages naming the copy of the
-    text kept beside the cache `entry` it was to build, and that copy."""
-    kept = entry.with_name(f"{entry.stem}-failed.c")
-    kept.write_text(text)
-    return stderr.replace(str(src), str(kept)), kept
 
 
 def unit_flags(text: str) -> list[str]:
@@ -289,17 +283,9 @@ def build_library(
 
 def _build_one(source: str, target: Path, module: ModuleOp | None) -> None:
     """gcc on `source` as one unit, into the cache entry `target`."""
-    cc = compiler()
-    with tempfile.TemporaryDirectory(dir=cache_dir("c")) as tmp:
-        out, src = Path(tmp) / "program.so", Path(tmp) / "program.c"
-        src.write_text(source)
-        done = subprocess.run(
-            [cc, *flags(), "-o", str(out), str(src), "-lm", *libraries(source)],
-            capture_output=True,
-            text=True,
-        )
-        if done.returncode != 0:
-            stderr, kept = kept_failure(source, done.stderr, src, target)
-            raise compile_error("gcc", source, stderr, kept, module)
-        os.replace(out, target)  # atomic: a reader sees no library or the whole one
-    seal(target)
+    cc, libs = compiler(), libraries(source)
+    compile_into(
+        target, source, "program.c", "gcc",
+        lambda src, out: [cc, *flags(), "-o", str(out), str(src), "-lm", *libs],
+        module,
+    )  # fmt: skip

@@ -13,15 +13,12 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
 
-from gradfuse.backend.compile_errors import compile_error
 from gradfuse.backend.cstyle import CUDATarget, render_kernels
-from gradfuse.backend.disk_cache import cache_dir, store, tool_version, verified
+from gradfuse.backend.disk_cache import cache_dir, compile_into, tool_version, verified
 from gradfuse.diagnostics import GradfuseError
 
 FLAGS = ("-O3",)  # no --use_fast_math: its log2f (lg2.approx) is off by 2^-22 absolute near
@@ -53,18 +50,11 @@ def compile_cubin(source: str, arch: str = "sm_90", module: ModuleOp | None = No
         "\0".join([source, arch, *FLAGS, tool_version(compiler)]).encode()
     ).hexdigest()[:32]
     target = cache_dir("cuda") / f"{key}.cubin"
-    if verified(target):  # its checksum matches: not torn, truncated or zeroed
-        return target.read_bytes()
-    with tempfile.TemporaryDirectory(dir=cache_dir("cuda")) as tmp:
-        src = Path(tmp) / "kernels.cu"
-        src.write_text(source)
-        out = Path(tmp) / "kernels.cubin"
-        cmd = [compiler, "-cubin", f"-arch={arch}", *FLAGS, "-o", str(out), str(src)]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            kept = cache_dir("cuda") / f"{key}-failed.cu"
-            kept.write_text(source)
-            raise compile_error(
-                "nvcc", source, done.stderr.replace(str(src), str(kept)), kept, module
-            )
-        return store(target, out.read_bytes()).read_bytes()
+    if not verified(target):  # its checksum matches: not torn, truncated or zeroed
+        command = [compiler, "-cubin", f"-arch={arch}", *FLAGS]
+        compile_into(
+            target, source, "kernels.cu", "nvcc",
+            lambda src, out: [*command, "-o", str(out), str(src)],
+            module,
+        )  # fmt: skip
+    return target.read_bytes()
