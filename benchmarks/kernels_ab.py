@@ -140,6 +140,11 @@ def main() -> None:
         f" step ({ratio}), all kernels {whole[0]:.1f} -> {whole[1]:.1f} ms a step"
         f" ({args.model} b8, {args.threads} thread(s), medians of {args.rounds} rounds)"
     )
+    best = [
+        sum(min(r[i]["times"].get(n, 0.0) for r in rounds) for n in changed) / 1e3 for i in (0, 1)
+    ]
+    if changed:  # the least time of each changed kernel over the rounds: the host's load adds
+        print(f"  best rounds, kernel by kernel: {best[0]:.2f} -> {best[1]:.2f} ms a step")
     if only:
         print(f"kernels in one revision only (not matched): {' '.join(sorted(only))}")
     both = set(rounds[0][0]["times"]) & set(rounds[0][1]["times"])
