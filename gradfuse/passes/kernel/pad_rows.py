@@ -6,9 +6,12 @@ output channels, the buffer's first dim (`[O, C, KH, KW]`, or `[1, O, C*KH*KW]` 
 `loops-transpose-writes`, or a scalar a lane). An L1 data cache has 64 sets of 64-byte
 lines: addresses 4 KiB apart share a set. Rows of 4096 floats (DCGAN's
 `[512, 256, 4, 4]`) put all 16 lines a block writes in one set of 8 ways, and each
-store misses; rows of 4608 floats (ResNet-18's `[512, 4608]`) use 2 sets. As BLAS
-users pad a matrix's leading dimension, this pass pads the dim after the rows by the
-fewest cache lines that give the 16 rows 16 sets: `[512, 257, 4, 4]`, `[1, 512, 4624]`.
+store misses; rows of 4608 floats (ResNet-18's `[512, 4608]`) put 8 in each of 2 sets,
+which they fill. As BLAS users pad a matrix's leading dimension, this pass pads the
+dim after the rows where `WAYS` of those lines share a set, by the fewest cache lines
+that give the 16 rows 16 sets: `[512, 257, 4, 4]`, `[1, 512, 4624]`. Rows that share
+sets by fewer (ResNet-18's `[1, 256, 2304]`: 4 sets of 4 lines; a transformer's
+`[64, 128]`: 8 of 2) leave room for the operands' lines, and are kept.
 Every access keeps its indices; the pad is never read or written, so the results are
 bitwise the same. (DCGAN b8's generator weight gradient, its C alone on the 2-core Zen 3,
 one thread: 10.0 -> 8.3 ms a call, best of repeats.)
@@ -41,6 +44,8 @@ LINE = 64
 """Bytes of a cache line."""
 SETS = 64
 """Sets of an L1 data cache: 64 on x86-64 cores (32 KiB 8-way, 48 KiB 12-way)."""
+WAYS = 8
+"""Lines an L1 set holds: 8 on Zen 3 and 4, 12 on Intel's cores since Ice Lake."""
 ROWS = 16
 """Rows a register block writes across at once: its lanes (2 vectors of 8, or 16)."""
 
@@ -50,15 +55,24 @@ def sets_of(stride: int, rows: int) -> int:
     return len({(r * stride // LINE) % SETS for r in range(rows)})
 
 
+def crowded(stride: int, rows: int) -> bool:
+    """Whether `WAYS` or more of the lines that `rows` rows `stride` bytes apart start
+    at fall in one L1 set: the block's stores alone fill it."""
+    starts = [(r * stride // LINE) % SETS for r in range(rows)]
+    return max(starts.count(s) for s in starts) >= WAYS
+
+
 def padded_shape(shape: list[int], itemsize: int) -> list[int]:
     """`shape` with the dim after its first dim of more than one element (the rows)
-    grown, by the fewest steps that add whole cache lines to a row, until min(rows,
-    `ROWS`) rows fall in as many L1 sets; `shape` itself where they already do, or
-    where there is no such dim."""
+    grown, where min(rows, `ROWS`) rows are `crowded`, by the fewest steps that add
+    whole cache lines to a row and put those rows in as many L1 sets; `shape` itself
+    where they are not crowded, where no pad does it, or where there is no such dim."""
     rows_dim = next((d for d, n in enumerate(shape) if n > 1), len(shape))
     if rows_dim + 1 >= len(shape):
         return shape
     rows = min(shape[rows_dim], ROWS)
+    if not crowded(prod(shape[rows_dim + 1 :]) * itemsize, rows):
+        return shape
     unit = prod(shape[rows_dim + 2 :]) * itemsize  # bytes a step of the padded dim adds
     step = LINE // gcd(unit, LINE)  # steps that keep the rows' starts a line apart
     new = list(shape)

@@ -12,7 +12,7 @@ from gradfuse.backend import compile_module
 from gradfuse.backend.interpreters.tg import run
 from gradfuse.frontend.parser import parse_tg
 from gradfuse.passes import expand, run_pipeline
-from gradfuse.passes.kernel.pad_rows import ROWS, padded_shape, sets_of
+from gradfuse.passes.kernel.pad_rows import ROWS, crowded, padded_shape, sets_of
 
 GOLDEN = Path(__file__).resolve().parents[2] / "filecheck/passes/kernel-pad-rows.tg"
 
@@ -21,13 +21,16 @@ GOLDEN = Path(__file__).resolve().parents[2] / "filecheck/passes/kernel-pad-rows
     ("shape", "want"),
     [
         ([512, 256, 4, 4], [512, 257, 4, 4]),  # DCGAN: rows of 16 KiB, one set
-        ([1, 512, 4608], [1, 512, 4624]),  # ResNet-18's layer 4: 18 KiB, 2 sets
-        ([1, 256, 2304], [1, 256, 2320]),  # 9 KiB: 4 sets
-        ([1, 128, 1152], [1, 128, 1168]),  # 4.5 KiB: 8 sets
+        ([1, 512, 4608], [1, 512, 4624]),  # ResNet-18's layer 4: 18 KiB, 2 sets of 8
+        ([100, 512, 4, 4], [100, 513, 4, 4]),  # DCGAN's first layer: 100 rows, 1 set
+        ([1, 256, 2304], [1, 256, 2304]),  # 9 KiB: 4 sets of 4 lines, kept
+        ([1, 128, 1152], [1, 128, 1152]),  # 4.5 KiB: 8 sets of 2
         ([1, 64, 576], [1, 64, 576]),  # 2.25 KiB: 16 sets already
         ([1, 8, 36], [1, 8, 36]),  # 8 rows in 8 sets
         ([64, 3, 4, 4], [64, 3, 4, 4]),  # rows of 192 bytes
-        ([10, 512], [10, 528]),  # a linear layer's [out, in]: 10 rows in 2 sets
+        ([10, 512], [10, 512]),  # a linear layer's [out, in]: 10 rows, 2 sets of 5
+        ([64, 128], [64, 128]),  # a transformer's feed-forward weight: 8 sets of 2
+        ([2, 4, 16, 16], [2, 4, 16, 16]),  # 2 rows 4 KiB apart: one set, not crowded
         ([8, 64, 16, 16], [8, 64, 16, 16]),  # 64 KiB rows step 1 KiB: no pad helps
         ([8], [8]),  # no dim after the rows
         ([1, 1, 16], [1, 1, 16]),
@@ -37,13 +40,16 @@ def test_padded_shape(shape: list[int], want: list[int]) -> None:
     assert padded_shape(shape, 4) == want
 
 
-@pytest.mark.parametrize("row", [16, 48, 64, 100, 147, 256, 576, 1000, 1024, 4096, 8192])
-def test_padded_rows_fall_in_as_many_sets_and_stay_line_aligned(row: int) -> None:
-    """Every pad is whole cache lines, the fewest that spread the rows a block writes."""
+@pytest.mark.parametrize("row", [16, 48, 64, 100, 147, 256, 576, 1000, 1024, 2304, 4096, 8192])
+def test_crowded_rows_get_as_many_sets_and_stay_line_aligned(row: int) -> None:
+    """A row is padded exactly where its 16 rows are crowded, by whole cache lines, the
+    fewest that spread the rows a block writes."""
     new = padded_shape([1, 64, row], 4)[2]
-    assert (new - row) * 4 % 64 == 0
-    assert sets_of(new * 4, ROWS) == ROWS
-    assert all(sets_of(n * 4, ROWS) < ROWS for n in range(row, new, 16))
+    assert (new != row) == crowded(row * 4, ROWS)
+    if new != row:
+        assert (new - row) * 4 % 64 == 0
+        assert sets_of(new * 4, ROWS) == ROWS
+        assert all(sets_of(n * 4, ROWS) < ROWS for n in range(row, new, 16))
 
 
 def test_padding_changes_no_result() -> None:
