@@ -9,15 +9,19 @@ it is. Kernels are matched by name; one is *changed* where its C differs between
 two (`LoopRenderer`). Each round prints, for both, the changed kernels' time a step
 and all kernels' time a step; the last line, the medians and their ratio; `--show N`
 also lists the N kernels whose medians differ most (where a change reaches kernels
-through the host program or the arena, not their C). On the developer Zen 3, one
-thread, this session's change against its start (2026-12-07):
+through the host program or the arena, not their C), and the changed kernels' least
+time over the rounds, kernel by kernel (the host's load only adds). On the developer
+Zen 3, one thread, `kernel-pad-rows` against the tree before it (2026-12-07):
 
-    python benchmarks/kernels_ab.py --base 7d2795c --model resnet18 --rounds 3
-    # round 1: base changed 14.60 ms, all 110.1 ms | head changed 12.51 ms, all 123.5 ms
-    # round 2: base changed 17.39 ms, all 130.1 ms | head changed 13.02 ms, all 126.6 ms
-    # round 3: base changed 17.88 ms, all 134.3 ms | head changed 13.15 ms, all 137.4 ms
-    # changed kernels (g121 g144 g167 g186 k188 r99): 17.39 -> 13.02 ms a step (0.75x),
-    #   all kernels 130.1 -> 126.6 ms a step (resnet18 b8, 1 thread(s), medians of 3 rounds)
+    python benchmarks/kernels_ab.py --base ac8bdc9 --model resnet18 --rounds 6 --show 2
+    # round 1: base changed 39.97 ms, all 110.2 ms | head changed 35.68 ms, all 105.4 ms
+    # (rounds 2-5)
+    # round 6: base changed 40.67 ms, all 127.7 ms | head changed 54.82 ms, all 168.8 ms
+    # changed kernels (g228 g352): 36.73 -> 37.01 ms a step (1.01x), all kernels 109.1 ->
+    #   107.0 ms a step (resnet18 b8, 1 thread(s), medians of 6 rounds)
+    #   best rounds, kernel by kernel: 36.39 -> 35.68 ms a step
+    #   g352: 5.613 -> 6.062 ms a step (changed)
+    #   g121: 3.149 -> 2.911 ms a step
 
 The examples are this tree's (`benchmarks/convnets.py`), at batch 8 (ResNet-18 at 64 x
 64), with a fixed batch; a step's kernel times are the average of 4 profiled steps.
