@@ -37,6 +37,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,6 +73,22 @@ def child(model: str) -> None:
     print(json.dumps({"times": {k: v for k, v in times.items() if k in code}, "code": code}))
 
 
+@contextmanager
+def worktree(rev: str | None) -> Iterator[Path | None]:
+    """A `git worktree` of this checkout at `rev`, removed afterwards (None for None)."""
+    if rev is None:
+        yield None
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "base"
+        git = ["git", "-C", str(ROOT), "worktree"]
+        subprocess.run([*git, "add", "-q", "--detach", str(tree), rev], check=True)
+        try:
+            yield tree
+        finally:
+            subprocess.run([*git, "remove", "--force", str(tree)], check=False)
+
+
 def measure(tree: Path, model: str, threads: int) -> dict:
     """The child's JSON, gradfuse imported from `tree`."""
     env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS=str(threads))
@@ -102,35 +120,24 @@ def main() -> None:
         return
     if not args.base:
         parser.error("--base REV is required: the revision to compare this tree against")
-    with tempfile.TemporaryDirectory() as tmp:
-        base = Path(tmp) / "base"
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(base), args.base],
-            check=True,
-        )
-        try:
-            rounds = []
-            for k in range(args.rounds):
-                got = [measure(tree, args.model, args.threads) for tree in (base, ROOT)]
-                rounds.append(got)
-                changed = sorted(
-                    name
-                    for name, sha in got[0]["code"].items()
-                    if got[1]["code"].get(name, sha) != sha
-                )
-                sums = [
-                    (sum(r["times"].get(n, 0.0) for n in changed), sum(r["times"].values()))
-                    for r in got
-                ]
-                print(
-                    f"round {k + 1}: base changed {sums[0][0] / 1e3:.2f} ms, all "
-                    f"{sums[0][1] / 1e3:.1f} ms | head changed {sums[1][0] / 1e3:.2f} ms, "
-                    f"all {sums[1][1] / 1e3:.1f} ms",
-                    flush=True,
-                )
-        finally:
-            subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)], check=False
+    with worktree(args.base) as base:
+        assert base is not None
+        rounds = []
+        for k in range(args.rounds):
+            got = [measure(tree, args.model, args.threads) for tree in (base, ROOT)]
+            rounds.append(got)
+            changed = sorted(
+                name for name, sha in got[0]["code"].items() if got[1]["code"].get(name, sha) != sha
+            )
+            sums = [
+                (sum(r["times"].get(n, 0.0) for n in changed), sum(r["times"].values()))
+                for r in got
+            ]
+            print(
+                f"round {k + 1}: base changed {sums[0][0] / 1e3:.2f} ms, all "
+                f"{sums[0][1] / 1e3:.1f} ms | head changed {sums[1][0] / 1e3:.2f} ms, "
+                f"all {sums[1][1] / 1e3:.1f} ms",
+                flush=True,
             )
     only = set(rounds[0][0]["code"]) ^ set(rounds[0][1]["code"])
     part = [
