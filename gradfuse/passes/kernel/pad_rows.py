@@ -13,8 +13,8 @@ that give the 16 rows 16 sets: `[512, 257, 4, 4]`, `[1, 512, 4624]`. Rows that s
 sets by fewer (ResNet-18's `[1, 256, 2304]`: 4 sets of 4 lines; a transformer's
 `[64, 128]`: 8 of 2) leave room for the operands' lines, and are kept.
 Every access keeps its indices; the pad is never read or written, so the results are
-bitwise the same. (DCGAN b8's generator weight gradient, its C alone on the 2-core Zen 3,
-one thread: 10.0 -> 8.3 ms a call, best of repeats.)
+bitwise the same. (Two of DCGAN b8's weight gradients, each kernel's C alone on the 2-core
+Zen 3, one thread, `benchmarks/kernel_alone.py`: 9.8 -> 8.0 and 25.0 -> 22.2 ms a call.)
 
 A buffer is padded where it is a `kernel.alloc` written only by contractions and read
 only by elementwise kernels (`layout.contraction_to_elementwise`: the optimizer reads
