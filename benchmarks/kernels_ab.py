@@ -82,7 +82,11 @@ def worktree(rev: str | None) -> Iterator[Path | None]:
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "base"
         git = ["git", "-C", str(ROOT), "worktree"]
-        subprocess.run([*git, "add", "-q", "--detach", str(tree), rev], check=True)
+        added = subprocess.run(
+            [*git, "add", "-q", "--detach", str(tree), rev], capture_output=True, text=True
+        )
+        if added.returncode != 0:
+            raise SystemExit(f"--base {rev}: no worktree of it ({added.stderr.strip()})")
         try:
             yield tree
         finally:
