@@ -103,7 +103,8 @@ def building(path: Path, wait: bool = True) -> Iterator[bool]:
 
 def kept_failure(text: str, stderr: str, src: Path, entry: Path) -> tuple[str, Path]:
     """A compiler failed on `text`, written to `src`: its messages naming the copy of the
-    text kept beside the cache `entry` it was to build (`<entry>-failed.c`), and that copy."""
+    text kept beside the cache `entry` it was to build (`<entry>-failed.c` for a `src`
+    ending in `.c`), and that copy."""
     kept = entry.with_name(f"{entry.stem}-failed{src.suffix}")
     kept.write_text(text)
     return stderr.replace(str(src), str(kept)), kept

@@ -29,6 +29,7 @@ the gradient row by row, a pad changes nothing for it):
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from math import gcd, prod
 
@@ -50,16 +51,20 @@ ROWS = 16
 """Rows a register block writes across at once: its lanes (2 vectors of 8, or 16)."""
 
 
+def row_sets(stride: int, rows: int) -> list[int]:
+    """The L1 set of the line each of `rows` rows `stride` bytes apart starts at."""
+    return [(r * stride // LINE) % SETS for r in range(rows)]
+
+
 def sets_of(stride: int, rows: int) -> int:
     """How many L1 sets the lines of `rows` rows `stride` bytes apart fall in."""
-    return len({(r * stride // LINE) % SETS for r in range(rows)})
+    return len(set(row_sets(stride, rows)))
 
 
 def crowded(stride: int, rows: int) -> bool:
     """Whether `WAYS` or more of the lines that `rows` rows `stride` bytes apart start
     at fall in one L1 set: the block's stores alone fill it."""
-    starts = [(r * stride // LINE) % SETS for r in range(rows)]
-    return max(starts.count(s) for s in starts) >= WAYS
+    return max(Counter(row_sets(stride, rows)).values()) >= WAYS
 
 
 def padded_shape(shape: list[int], itemsize: int) -> list[int]:
@@ -87,7 +92,7 @@ def pad_rows(module: ModuleOp) -> None:
     """Pads the rows of every gradient buffer of `module` that `padded_shape` grows."""
     for alloc in [o for o in module.walk() if isinstance(o, H.AllocOp)]:
         found = accesses(alloc.result)
-        if not found or not contraction_to_elementwise(found):
+        if found is None or not contraction_to_elementwise(found):
             continue
         ty = alloc.result.type
         assert isinstance(ty, MemRefType)

@@ -155,7 +155,7 @@ def writes_whole(op: Operation, buffer: SSAValue) -> bool:
     if isinstance(op, kd.AllReduceOp):
         return op.target == buffer and op.source != buffer
     kernels = list(op.body.block.ops) if isinstance(op, kd.LAUNCH_GROUPS) else [op]
-    whole, extent = False, used_extent(buffer)
+    whole, extent = False, None
     for k in kernels:
         if not isinstance(k, kd.KernelOp):
             return False
@@ -164,7 +164,10 @@ def writes_whole(op: Operation, buffer: SSAValue) -> bool:
                 continue
             if any(isinstance(u.operation, kd.LoadOp) for u in arg.uses):
                 return False
-            whole = whole or _covers(k, arg, extent)
+            if not whole:
+                if extent is None:  # (only where a kernel stores to it: it walks all uses)
+                    extent = used_extent(buffer)
+                whole = _covers(k, arg, extent)
     return whole
 
 

@@ -32,7 +32,8 @@ rows `kernel-pad-rows` padded), or only through a last index that flattens them 
 row-major order, `d1 * 9 + d2 * 3 + d3`, of a buffer whose last size is at least their
 product (a gradient kept as `[O, C * 9]`, which ResNet-18's SGD reads beside its
 `[O, C, 3, 3]` weight: that access reads `e` itself). An access that uses none of them
-is left as it is; the longest such k is taken. Each point keeps its element: results are unchanged.
+is left as it is; the longest such k is taken. Each point keeps its element: results
+are unchanged.
 """
 
 from __future__ import annotations
