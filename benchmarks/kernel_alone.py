@@ -35,7 +35,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kernels_ab import ROOT, SIZES, worktree  # benchmarks/kernels_ab.py
+from kernels_ab import ROOT, SIZES, child_json, worktree  # benchmarks/kernels_ab.py
 
 FLUSH = 64 << 20  # bytes written before each call with --cold: above any L3 of 2 cores
 
@@ -123,17 +123,8 @@ def child(model: str, names: list[str]) -> None:
 
 def build(tree: Path, model: str, names: list[str], into: Path) -> dict[str, Path]:
     """The harness executables of `names` with gradfuse from `tree`, built in `into`."""
-    env = dict(os.environ, PYTHONPATH=str(tree))
-    done = subprocess.run(
-        [sys.executable, __file__, "--child", model, "--kernels", ",".join(names)],
-        env=env,
-        cwd=tempfile.gettempdir(),  # (not a checkout's root: `import gradfuse` finds `tree`)
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"rendering {model}'s kernels from {tree} failed:\n{done.stderr}")
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+    args = [model, "--kernels", ",".join(names)]
+    got = child_json(tree, __file__, args, f"rendering {model}'s kernels")
     exes = {}
     for name, text in got["programs"].items():
         src, exe = into / f"{name}.c", into / name

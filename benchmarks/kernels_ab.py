@@ -93,19 +93,24 @@ def worktree(rev: str | None) -> Iterator[Path | None]:
             subprocess.run([*git, "remove", "--force", str(tree)], check=False)
 
 
-def measure(tree: Path, model: str, threads: int) -> dict:
-    """The child's JSON, gradfuse imported from `tree`."""
-    env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS=str(threads))
+def child_json(tree: Path, script: str, args: list[str], doing: str, **env: str) -> dict:
+    """The JSON that `script --child ARGS` prints last, run with gradfuse imported from
+    `tree` and `env` added to the environment; `doing` names it in the error."""
     done = subprocess.run(
-        [sys.executable, __file__, "--child", model],
-        env=env,
+        [sys.executable, script, "--child", *args],
+        env=dict(os.environ, PYTHONPATH=str(tree), **env),
         cwd=tempfile.gettempdir(),  # (not a checkout's root: `import gradfuse` finds `tree`)
         capture_output=True,
         text=True,
     )
     if done.returncode != 0:
-        raise SystemExit(f"profiling {model} with gradfuse from {tree} failed:\n{done.stderr}")
+        raise SystemExit(f"{doing} with gradfuse from {tree} failed:\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def measure(tree: Path, model: str, threads: int) -> dict:
+    """The child's JSON, gradfuse imported from `tree`."""
+    return child_json(tree, __file__, [model], f"profiling {model}", OMP_NUM_THREADS=str(threads))
 
 
 def main() -> None:
