@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 
@@ -84,11 +85,11 @@ class ParamOp(TgOp):
             self.expect_shape("init shape", tuple(self.init.get_shape()), shape_of(self.result))
         if isinstance(self.init, FloatAttr):
             self.expect_splat("init", self.init.value.data, self.result.type)
-        first = find_param(self, self.key.data)
-        if first is not None and first.result.type != self.result.type:
+        other = find_param(self, self.key.data, default=self)
+        if other is not None and other.result.type != self.result.type:
             raise self.fail(
                 f"param {quote(self.key.data)} is read with two types:"
-                f" {first.result.type} and {self.result.type}"
+                f" {other.result.type} and {self.result.type}"
             )
 
 
@@ -118,19 +119,59 @@ class AssignOp(TgOp):
             )
 
 
-def find_param(op: Operation, key: str) -> ParamOp | None:
-    """The first `tg.param` of `key` in the program around `op` (its outermost op, or
-    all ops of the outermost block when that block is not in an op yet, as while the
-    parser builds a function body)."""
+def find_param(op: Operation, key: str, default: ParamOp | None = None) -> ParamOp | None:
+    """A `tg.param` of `key` in the program around `op` (its outermost op, or all ops of
+    the outermost block when that block is not in an op yet, as while the parser builds
+    a function body): the first one, or the one found before; where none is known,
+    `default` (then known for `key`) if given, else None. All reads of one key have one
+    type, so any one of them stands for the key.
+
+    The params found are kept (weakly) per program and checked on use, still in it and
+    of `key`: the recorder verifies each op it emits, and a walk of the whole program
+    per `tg.param` and `tg.assign` made tracing quadratic (ResNet-18: 858 walks). A
+    program is walked when first seen, and again when a `tg.assign`'s key is not known.
+
+        find_param(assign, "fc1.weight")  # %w = tg.param "fc1.weight" ...
+    """
+    scope = _scope(op)
+    known = _KNOWN.get(scope)
+    param = _known(known, key, scope) if known is not None else None
+    if param is not None:
+        return param
+    if default is None or known is None:  # a program not seen yet: all its params
+        known = _KNOWN[scope] = {}
+        tops = list(scope.ops) if isinstance(scope, Block) else [scope]
+        for inner in (inner for top in tops for inner in top.walk()):
+            if isinstance(inner, ParamOp):
+                known.setdefault(inner.key.data, weakref.ref(inner))
+        param = _known(known, key, scope)
+    if param is None and default is not None:
+        known[key] = weakref.ref(default)
+        return default
+    return param
+
+
+def _known(
+    known: dict[str, weakref.ref[ParamOp]], key: str, scope: Operation | Block
+) -> ParamOp | None:
+    """The param of `key` that `known` holds, if it is still of `key` and in `scope`."""
+    ref = known.get(key)
+    param = ref() if ref is not None else None
+    return param if param is not None and param.key.data == key and _scope(param) is scope else None
+
+
+def _scope(op: Operation) -> Operation | Block:
+    """The program `op` is in: its outermost op, or the block that op is in."""
     root = op
     while (parent := root.parent_op()) is not None:
         root = parent
-    tops = list(root.parent.ops) if root.parent is not None else [root]
-    for top in tops:
-        for inner in top.walk():
-            if isinstance(inner, ParamOp) and inner.key.data == key:
-                return inner
-    return None
+    return root.parent if root.parent is not None else root
+
+
+_KNOWN: weakref.WeakKeyDictionary[Operation | Block, dict[str, weakref.ref[ParamOp]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per program, a `tg.param` of each key (`find_param`)."""
 
 
 @irdl_op_definition
