@@ -13,6 +13,7 @@ position) has direction "forward" and no module path.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from xdsl.dialects.builtin import FileLineColLoc, IntAttr, NameLoc, StringAttr, UnknownLoc
 from xdsl.ir import Attribute
@@ -31,16 +32,9 @@ class Provenance:
     direction: str = "forward"
 
     def to_location(self) -> Attribute:
-        """The MLIR location attribute that encodes this provenance."""
-        base: Attribute = UnknownLoc()
-        if self.file is not None:
-            base = FileLineColLoc(StringAttr(self.file), IntAttr(self.line), IntAttr(self.column))
-        if self.module_path is None and self.direction == "forward":
-            return base
-        name = (
-            self.direction if self.module_path is None else f"{self.direction}@{self.module_path}"
-        )
-        return NameLoc(StringAttr(name), base)
+        """The MLIR location attribute that encodes this provenance (one attribute for
+        equal provenances: attributes are values, and the recorder asks once an op)."""
+        return _location(self)
 
     @property
     def source(self) -> str:
@@ -54,6 +48,18 @@ class Provenance:
         where = f"{self.file}:{self.line}" if self.file else "<unknown>"
         path = f" {self.module_path}" if self.module_path else ""
         return f"{where}{path} ({self.direction})"
+
+
+@lru_cache(maxsize=4096)
+def _location(prov: Provenance) -> Attribute:
+    """`Provenance.to_location`, built."""
+    base: Attribute = UnknownLoc()
+    if prov.file is not None:
+        base = FileLineColLoc(StringAttr(prov.file), IntAttr(prov.line), IntAttr(prov.column))
+    if prov.module_path is None and prov.direction == "forward":
+        return base
+    name = prov.direction if prov.module_path is None else f"{prov.direction}@{prov.module_path}"
+    return NameLoc(StringAttr(name), base)
 
 
 def provenance_of(loc: Attribute) -> Provenance:
