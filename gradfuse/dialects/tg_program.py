@@ -135,7 +135,7 @@ def find_param(op: Operation, key: str, default: ParamOp | None = None) -> Param
     """
     scope = _scope(op)
     known = _KNOWN.get(scope)
-    param = _known(known, key, scope) if known is not None else None
+    param = _live(known, key, scope) if known is not None else None
     if param is not None:
         return param
     if default is None or known is None:  # a program not seen yet: all its params
@@ -144,14 +144,14 @@ def find_param(op: Operation, key: str, default: ParamOp | None = None) -> Param
         for inner in (inner for top in tops for inner in top.walk()):
             if isinstance(inner, ParamOp):
                 known.setdefault(inner.key.data, weakref.ref(inner))
-        param = _known(known, key, scope)
+        param = _live(known, key, scope)
     if param is None and default is not None:
         known[key] = weakref.ref(default)
         return default
     return param
 
 
-def _known(
+def _live(
     known: dict[str, weakref.ref[ParamOp]], key: str, scope: Operation | Block
 ) -> ParamOp | None:
     """The param of `key` that `known` holds, if it is still of `key` and in `scope`."""
