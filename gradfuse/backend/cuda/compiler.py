@@ -50,7 +50,7 @@ def compile_cubin(source: str, arch: str = "sm_90", module: ModuleOp | None = No
         "\0".join([source, arch, *FLAGS, tool_version(compiler)]).encode()
     ).hexdigest()[:32]
     target = cache_dir("cuda") / f"{key}.cubin"
-    if not verified(target):  # its checksum matches: not torn, truncated or zeroed
+    if not verified(target):  # none, or one whose checksum fails (torn, truncated, zeroed)
         command = [compiler, "-cubin", f"-arch={arch}", *FLAGS]
         compile_into(
             target, source, "kernels.cu", "nvcc",
