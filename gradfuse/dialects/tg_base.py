@@ -135,11 +135,18 @@ class TgOp(IRDLOperation):
     """Base of all tg ops: helpers that make verifier messages name the op.
 
     Before the op's own checks, `verify` checks every tensor type it uses
-    (`tensor_type_problem`) and, for ops with `FLOAT_OPERANDS`, that the operands
-    hold floats: `%y = tg.add %m, %m : tensor<4xi1>` is an error."""
+    (`tensor_type_problem`), for ops with `FLOAT_OPERANDS` that the operands hold
+    floats (`%y = tg.add %m, %m : tensor<4xi1>` is an error), and that the operands and
+    results named in `SAME_ELEMENT` hold one element type: `%y = tg.conv2d %x, %w ...`
+    with an f64 input and an f32 weight is an error at the op, not one at the `tg.dot`
+    that `tg-decompose` makes of it."""
 
     FLOAT_OPERANDS: ClassVar[bool] = False
     """Whether the op computes on its operands (floats only), not just moves them."""
+
+    SAME_ELEMENT: ClassVar[tuple[str, ...]] = ()
+    """The operands and results (by field name) that hold one element type, where the
+    op's own checks do not say so: a convolution's input, weight and result."""
 
     def verify(self, verify_nested_ops: bool = True) -> None:
         for value in (*self.operands, *self.results):
@@ -153,6 +160,10 @@ class TgOp(IRDLOperation):
                     raise self.fail(
                         f"operands must be tensors of floats (f16, bf16, f32, f64), got {ty}"
                     )
+        named = [(name, getattr(self, name).type) for name in self.SAME_ELEMENT]
+        if len({ty.element_type for _, ty in named if isinstance(ty, TensorType)}) > 1:
+            listed = ", ".join(f"{name} {ty}" for name, ty in named)
+            raise self.fail(f"element types differ: {listed}")
         super().verify(verify_nested_ops)
 
     def fail(self, message: str) -> VerifyException:

@@ -131,6 +131,7 @@ class DotOp(TgOp):
     result = result_def(TensorType)
     traits = traits_def(Pure(), TgCanonicalize())
     FLOAT_OPERANDS: ClassVar[bool] = True
+    SAME_ELEMENT: ClassVar[tuple[str, ...]] = ("lhs", "rhs", "result")
 
     def __init__(self, lhs: SSAValue, rhs: SSAValue):
         a, b = shape_of(lhs), shape_of(rhs)
@@ -147,8 +148,6 @@ class DotOp(TgOp):
         if a[:-2] != b[:-2]:
             raise self.fail(f"batch dimensions differ: {fmt_shape(a)} @ {fmt_shape(b)}")
         self.expect_shape("result shape", shape_of(self.result), a[:-1] + b[-1:])
-        if self.lhs.type.element_type != self.rhs.type.element_type:  # type: ignore[union-attr]
-            raise self.fail(f"element types differ: {self.lhs.type} @ {self.rhs.type}")
 
 
 class ReduceOp(TgOp):
@@ -159,6 +158,7 @@ class ReduceOp(TgOp):
     dims = prop_def(DenseArrayBase)
     traits = traits_def(Pure(), TgCanonicalize())
     FLOAT_OPERANDS: ClassVar[bool] = True
+    SAME_ELEMENT: ClassVar[tuple[str, ...]] = ("input", "result")
 
     def __init__(self, input: SSAValue, dims: Sequence[int]):
         shape = shape_of(input)

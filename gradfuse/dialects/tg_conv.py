@@ -67,6 +67,7 @@ class ConvOp(TgOp):
     groups = prop_def(IntegerAttr)
     traits = traits_def(Pure())
     FLOAT_OPERANDS: ClassVar[bool] = True
+    SAME_ELEMENT: ClassVar[tuple[str, ...]] = ("input", "weight", "result")
 
     def pair(self, name: str) -> tuple[int, int]:
         values = ints(getattr(self, name))
@@ -226,6 +227,7 @@ class WindowsOp(TgOp):
     dilation = prop_def(DenseArrayBase)
     traits = traits_def(Pure())
     FLOAT_OPERANDS: ClassVar[bool] = True
+    SAME_ELEMENT: ClassVar[tuple[str, ...]] = ("input", "result")
 
     def __init__(
         self,

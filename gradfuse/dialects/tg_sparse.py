@@ -53,6 +53,7 @@ class GatherOp(IndexedOp):
     result = result_def(TensorType)
     dim = prop_def(IntegerAttr)
     traits = traits_def(Pure())
+    SAME_ELEMENT: ClassVar[tuple[str, ...]] = ("input", "result")
 
     def __init__(self, input: SSAValue, index: SSAValue, dim: int):
         super().__init__(
@@ -81,6 +82,7 @@ class ScatterAddOp(IndexedOp):
     result = result_def(TensorType)
     dim = prop_def(IntegerAttr)
     traits = traits_def(Pure())
+    SAME_ELEMENT: ClassVar[tuple[str, ...]] = ("src", "result")
 
     def __init__(self, index: SSAValue, src: SSAValue, dim: int, shape: Sequence[int]):
         super().__init__(
