@@ -29,7 +29,8 @@ from gradfuse.frontend.recorder import (
     rng,
     traced_loops,
 )
-from gradfuse.frontend.tensor import Tensor, dims_arg, new_dim, where
+from gradfuse.frontend.tensor import Tensor, dims_arg, where
+from gradfuse.frontend.tensor_shape import new_dim
 
 _REDUCTIONS = ("mean", "sum", "none")
 

@@ -11,7 +11,6 @@ batch norm; the autodiff pass differentiates all of them:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -208,7 +207,7 @@ def max_pool2d(
     if pad != (0, 0):
         outside = _padding_mask(input, win, kernel, st, pad, dil)
         win = win + constant(np.where(outside, -np.inf, 0.0)[None, None], input.dtype)
-    return win.max((4, 5))
+    return win.amax((4, 5))
 
 
 def avg_pool2d(
@@ -278,18 +277,9 @@ def leaky_relu(input: Tensor, negative_slope: float = 0.01) -> Tensor:
 
 
 def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
-    """Merges dims `start_dim..end_dim` into one. `flatten(x, 1)`: [N, C, H, W] -> [N, C*H*W]"""
-    rank = max(input.ndim, 1)
-    start, end = start_dim % rank, end_dim % rank
-    if not (-rank <= start_dim < rank and -rank <= end_dim < rank) or start > end:
-        raise error(
-            f"flatten: start_dim {start_dim} and end_dim {end_dim} do not fit"
-            f" a tensor of rank {input.ndim}"
-        )
-    shape = input.shape
-    return input.reshape(
-        list(shape[:start]) + [math.prod(shape[start : end + 1])] + list(shape[end + 1 :])
-    )
+    """Merges dims `start_dim..end_dim` into one (`Tensor.flatten`). `flatten(x, 1)`:
+    [N, C, H, W] -> [N, C*H*W]"""
+    return input.flatten(start_dim, end_dim)
 
 
 BatchMean = Callable[[Tensor, list[int]], tuple[Tensor, "float | Tensor"]]

@@ -20,6 +20,8 @@ from xdsl.ir import Operation, SSAValue
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of, tensor
 from gradfuse.dialects.tg_builder import LN_2, LOG2_E, element_type
+from gradfuse.frontend import tensor_reduce as reduce_
+from gradfuse.frontend import tensor_shape as shape_
 from gradfuse.frontend.dtypes import numpy_dtype
 from gradfuse.frontend.reach import backward_paths
 from gradfuse.frontend.recorder import RECORDING as B
@@ -42,16 +44,6 @@ F32 = Float32Type()
 def dims_arg(args: tuple[int | Sequence[int], ...]) -> Sequence[int]:
     """The dims of `f(2, 3)` or `f([2, 3])`: the one sequence argument, else the ints."""
     return args[0] if len(args) == 1 and not isinstance(args[0], int) else args  # type: ignore[return-value]
-
-
-def new_dim(dim: int, rank: int, what: str) -> int:
-    """Where a new dim `dim` goes in a result of rank `rank + 1` (-1: last), or an error."""
-    if not -rank - 1 <= dim <= rank:
-        raise error(
-            f"{what}: dim {dim} is out of range for a tensor of rank {rank}"
-            f" (expected {-rank - 1} to {rank})"
-        )
-    return dim % (rank + 1)
 
 
 def _binary(cls: type[Operation], reflected: bool = False) -> Callable[[Tensor, object], Tensor]:
@@ -86,6 +78,11 @@ class Tensor:
 
     def __init__(self, value: SSAValue):
         self._value = value
+
+    @staticmethod
+    def _new(value: SSAValue) -> Tensor:
+        """A `Tensor` of a recorded value (a `Parameter`'s methods make plain tensors too)."""
+        return Tensor(value)
 
     @property
     def value(self) -> SSAValue:
@@ -179,6 +176,8 @@ class Tensor:
             return out
         return (self.log2() * p).exp2()
 
+    pow = __pow__
+
     def __matmul__(self, other: Tensor) -> Tensor:
         return Tensor(B.matmul(self.value, other.value))
 
@@ -231,6 +230,11 @@ class Tensor:
     expm1 = _unary(tg.Expm1Op, "`e ** self - 1` (`tg.expm1`), exact for small `self`.")
     log1p = _unary(tg.Log1pOp, "`ln(1 + self)` (`tg.log1p`), exact for small `self`.")
     sqrt = _unary(tg.SqrtOp, "`sqrt(self)` (`tg.sqrt`).")
+
+    def rsqrt(self) -> Tensor:
+        """`1 / sqrt(self)`."""
+        return self.sqrt().reciprocal()
+
     reciprocal = _unary(tg.RecipOp, "`1 / self` (`tg.recip`).")
     sin = _unary(tg.SinOp, "`sin(self)` (`tg.sin`).")
 
@@ -253,7 +257,7 @@ class Tensor:
     def log_softmax(self, dim: int = -1) -> Tensor:
         """`x - max - log(sum(exp(x - max)))` along `dim`; the max is detached (the result
         does not change with it, so its gradient is 0: no passes to compute that)."""
-        shifted = self - self.max(dim, keepdim=True).detach()
+        shifted = self - self.amax(dim, keepdim=True).detach()
         return shifted - shifted.exp().sum(dim, keepdim=True).log()
 
     erf = _unary(tg.ErfOp, "The error function (`tg.erf`).")
@@ -263,24 +267,24 @@ class Tensor:
         d = B.normalize_dims(dim, self.ndim, "tg.gather")[0]
         return Tensor(emit(tg.GatherOp(self.value, index.value, d)).result)
 
-    # --- reductions -----------------------------------------------------------------------
+    # --- reductions (gradfuse/frontend/tensor_reduce.py) ---------------------------------
 
     def sum(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         """Sum over `dim` (all dims when None) (`tg.reduce_sum`)."""
         return Tensor(B.reduce(tg.ReduceSumOp, self.value, dim, keepdim))
 
-    def max(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        """Maximum over `dim` (all dims when None) (`tg.reduce_max`)."""
-        return Tensor(B.reduce(tg.ReduceMaxOp, self.value, dim, keepdim))
+    def mean(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        """Mean over `dim` (all dims when None) (`tg.reduce_mean`, a composite)."""
+        return Tensor(B.reduce(tg.ReduceMeanOp, self.value, dim, keepdim))
+
+    max, min = reduce_.max_, reduce_.min_
+    amax, amin, argmax, argmin = reduce_.amax, reduce_.amin, reduce_.argmax, reduce_.argmin
+    clamp = clip = reduce_.clamp
 
     def detach(self) -> Tensor:
         """The same values, through which no gradient flows (`tg.stop_gradient`), as in
         PyTorch: `net_d(fake.detach())` trains the discriminator, not the generator."""
         return Tensor(B.unary(tg.StopGradientOp, self.value))
-
-    def mean(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        """Mean over `dim` (all dims when None) (`tg.reduce_mean`, a composite)."""
-        return Tensor(B.reduce(tg.ReduceMeanOp, self.value, dim, keepdim))
 
     # --- movement -------------------------------------------------------------------------
 
@@ -289,10 +293,6 @@ class Tensor:
         return Tensor(B.reshape(self.value, list(dims_arg(shape))))
 
     view = reshape
-
-    def flatten(self) -> Tensor:
-        """All elements in one dim."""
-        return self.reshape(-1)
 
     def permute(self, *dims: int | Sequence[int]) -> Tensor:
         """Reorders dims: result dim i is dim `dims[i]` (`tg.permute`)."""
@@ -307,23 +307,16 @@ class Tensor:
         """All dims reversed (the transpose of a matrix)."""
         return self.permute(list(reversed(range(self.ndim))))
 
-    def unsqueeze(self, dim: int) -> Tensor:
-        """A new dim of size 1 at `dim` (in [-ndim - 1, ndim], as PyTorch), a `tg.reshape`.
+    unsqueeze, squeeze, flatten = shape_.unsqueeze, shape_.squeeze, shape_.flatten
+    t, expand = shape_.t, shape_.expand
 
-        `x.unsqueeze(1)`: [N, L] -> [N, 1, L]
-        """
-        shape = list(self.shape)
-        shape.insert(new_dim(dim, self.ndim, "unsqueeze"), 1)
-        return self.reshape(shape)
+    def contiguous(self, memory_format: object = None) -> Tensor:
+        """`self`: where values live in memory is the compiler's business."""
+        return self
 
-    def squeeze(self, dim: int | Sequence[int] | None = None) -> Tensor:
-        """Drops the dims of size 1 (all, or those in `dim`, an int or a tuple); a named
-        dim of another size stays, as in PyTorch (`tg.reshape`).
-
-        `x.squeeze(1)`: [N, 1, L] -> [N, L]; `x.squeeze()` drops every 1.
-        """
-        dims = B.normalize_dims(dim, self.ndim, "squeeze")
-        return self.reshape([n for i, n in enumerate(self.shape) if n != 1 or i not in dims])
+    def dim(self) -> int:
+        """The number of dims (`ndim`)."""
+        return self.ndim
 
     def masked_fill(self, mask: Tensor, value: Tensor | Scalar) -> Tensor:
         """`value` where the boolean `mask` holds, else `self` (`tg.where`, broadcast as

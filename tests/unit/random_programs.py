@@ -192,6 +192,7 @@ class Ops:
         return _BINARY[op](a, b)
 
     def reduce(self, kind: str, v: Any, dim: int | None, keepdim: bool) -> Any:
+        kind = "amax" if kind == "max" else kind  # (max(dim) gives values and indices)
         return getattr(v, kind)(dim, keepdim=keepdim) if dim is not None else getattr(v, kind)()
 
     def matmul(self, a: Any, b: Any) -> Any:

@@ -12,8 +12,9 @@ from gradfuse.frontend.functional_conv import __all__ as _conv
 from gradfuse.frontend.tensor import Tensor
 
 
-def relu(input: Tensor) -> Tensor:
-    """`max(x, 0)` elementwise (`tg.relu`). `F.relu(x)`"""
+def relu(input: Tensor, inplace: bool = False) -> Tensor:
+    """`max(x, 0)` elementwise (`tg.relu`). `F.relu(x)`; `inplace=True` gives the same
+    result (gradfuse's tensors are values: the input keeps its own), as `nn.ReLU(True)`."""
     return input.relu()
 
 

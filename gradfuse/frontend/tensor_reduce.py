@@ -1,0 +1,133 @@
+"""PyTorch's reductions and clamps of `Tensor`, returned and differentiated as PyTorch
+does, composed of tg ops (no op of their own); `Tensor` has them as methods:
+
+    v, i = x.max(1)          # values and the index of the first maximum along dim 1
+    x.max()                  # the maximum of all elements; x.max(y): elementwise
+    x.amax((2, 3))           # values only, over several dims (tg.reduce_max)
+    x.argmin(0)              # the index of the first minimum along dim 0
+    x.clamp(min=0.0)         # tg.where: the gradient passes where min <= x <= max
+
+Indices are f32, as gradfuse's other index tensors (`gather`'s), exact below 2^24. The
+values of `max(dim)` and `min(dim)` are gathered at the indices, so their gradient
+reaches that one element, as in PyTorch; `amax` and `amin` share it evenly among tied
+extremes, as PyTorch's do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, Float32Type, TensorType
+
+from gradfuse.dialects import tg
+from gradfuse.frontend.recorder import RECORDING as B
+from gradfuse.frontend.recorder import emit, error
+
+if TYPE_CHECKING:
+    from gradfuse.frontend.tensor import Tensor
+
+Dims = int | Sequence[int] | None
+
+
+class ValuesIndices(NamedTuple):
+    """What `x.max(dim)` and `x.min(dim)` return, as PyTorch's `torch.return_types.max`:
+    `values, indices = x.max(1)`; `x.max(1)[0]` is the values."""
+
+    values: Tensor
+    indices: Tensor
+
+
+def amax(x: Tensor, dim: Dims = (), keepdim: bool = False) -> Tensor:
+    """The maximum over `dim` (an int or several; `()` or None: all) (`tg.reduce_max`)."""
+    dims = None if dim is None or dim == () else dim
+    return x._new(B.reduce(tg.ReduceMaxOp, x.value, dims, keepdim))
+
+
+def amin(x: Tensor, dim: Dims = (), keepdim: bool = False) -> Tensor:
+    """The minimum over `dim`, as `-amax(-x)`."""
+    return -amax(-x, dim, keepdim)
+
+
+def max_(
+    x: Tensor, dim: int | Tensor | None = None, keepdim: bool = False
+) -> Tensor | ValuesIndices:
+    """As PyTorch's `x.max`: `x.max()` the maximum of all elements, `x.max(dim)` the values
+    and indices along `dim` (`ValuesIndices`), `x.max(other)` the elementwise maximum."""
+    return _extreme(x, dim, keepdim, "max")
+
+
+def min_(
+    x: Tensor, dim: int | Tensor | None = None, keepdim: bool = False
+) -> Tensor | ValuesIndices:
+    """As `max_`, for the minimum."""
+    return _extreme(x, dim, keepdim, "min")
+
+
+def argmax(x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    """The index of the first maximum along `dim` (in the flattened tensor when None)."""
+    return _arg(x, dim, keepdim, "argmax")
+
+
+def argmin(x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    """The index of the first minimum along `dim` (in the flattened tensor when None)."""
+    return _arg(x, dim, keepdim, "argmin")
+
+
+def clamp(x: Tensor, min: object = None, max: object = None) -> Tensor:
+    """`min` where `x < min`, `max` where `x > max`, else `x` (numbers, or tensors that
+    broadcast); the gradient passes where `min <= x <= max`, as in PyTorch.
+    `x.clamp(min=0.0)`, `x.clamp(-1, 1)`"""
+    if min is None and max is None:
+        raise error("clamp: at least one of min and max must be given")
+    out = x
+    if min is not None:
+        out = _where(out < min, min, out)
+    if max is not None:
+        out = _where(out > max, max, out)
+    return out
+
+
+def _where(cond: Tensor, a: object, b: object) -> Tensor:
+    """`tg.where` of a mask and two branches, each a tensor or a number."""
+    values = [v.value if hasattr(v, "value") else float(v) for v in (a, b)]  # type: ignore[arg-type, attr-defined]
+    return cond._new(B.where(cond.value, *values))
+
+
+def _extreme(x: Tensor, dim: object, keepdim: bool, which: str) -> Tensor | ValuesIndices:
+    if hasattr(dim, "value"):  # x.max(other): elementwise
+        other: Tensor = dim  # type: ignore[assignment]
+        return x.maximum(other) if which == "max" else -(-x).maximum(-other)
+    if dim is None:
+        return amax(x) if which == "max" else amin(x)
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise error(
+            f"{which}(dim): dim must be an int, as in PyTorch, got {dim!r}"
+            f" (a{which}(dims) reduces several dims and gives the values only)"
+        )
+    indices = _arg(x, dim, True, "arg" + which)
+    if not x.ndim:
+        return ValuesIndices(x, indices.reshape([]))
+    d = B.normalize_dims(dim, x.ndim, which)[0]
+    values = x.gather(d, indices)
+    if not keepdim:
+        values, indices = values.squeeze(d), indices.squeeze(d)
+    return ValuesIndices(values, indices)
+
+
+def _arg(x: Tensor, dim: int | None, keepdim: bool, which: str) -> Tensor:
+    """The first index of the maximum (`argmax`) or minimum along `dim`, as f32: the
+    least position where `x` equals its extreme (elsewhere, the dim's length)."""
+    if dim is None:
+        return _arg(x.reshape(-1), 0, False, which)
+    if not x.ndim:
+        B.normalize_dims(dim, 0, which)  # (the dim must be 0 or -1)
+        return x._new(B.const(0.0, TensorType(Float32Type(), [1] if keepdim else [])))
+    d = B.normalize_dims(dim, x.ndim, which)[0]
+    extreme = amax(x, d, keepdim=True) if which == "argmax" else amin(x, d, keepdim=True)
+    n = x.shape[d]
+    ty = TensorType(Float32Type(), [n if k == d else 1 for k in range(x.ndim)])
+    attr = DenseIntOrFPElementsAttr.from_list(ty, [float(v) for v in np.arange(n)])  # type: ignore[arg-type]
+    positions = x._new(emit(tg.ConstantOp(attr, ty)).result)
+    return amin(_where(x == extreme, positions, float(n)), d, keepdim)

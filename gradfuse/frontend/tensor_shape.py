@@ -1,0 +1,97 @@
+"""PyTorch's shape methods of `Tensor` that are a reshape, a permute or a broadcast of
+it (no op of their own); `Tensor` has them as methods:
+
+    x.flatten(1)             # [N, C, H, W] -> [N, C*H*W] (tg.reshape)
+    x.unsqueeze(1)           # [N, L] -> [N, 1, L]; x.squeeze(1) back
+    w.t()                    # a matrix transposed (tg.permute)
+    b.expand(8, -1)          # [1, 4] -> [8, 4] (tg.broadcast); -1 keeps a dim
+    x.contiguous()           # x: layouts are the compiler's business
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from math import prod
+from typing import TYPE_CHECKING
+
+from gradfuse.frontend.recorder import RECORDING as B
+from gradfuse.frontend.recorder import error
+
+if TYPE_CHECKING:
+    from gradfuse.frontend.tensor import Tensor
+
+
+def new_dim(dim: int, rank: int, what: str) -> int:
+    """Where a new dim `dim` goes in a result of rank `rank + 1` (-1: last), or an error."""
+    if not -rank - 1 <= dim <= rank:
+        raise error(
+            f"{what}: dim {dim} is out of range for a tensor of rank {rank}"
+            f" (expected {-rank - 1} to {rank})"
+        )
+    return dim % (rank + 1)
+
+
+def unsqueeze(x: Tensor, dim: int) -> Tensor:
+    """A new dim of size 1 at `dim` (in [-ndim - 1, ndim], as PyTorch), a `tg.reshape`.
+
+    `x.unsqueeze(1)`: [N, L] -> [N, 1, L]
+    """
+    shape = list(x.shape)
+    shape.insert(new_dim(dim, x.ndim, "unsqueeze"), 1)
+    return x.reshape(shape)
+
+
+def squeeze(x: Tensor, dim: int | Sequence[int] | None = None) -> Tensor:
+    """Drops the dims of size 1 (all, or those in `dim`, an int or a tuple); a named dim
+    of another size stays, as in PyTorch (`tg.reshape`).
+
+    `x.squeeze(1)`: [N, 1, L] -> [N, L]; `x.squeeze()` drops every 1.
+    """
+    dims = B.normalize_dims(dim, x.ndim, "squeeze")
+    return x.reshape([n for i, n in enumerate(x.shape) if n != 1 or i not in dims])
+
+
+def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    """Dims `start_dim` to `end_dim` (both included) as one, as PyTorch's `flatten`: all
+    of them by default (a 0-d tensor becomes one element). `x.flatten(1)`: [N, C, H, W]
+    -> [N, C*H*W]"""
+    rank = max(x.ndim, 1)
+    start, end = start_dim % rank, end_dim % rank
+    if not (-rank <= start_dim < rank and -rank <= end_dim < rank) or start > end:
+        raise error(
+            f"flatten: start_dim {start_dim} and end_dim {end_dim} do not fit"
+            f" a tensor of rank {x.ndim}"
+        )
+    shape = x.shape
+    return x.reshape([*shape[:start], prod(shape[start : end + 1]), *shape[end + 1 :]])
+
+
+def t(x: Tensor) -> Tensor:
+    """A matrix transposed; a 0-d or 1-d tensor as it is (PyTorch's `t`)."""
+    if x.ndim > 2:
+        raise error(f"t() expects a tensor with <= 2 dimensions, but self is {x.ndim}D")
+    return x.permute([1, 0]) if x.ndim == 2 else x
+
+
+def expand(x: Tensor, *sizes: int | Sequence[int]) -> Tensor:
+    """`x` repeated along its dims of size 1 (and new leading dims) to `sizes`; -1 keeps
+    a dim's size, as PyTorch's `expand` (a `tg.broadcast`). `b.expand(8, -1)`"""
+    want = list(sizes[0] if len(sizes) == 1 and not isinstance(sizes[0], int) else sizes)  # type: ignore[arg-type]
+    if len(want) < x.ndim:
+        raise error(
+            f"expand: the number of sizes ({len(want)}) must be at least the tensor's"
+            f" rank ({x.ndim})"
+        )
+    have = [None] * (len(want) - x.ndim) + list(x.shape)
+    shape = []
+    for k, (n, old) in enumerate(zip(want, have)):
+        if n == -1 and old is None:
+            raise error(f"expand: -1 is not allowed for the new leading dim {k}")
+        size = old if n == -1 else n
+        if old not in (None, 1, size):
+            raise error(
+                f"expand: the expanded size {size} must match the existing size {old}"
+                f" at non-singleton dim {k}"
+            )
+        shape.append(size)
+    return x.broadcast_to(shape)

@@ -1,0 +1,144 @@
+"""PyTorch's tensor methods that gradfuse composes of other ops
+(gradfuse/frontend/tensor_reduce.py, tensor_shape.py): what they return and how they
+differentiate, against NumPy (values, first indices, the gradient each element gets)
+and PyTorch where it is importable."""
+
+from __future__ import annotations
+
+import gradfuse.nn.functional as F
+import numpy as np
+import pytest
+
+import gradfuse
+from gradfuse import Feeder, Parameter, Receiver, Tensor, execute
+from gradfuse.diagnostics import GradfuseError
+
+TIES = np.random.default_rng(3).integers(0, 4, size=(3, 5, 4)).astype(np.float32)
+"""Small integers: every row has tied maxima and minima (the first one's index counts)."""
+
+
+def run(backend: str, build, x0: np.ndarray = TIES) -> list[np.ndarray]:  # noqa: ANN001
+    """`build(p)` of a parameter holding `x0`: it returns (loss, [outputs]); the outputs
+    and the loss's gradient wrt p, computed by `backend` in float32."""
+    gradfuse.reset()
+    p = Parameter(x0.copy(), name="p")
+    loss, outputs = build(p)
+    loss.backward()
+    got: list[np.ndarray] = []
+    Receiver(lambda *v: got.extend(v), [*outputs, p.grad])
+    execute(backend=backend)
+    return got
+
+
+def one_hot_at(index: np.ndarray, x: np.ndarray, axis: int) -> np.ndarray:
+    """1 at the given index along `axis` (shape of `x` without it), else 0."""
+    out = np.zeros_like(x)
+    np.put_along_axis(out, np.expand_dims(index, axis), 1.0, axis)
+    return out
+
+
+@pytest.mark.parametrize("backend", ["reference", "c"])
+def test_max_and_min_along_a_dim_give_values_and_first_indices(backend: str) -> None:
+    def build(p: Tensor):  # noqa: ANN202
+        v, i = p.max(1)
+        w, j = p.min(-1, keepdim=True)
+        return (v * 2.0).sum() + (w * 3.0).sum(), [v, i, w, j]
+
+    v, i, w, j, grad = run(backend, build)
+    np.testing.assert_array_equal(v, TIES.max(1))
+    np.testing.assert_array_equal(i, TIES.argmax(1))  # NumPy's first maximum, as PyTorch
+    np.testing.assert_array_equal(w, TIES.min(-1, keepdims=True))
+    np.testing.assert_array_equal(j, TIES.argmin(-1)[..., None])
+    want = 2.0 * one_hot_at(TIES.argmax(1), TIES, 1) + 3.0 * one_hot_at(TIES.argmin(-1), TIES, 2)
+    np.testing.assert_array_equal(grad, want)  # the indexed element alone, ties or not
+
+
+@pytest.mark.parametrize("backend", ["reference", "c"])
+def test_amax_shares_the_gradient_among_ties_and_argmax_flattens(backend: str) -> None:
+    def build(p: Tensor):  # noqa: ANN202
+        m = p.amax((0, 2))
+        return m.sum(), [m, p.amin(), p.argmax(), p.argmin(0), p.max(), p.max(p * 0.0 + 1.5)]
+
+    m, lo, am, an, top, elementwise, grad = run(backend, build)
+    np.testing.assert_array_equal(m, TIES.max((0, 2)))
+    assert lo.shape == () and lo == TIES.min() and top == TIES.max()
+    assert am.shape == () and am == TIES.argmax()
+    np.testing.assert_array_equal(an, TIES.argmin(0))
+    np.testing.assert_array_equal(elementwise, np.maximum(TIES, 1.5))
+    tied = TIES == TIES.max((0, 2), keepdims=True)
+    np.testing.assert_allclose(grad, tied / tied.sum((0, 2), keepdims=True), rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["reference", "c"])
+def test_clamp_passes_the_gradient_between_its_bounds_inclusive(backend: str) -> None:
+    def build(p: Tensor):  # noqa: ANN202
+        c = p.clamp(1.0, 2.5)
+        return (c * c).sum() + p.clip(max=2.0).sum(), [c, p.clamp(min=2.0)]
+
+    c, low, grad = run(backend, build)
+    np.testing.assert_array_equal(c, np.clip(TIES, 1.0, 2.5))
+    np.testing.assert_array_equal(low, np.maximum(TIES, 2.0))
+    inside = (TIES >= 1.0) & (TIES <= 2.5)  # 1.0 and 2.0 sit on a bound: they pass
+    np.testing.assert_array_equal(grad, 2.0 * TIES * inside + (TIES <= 2.0))
+
+
+def test_the_methods_match_pytorch() -> None:
+    """The same expressions in PyTorch, written as its users write them."""
+    torch = pytest.importorskip("torch")
+
+    def build(p: Tensor):  # noqa: ANN202
+        v, i = p.max(dim=1)
+        outs = [v, i, p.min(0)[0], p.argmax(dim=2, keepdim=True), p.clamp(min=1.0), p.t()
+                if p.dim() == 2 else p.flatten(1), p.transpose(0, 1).contiguous().rsqrt(),
+                p.pow(2), p[:, :1].expand(-1, 5, -1)]  # fmt: skip
+        return v.sum() + p.min(0)[0].sum() + p.clamp(min=1.0).sum(), outs
+
+    x0 = TIES + 1.0
+    got = run("reference", build, x0)
+    t = torch.tensor(x0, requires_grad=True)
+    v, i = t.max(dim=1)
+    want = [v, i, t.min(0)[0], t.argmax(dim=2, keepdim=True), t.clamp(min=1.0), t.flatten(1),
+            t.transpose(0, 1).contiguous().rsqrt(), t.pow(2), t[:, :1].expand(-1, 5, -1)]  # fmt: skip
+    (v.sum() + t.min(0)[0].sum() + t.clamp(min=1.0).sum()).backward()
+    for g, w in zip(got, [*want, t.grad], strict=True):
+        w = w.detach().numpy()
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def feeder(*shape: int) -> Tensor:
+    return Feeder(lambda: np.zeros(shape, np.float32), shape=list(shape), name="x")
+
+
+def test_shapes_of_the_shape_methods() -> None:
+    x = feeder(2, 3, 4, 5)
+    assert x.flatten().shape == (120,) and x.flatten(1).shape == (2, 60)
+    assert x.flatten(1, 2).shape == (2, 12, 5) and x.flatten(-2).shape == (2, 3, 20)
+    assert x.dim() == 4 and x.contiguous() is x
+    assert x[0, 0].t().shape == (5, 4) and x[0, 0, 0].t().shape == (5,)
+    assert x[:, :1].expand(-1, 3, 4, 5).shape == (2, 3, 4, 5)
+    assert x[0, :1, :1, :].expand(7, 1, 2, -1, -1).shape == (7, 1, 2, 1, 5)
+    assert x.max(1).values.shape == x.max(1).indices.shape == (2, 4, 5)
+    assert x.amax((1, 2), keepdim=True).shape == (2, 1, 1, 5) and x.amin().shape == ()
+    assert F.relu(x, inplace=True).shape == x.shape  # (the tracer's values stay its own)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda x: x.max((0, 1)), "max(dim): dim must be an int, as in PyTorch, got (0, 1)"),
+        (lambda x: x.min(dim=[1]), "amin(dims) reduces several dims"),
+        (lambda x: x.t(), "t() expects a tensor with <= 2 dimensions, but self is 4D"),
+        (lambda x: x.expand(2, 4, 4, 5), "expanded size 4 must match the existing size 3"),
+        (lambda x: x.expand(3, 4), "number of sizes (2) must be at least the tensor's rank"),
+        (lambda x: x.expand(-1, 2, 3, 4, 5), "-1 is not allowed for the new leading dim 0"),
+        (lambda x: x.flatten(2, 1), "start_dim 2 and end_dim 1 do not fit"),
+        (lambda x: x.clamp(), "at least one of min and max"),
+        (lambda x: x.argmax(4), "argmax: dim 4 is out of range"),
+    ],
+)
+def test_misuse_is_an_error_at_the_call(call, message: str) -> None:  # noqa: ANN001
+    x = feeder(2, 3, 4, 5)
+    with pytest.raises(GradfuseError, match="test_torch_methods.py") as info:
+        call(x)
+    assert message in str(info.value)
