@@ -280,6 +280,7 @@ class Tensor:
     max, min = reduce_.max_, reduce_.min_
     amax, amin, argmax, argmin = reduce_.amax, reduce_.amin, reduce_.argmax, reduce_.argmin
     clamp = clip = reduce_.clamp
+    var, std, norm = reduce_.var, reduce_.std, reduce_.norm
 
     def detach(self) -> Tensor:
         """The same values, through which no gradient flows (`tg.stop_gradient`), as in
@@ -308,7 +309,7 @@ class Tensor:
         return self.permute(list(reversed(range(self.ndim))))
 
     unsqueeze, squeeze, flatten = shape_.unsqueeze, shape_.squeeze, shape_.flatten
-    t, expand = shape_.t, shape_.expand
+    t, expand, split, chunk = shape_.t, shape_.expand, shape_.split, shape_.chunk
 
     def contiguous(self, memory_format: object = None) -> Tensor:
         """`self`: where values live in memory is the compiler's business."""

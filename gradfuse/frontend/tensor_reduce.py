@@ -131,3 +131,51 @@ def _arg(x: Tensor, dim: int | None, keepdim: bool, which: str) -> Tensor:
     attr = DenseIntOrFPElementsAttr.from_list(ty, [float(v) for v in np.arange(n)])  # type: ignore[arg-type]
     positions = x._new(emit(tg.ConstantOp(attr, ty)).result)
     return amin(_where(x == extreme, positions, float(n)), d, keepdim)
+
+
+def var(
+    x: Tensor,
+    dim: Dims | bool = None,
+    unbiased: bool | None = None,
+    keepdim: bool = False,
+    *,
+    correction: float | None = None,
+) -> Tensor:
+    """The variance over `dim` (all dims when None): the squared deviations from the
+    mean summed and divided by `n - correction` (1 unless `unbiased=False`; NaN where
+    n <= correction), as PyTorch's `var`, its legacy `var(unbiased)` too."""
+    if isinstance(dim, bool):  # x.var(False): PyTorch's legacy var(unbiased)
+        dim, unbiased = None, dim
+    if correction is None:
+        correction = 0.0 if unbiased is False else 1.0
+    elif unbiased is not None:
+        raise error("var: give correction or unbiased, not both")
+    dims = B.normalize_dims(dim, x.ndim, "var")  # type: ignore[arg-type]
+    n = int(np.prod([x.shape[d] for d in dims]))
+    deviation = x - x.mean(dims, keepdim=True)
+    scale = 1.0 / (n - correction) if n > correction else float("nan")
+    return (deviation * deviation).sum(dims, keepdim) * scale
+
+
+def std(
+    x: Tensor,
+    dim: Dims | bool = None,
+    unbiased: bool | None = None,
+    keepdim: bool = False,
+    *,
+    correction: float | None = None,
+) -> Tensor:
+    """The square root of `var` (same arguments)."""
+    return var(x, dim, unbiased, keepdim, correction=correction).sqrt()
+
+
+def norm(x: Tensor, p: float | str = "fro", dim: Dims = None, keepdim: bool = False) -> Tensor:
+    """The vector norm over `dim` (all dims when None): `p` 2 or "fro" (the square root
+    of the sum of squares), 1 (the sum of |x|) or inf (the largest |x|)."""
+    if p in (2, 2.0, "fro"):
+        return (x * x).sum(dim, keepdim).sqrt()
+    if p in (1, 1.0):
+        return x.abs().sum(dim, keepdim)
+    if p == float("inf"):
+        return amax(x.abs(), () if dim is None else dim, keepdim)
+    raise error(f"norm: p must be 1, 2, 'fro' or inf, got {p!r}")

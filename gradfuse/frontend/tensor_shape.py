@@ -95,3 +95,33 @@ def expand(x: Tensor, *sizes: int | Sequence[int]) -> Tensor:
             )
         shape.append(size)
     return x.broadcast_to(shape)
+
+
+def split(x: Tensor, split_size_or_sections: int | Sequence[int], dim: int = 0) -> tuple:
+    """Consecutive slices along `dim`: of `split_size_or_sections` each (the last one
+    shorter), or of the sizes listed, as PyTorch's `split`. `q, k, v = x.split(64, -1)`"""
+    d = B.normalize_dims(dim, x.ndim, "split")[0]
+    n = x.shape[d]
+    if isinstance(split_size_or_sections, int):
+        if split_size_or_sections < 1:
+            raise error(f"split: the size must be positive, got {split_size_or_sections}")
+        step = split_size_or_sections
+        sizes = [min(step, n - start) for start in range(0, n, step)] or [0]
+    else:
+        sizes = list(split_size_or_sections)
+        if sum(sizes) != n or any(s < 0 for s in sizes):
+            raise error(f"split: sizes {sizes} must be >= 0 and add up to dim {d}'s {n}")
+    out, start = [], 0
+    for size in sizes:
+        out.append(x[(slice(None),) * d + (slice(start, start + size),)])
+        start += size
+    return tuple(out)
+
+
+def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple:
+    """At most `chunks` slices along `dim` of ceil(n / chunks) each (the last shorter),
+    as PyTorch's `chunk`. `a, b = x.chunk(2, dim=1)`"""
+    if chunks < 1:
+        raise error(f"chunk: the number of chunks must be positive, got {chunks}")
+    n = x.shape[B.normalize_dims(dim, x.ndim, "chunk")[0]]
+    return split(x, max(-(-n // chunks), 1), dim)

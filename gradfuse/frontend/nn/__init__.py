@@ -4,7 +4,16 @@ from gradfuse.nn import Linear, Sequential, Sigmoid, SGD
 """
 
 from gradfuse.frontend.nn import functional, utils
-from gradfuse.frontend.nn.activation import GELU, Dropout, LeakyReLU, LogSoftmax
+from gradfuse.frontend.nn.activation import (
+    ELU,
+    GELU,
+    Dropout,
+    Hardtanh,
+    LeakyReLU,
+    LogSoftmax,
+    SiLU,
+    Softplus,
+)
 from gradfuse.frontend.nn.batchnorm import BatchNorm1d, BatchNorm2d, SyncBatchNorm
 from gradfuse.frontend.nn.buffer import Buffer
 from gradfuse.frontend.nn.conv import Conv1d, Conv2d, ConvTranspose2d
@@ -36,7 +45,8 @@ from gradfuse.frontend.parameter import Parameter
 
 __all__ = [
     "Module", "Parameter", "Buffer", "Linear", "Sequential", "ModuleList", "Identity", "Flatten",
-    "Sigmoid", "ReLU", "LeakyReLU", "Tanh", "Softmax", "LogSoftmax", "GELU", "Dropout",
+    "Sigmoid", "ReLU", "LeakyReLU", "Tanh", "Softmax", "LogSoftmax", "GELU", "Dropout", "SiLU",
+    "ELU", "Softplus", "Hardtanh",
     "LayerNorm", "BatchNorm1d", "BatchNorm2d", "SyncBatchNorm", "Conv1d", "Conv2d", "ConvTranspose2d", "MaxPool2d",
     "AvgPool2d", "AdaptiveAvgPool2d", "Embedding", "MultiheadAttention",
     "TransformerEncoderLayer", "TransformerEncoder", "RNN", "GRU", "LSTM", "RNNCell", "GRUCell",

@@ -1,4 +1,5 @@
-"""Activation modules beyond `layers.py`: `GELU`, `LeakyReLU`, `LogSoftmax`, and `Dropout`.
+"""Activation modules beyond `layers.py`: `GELU`, `LeakyReLU`, `LogSoftmax`, `Dropout`,
+`SiLU`, `ELU`, `Softplus` and `Hardtanh`.
 
 ff = Sequential(Linear(64, 128), GELU(), Dropout(0.1), Linear(128, 64))
 """
@@ -6,6 +7,7 @@ ff = Sequential(Linear(64, 128), GELU(), Dropout(0.1), Linear(128, 64))
 from __future__ import annotations
 
 from gradfuse.frontend import functional as F
+from gradfuse.frontend.functional_act import elu, hardtanh, silu, softplus
 from gradfuse.frontend.functional_conv import leaky_relu
 from gradfuse.frontend.nn.module import Module
 from gradfuse.frontend.nn.options import legacy_softmax_dim
@@ -82,3 +84,68 @@ class Dropout(Module):
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
+
+
+class SiLU(Module):
+    """`x * sigmoid(x)` (`F.silu`). `SiLU()(x)`; `inplace=True` gives the same result."""
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return silu(x)
+
+
+class ELU(Module):
+    """`x` where positive, else `alpha * (exp(x) - 1)` (`F.elu`). `ELU(alpha=1.0)(x)`"""
+
+    def __init__(self, alpha: float = 1.0, inplace: bool = False):
+        super().__init__()
+        self.alpha, self.inplace = alpha, inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return elu(x, self.alpha)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}"
+
+
+class Softplus(Module):
+    """`log(1 + exp(beta * x)) / beta`, linear past `threshold` (`F.softplus`)."""
+
+    def __init__(self, beta: float = 1.0, threshold: float = 20.0):
+        super().__init__()
+        self.beta, self.threshold = beta, threshold
+
+    def forward(self, x: Tensor) -> Tensor:
+        return softplus(x, self.beta, self.threshold)
+
+    def extra_repr(self) -> str:
+        return f"beta={self.beta}, threshold={self.threshold}"
+
+
+class Hardtanh(Module):
+    """`x` clamped to [min_val, max_val], the gradient strictly inside (`F.hardtanh`).
+    `min_value` and `max_value` are PyTorch's deprecated names of the two bounds."""
+
+    def __init__(
+        self,
+        min_val: float = -1.0,
+        max_val: float = 1.0,
+        inplace: bool = False,
+        min_value: float | None = None,
+        max_value: float | None = None,
+    ):
+        super().__init__()
+        self.min_val = min_val if min_value is None else min_value
+        self.max_val = max_val if max_value is None else max_value
+        self.inplace = inplace
+        if self.min_val > self.max_val:
+            raise error(f"Hardtanh: min_val {self.min_val} must not exceed max_val {self.max_val}")
+
+    def forward(self, x: Tensor) -> Tensor:
+        return hardtanh(x, self.min_val, self.max_val)
+
+    def extra_repr(self) -> str:
+        return f"min_val={self.min_val}, max_val={self.max_val}"

@@ -1,5 +1,6 @@
-"""`gradfuse.nn.functional` (PyTorch's `F`): the functions of `gradfuse.frontend.functional`
-and the convolution, pooling and batch-norm ones of `gradfuse.frontend.functional_conv`.
+"""`gradfuse.nn.functional` (PyTorch's `F`): the functions of `gradfuse.frontend.functional`,
+the convolution, pooling and batch-norm ones of `gradfuse.frontend.functional_conv` and
+the activations of `gradfuse.frontend.functional_act`.
 
 import gradfuse.nn.functional as F
 y = F.max_pool2d(F.relu(F.conv2d(x, w, b, padding=1)), 2)
@@ -7,6 +8,8 @@ y = F.max_pool2d(F.relu(F.conv2d(x, w, b, padding=1)), 2)
 
 from gradfuse.frontend.functional import *  # noqa: F403
 from gradfuse.frontend.functional import __all__ as _base
+from gradfuse.frontend.functional_act import *  # noqa: F403
+from gradfuse.frontend.functional_act import __all__ as _act
 from gradfuse.frontend.functional_conv import *  # noqa: F403
 from gradfuse.frontend.functional_conv import __all__ as _conv
 from gradfuse.frontend.tensor import Tensor
@@ -28,4 +31,11 @@ def tanh(input: Tensor) -> Tensor:
     return input.tanh()
 
 
-__all__ = [*_base, *(n for n in _conv if n not in ("pair", "ntuple")), "relu", "sigmoid", "tanh"]
+__all__ = [
+    *_base,
+    *_act,
+    *(n for n in _conv if n not in ("pair", "ntuple")),
+    "relu",
+    "sigmoid",
+    "tanh",
+]
