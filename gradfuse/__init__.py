@@ -18,6 +18,7 @@ from gradfuse.frontend.functional import (
     stack,
     unsqueeze,
 )
+from gradfuse.frontend.functional_conv import flatten
 from gradfuse.frontend.loops import scan, steps
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import manual_seed
@@ -38,5 +39,5 @@ __all__ = [
     "Tensor", "Parameter", "where", "Feeder", "Receiver", "execute", "ir_for", "ir_text",
     "print_graph", "reset", "manual_seed", "compile", "Compiled", "constant", "erf", "gather",
     "scatter_add", "rand", "dropout", "cat", "concat", "stack", "squeeze", "unsqueeze",
-    "masked_fill", "scan", "steps",
+    "masked_fill", "flatten", "scan", "steps",
 ]  # fmt: skip

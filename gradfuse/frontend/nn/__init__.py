@@ -28,7 +28,13 @@ from gradfuse.frontend.nn.layers import (
     Softmax,
     Tanh,
 )
-from gradfuse.frontend.nn.loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
+from gradfuse.frontend.nn.loss import (
+    BCELoss,
+    BCEWithLogitsLoss,
+    CrossEntropyLoss,
+    MSELoss,
+    NLLLoss,
+)
 from gradfuse.frontend.nn.module import Module
 from gradfuse.frontend.nn.normalization import LayerNorm
 from gradfuse.frontend.nn.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
@@ -50,6 +56,7 @@ __all__ = [
     "LayerNorm", "BatchNorm1d", "BatchNorm2d", "SyncBatchNorm", "Conv1d", "Conv2d", "ConvTranspose2d", "MaxPool2d",
     "AvgPool2d", "AdaptiveAvgPool2d", "Embedding", "MultiheadAttention",
     "TransformerEncoderLayer", "TransformerEncoder", "RNN", "GRU", "LSTM", "RNNCell", "GRUCell",
-    "LSTMCell", "MSELoss", "CrossEntropyLoss", "BCELoss", "BCEWithLogitsLoss", "Optimizer",
+    "LSTMCell", "MSELoss", "CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss",
+    "Optimizer",
     "SGD", "Adam", "AdamW", "functional", "utils",
 ]  # fmt: skip

@@ -1,6 +1,7 @@
 """`gradfuse.nn.functional` (PyTorch's `F`): the functions of `gradfuse.frontend.functional`,
-the convolution, pooling and batch-norm ones of `gradfuse.frontend.functional_conv` and
-the activations of `gradfuse.frontend.functional_act`.
+the convolution, pooling and batch-norm ones of `gradfuse.frontend.functional_conv`, the
+activations of `gradfuse.frontend.functional_act` and the losses of
+`gradfuse.frontend.functional_loss`.
 
 import gradfuse.nn.functional as F
 y = F.max_pool2d(F.relu(F.conv2d(x, w, b, padding=1)), 2)
@@ -12,6 +13,8 @@ from gradfuse.frontend.functional_act import *  # noqa: F403
 from gradfuse.frontend.functional_act import __all__ as _act
 from gradfuse.frontend.functional_conv import *  # noqa: F403
 from gradfuse.frontend.functional_conv import __all__ as _conv
+from gradfuse.frontend.functional_loss import *  # noqa: F403
+from gradfuse.frontend.functional_loss import __all__ as _loss
 from gradfuse.frontend.tensor import Tensor
 
 
@@ -34,6 +37,7 @@ def tanh(input: Tensor) -> Tensor:
 __all__ = [
     *_base,
     *_act,
+    *_loss,
     *(n for n in _conv if n not in ("pair", "ntuple")),
     "relu",
     "sigmoid",

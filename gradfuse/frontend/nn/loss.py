@@ -5,7 +5,7 @@ loss = CrossEntropyLoss()(logits, labels)    # labels: class ids as floats, from
 
 from __future__ import annotations
 
-from gradfuse.frontend import functional as F
+from gradfuse.frontend import functional_loss as F
 from gradfuse.frontend.nn.module import Module
 from gradfuse.frontend.nn.options import legacy_reduction, only
 from gradfuse.frontend.recorder import error
@@ -100,3 +100,23 @@ class CrossEntropyLoss(_Loss):
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
         return F.cross_entropy(input, target, self.reduction, self.label_smoothing)
+
+
+class NLLLoss(_Loss):
+    """The negative log-likelihood of log-probabilities [N, C, ...] at class ids [N, ...]
+    (`F.nll_loss`). `NLLLoss()(F.log_softmax(x, dim=1), labels)`"""
+
+    def __init__(
+        self,
+        weight: object = None,
+        size_average: bool | None = None,
+        ignore_index: int = -100,
+        reduce: bool | None = None,
+        reduction: str = "mean",
+    ):
+        only("NLLLoss", "weight", weight, None)
+        only("NLLLoss", "ignore_index", ignore_index, -100)
+        super().__init__(size_average, reduce, reduction)
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return F.nll_loss(input, target, reduction=self.reduction)

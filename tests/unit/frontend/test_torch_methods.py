@@ -208,3 +208,32 @@ def test_var_std_norm_split_and_chunk_match_numpy(backend: str) -> None:
         # float32 sums of at most 42 terms: within 42 * 2^-24 = 2.5e-6 of float64's, the
         # squares and the square root a unit or two more; 1e-5 is 4 times that
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["reference", "c"])
+def test_nll_loss_of_log_softmax_is_cross_entropy(backend: str) -> None:
+    """PyTorch's MNIST example: `F.nll_loss(F.log_softmax(x, dim=1), target)` and
+    `nn.NLLLoss`, against `F.cross_entropy` of the same logits (the same ops: equal)."""
+    import gradfuse.nn as gnn
+
+    x0 = np.random.default_rng(9).normal(size=(4, 5, 3)).astype(np.float32)
+    labels = np.array([[0, 4, 2], [1, 1, 3], [4, 0, 0], [2, 3, 1]], np.float32)
+
+    def build(p: Tensor):  # noqa: ANN202
+        t = Feeder(lambda: labels, shape=[4, 3], name="t")
+        logp = F.log_softmax(gradfuse.flatten(p, 2).reshape(4, 5, 3), dim=1)
+        nll = F.nll_loss(logp, t)
+        outs = [nll, gnn.NLLLoss(reduction="none")(logp, t), F.cross_entropy(p, t)]
+        return nll, outs
+
+    nll, each, ce, grad = run(backend, build, x0)
+    np.testing.assert_array_equal(nll, ce)
+    x = x0.astype(np.float64)
+    logp = x - np.log(np.exp(x).sum(1, keepdims=True))
+    want = -np.take_along_axis(logp, labels[:, None].astype(int), 1)[:, 0]
+    # From the float64 run of these ops: the losses within 5.1e-8 relative, the gradients
+    # within 2.9e-7 relative and 5.9e-9 absolute (a probability minus the one-hot, /12,
+    # cancels where the probability is near 1); the bounds below are 4 and 3.5 times those.
+    np.testing.assert_allclose(each, want, rtol=2e-7)
+    one_hot = (np.arange(5)[None, :, None] == labels[:, None]).astype(np.float32)
+    np.testing.assert_allclose(grad, (np.exp(logp) - one_hot) / 12, rtol=1e-6, atol=2e-8)
