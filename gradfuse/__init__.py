@@ -23,6 +23,9 @@ from gradfuse.frontend.loops import scan, steps
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import manual_seed
 from gradfuse.frontend.tensor import Tensor, where
+from gradfuse.frontend.tensor_reduce import amax, amin, argmax, argmin, clamp
+from gradfuse.frontend.tensor_reduce import max_ as max  # noqa: A004 (torch.max, as torch has it)
+from gradfuse.frontend.tensor_reduce import min_ as min  # noqa: A004
 from gradfuse.frontend.tracing import (
     Compiled,
     Feeder,
@@ -39,5 +42,6 @@ __all__ = [
     "Tensor", "Parameter", "where", "Feeder", "Receiver", "execute", "ir_for", "ir_text",
     "print_graph", "reset", "manual_seed", "compile", "Compiled", "constant", "erf", "gather",
     "scatter_add", "rand", "dropout", "cat", "concat", "stack", "squeeze", "unsqueeze",
-    "masked_fill", "flatten", "scan", "steps",
+    "masked_fill", "flatten", "max", "min", "amax", "amin", "argmax", "argmin", "clamp",
+    "scan", "steps",
 ]  # fmt: skip
