@@ -78,8 +78,34 @@ class BCEWithLogitsLoss(_Loss):
         )
 
 
-class CrossEntropyLoss(_Loss):
-    """Cross-entropy of logits [N, C, ...] and class ids [N, ...] (floats holding integers).
+class _ClassLoss(_Loss):
+    """A loss of class ids (`NLLLoss`, `CrossEntropyLoss`): PyTorch's `weight` and
+    `ignore_index` must keep their defaults (an error says so)."""
+
+    def __init__(
+        self,
+        weight: object = None,
+        size_average: bool | None = None,
+        ignore_index: int = -100,
+        reduce: bool | None = None,
+        reduction: str = "mean",
+    ):
+        only(type(self).__name__, "weight", weight, None)
+        only(type(self).__name__, "ignore_index", ignore_index, -100)
+        super().__init__(size_average, reduce, reduction)
+
+
+class NLLLoss(_ClassLoss):
+    """The negative log-likelihood of log-probabilities [N, C, ...] at class ids [N, ...]
+    (floats holding integers) (`F.nll_loss`). `NLLLoss()(F.log_softmax(x, dim=1), labels)`"""
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return F.nll_loss(input, target, reduction=self.reduction)
+
+
+class CrossEntropyLoss(_ClassLoss):
+    """Cross-entropy of logits [N, C, ...] and class ids [N, ...] (floats holding integers):
+    the `NLLLoss` of their log-softmax along dim 1, with PyTorch's `label_smoothing`.
 
     `CrossEntropyLoss()(logits, Feeder(labels, shape=[N]))`
     """
@@ -93,30 +119,8 @@ class CrossEntropyLoss(_Loss):
         reduction: str = "mean",
         label_smoothing: float = 0.0,
     ):
-        only("CrossEntropyLoss", "weight", weight, None)
-        only("CrossEntropyLoss", "ignore_index", ignore_index, -100)
-        super().__init__(size_average, reduce, reduction)
+        super().__init__(weight, size_average, ignore_index, reduce, reduction)
         self.label_smoothing = label_smoothing
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
         return F.cross_entropy(input, target, self.reduction, self.label_smoothing)
-
-
-class NLLLoss(_Loss):
-    """The negative log-likelihood of log-probabilities [N, C, ...] at class ids [N, ...]
-    (`F.nll_loss`). `NLLLoss()(F.log_softmax(x, dim=1), labels)`"""
-
-    def __init__(
-        self,
-        weight: object = None,
-        size_average: bool | None = None,
-        ignore_index: int = -100,
-        reduce: bool | None = None,
-        reduction: str = "mean",
-    ):
-        only("NLLLoss", "weight", weight, None)
-        only("NLLLoss", "ignore_index", ignore_index, -100)
-        super().__init__(size_average, reduce, reduction)
-
-    def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        return F.nll_loss(input, target, reduction=self.reduction)
