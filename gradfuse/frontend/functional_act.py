@@ -1,11 +1,14 @@
-"""PyTorch's activations and `pad` beyond `functional.py` and `functional_conv.py`, as
-composites of tg ops, each with PyTorch's values and gradient (at the kinks too):
+"""PyTorch's activations, `pad` and `interpolate` beyond `functional.py` and
+`functional_conv.py`, as composites of tg ops, each with PyTorch's values and gradient
+(at the kinks too):
 
     F.silu(x)                # x * sigmoid(x)
     F.elu(x, alpha=1.0)      # x where x > 0, else alpha * (exp(x) - 1)
     F.softplus(x, beta=1.0, threshold=20.0)
     F.hardtanh(x, -1.0, 1.0) # the gradient passes strictly between the bounds
     F.pad(x, (1, 1, 2, 0))   # the last dim by 1 and 1, the one before by 2 and 0
+    F.prelu(x, w)            # x where x > 0, else w * x (w: 1 slope or one a channel)
+    F.interpolate(x, scale_factor=2)   # nearest, whole factors: each element repeated
 """
 
 from __future__ import annotations
@@ -67,4 +70,57 @@ def pad(
     return input._new(B.pad(input.value, low, high, 0.0 if value is None else float(value)))
 
 
-__all__ = ["elu", "hardtanh", "pad", "silu", "softplus"]
+def prelu(input: Tensor, weight: Tensor) -> Tensor:
+    """`x` where `x > 0`, else `weight * x`: one slope (`weight` [1]) or one a channel
+    (`weight` [C], along dim 1), as PyTorch's `prelu`."""
+    if weight.ndim != 1 or (
+        weight.shape[0] != 1 and (input.ndim < 2 or weight.shape[0] != input.shape[1])
+    ):
+        raise error(
+            f"prelu: weight {list(weight.shape)} must hold 1 slope or one a channel of the"
+            f" input {list(input.shape)}"
+        )
+    slope = weight if weight.shape[0] == 1 else weight.reshape([1, -1] + [1] * (input.ndim - 2))
+    return where(input > 0.0, input, input * slope)
+
+
+def interpolate(
+    input: Tensor,
+    size: int | Sequence[int] | None = None,
+    scale_factor: float | Sequence[float] | None = None,
+    mode: str = "nearest",
+    align_corners: bool | None = None,
+    recompute_scale_factor: bool | None = None,
+    antialias: bool = False,
+) -> Tensor:
+    """`input` [N, C, *spatial] resized by `scale_factor` or to `size`, as PyTorch's
+    `F.interpolate` with `mode="nearest"` and whole factors: each element repeated
+    factor times along each spatial dim (a `tg.broadcast`), its gradient the sum over
+    its copies. `F.interpolate(x, scale_factor=2)`"""
+    if mode != "nearest" or align_corners is not None or antialias:
+        raise error(f"interpolate: only mode='nearest' is supported, got {mode!r}")
+    spatial = list(input.shape[2:])
+    if input.ndim < 3 or (size is None) == (scale_factor is None):
+        raise error("interpolate: give one of size and scale_factor, for an input [N, C, ...]")
+    if size is not None:
+        sizes = [size] * len(spatial) if isinstance(size, int) else list(size)
+        factors = [s / n for s, n in zip(sizes, spatial)]
+    else:
+        factors = (
+            [float(scale_factor)] * len(spatial)  # type: ignore[arg-type]
+            if isinstance(scale_factor, int | float)
+            else [float(f) for f in scale_factor]  # type: ignore[union-attr]
+        )
+    if len(factors) != len(spatial) or any(f < 1 or f != int(f) for f in factors):
+        raise error(
+            f"interpolate: only whole factors of at least 1 per spatial dim are supported,"
+            f" got {factors} for {spatial}"
+        )
+    reps = [int(f) for f in factors]
+    split = list(input.shape[:2]) + [d for n in spatial for d in (n, 1)]
+    wide = list(input.shape[:2]) + [d for n, r in zip(spatial, reps) for d in (n, r)]
+    out = list(input.shape[:2]) + [n * r for n, r in zip(spatial, reps)]
+    return input.reshape(split).broadcast_to(wide).reshape(out)
+
+
+__all__ = ["elu", "hardtanh", "interpolate", "pad", "prelu", "silu", "softplus"]

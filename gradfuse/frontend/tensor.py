@@ -310,6 +310,7 @@ class Tensor:
 
     unsqueeze, squeeze, flatten = shape_.unsqueeze, shape_.squeeze, shape_.flatten
     t, expand, split, chunk = shape_.t, shape_.expand, shape_.split, shape_.chunk
+    repeat = shape_.repeat
 
     def contiguous(self, memory_format: object = None) -> Tensor:
         """`self`: where values live in memory is the compiler's business."""

@@ -125,3 +125,18 @@ def chunk(x: Tensor, chunks: int, dim: int = 0) -> tuple:
         raise error(f"chunk: the number of chunks must be positive, got {chunks}")
     n = x.shape[B.normalize_dims(dim, x.ndim, "chunk")[0]]
     return split(x, max(-(-n // chunks), 1), dim)
+
+
+def repeat(x: Tensor, *sizes: int | Sequence[int]) -> Tensor:
+    """`x` tiled `sizes[i]` times along each dim (new leading dims where `sizes` is
+    longer), as PyTorch's `repeat` (a `tg.broadcast` between two reshapes).
+    `x.repeat(1, 2, 1, 1)`: [N, C, H, W] -> [N, 2C, H, W]"""
+    reps = list(sizes[0] if len(sizes) == 1 and not isinstance(sizes[0], int) else sizes)  # type: ignore[arg-type]
+    if len(reps) < x.ndim or any(r < 0 for r in reps):
+        raise error(
+            f"repeat: needs a count >= 0 for each of the tensor's {x.ndim} dims, got {reps}"
+        )
+    shape = [1] * (len(reps) - x.ndim) + list(x.shape)
+    split = [d for n in shape for d in (1, n)]
+    wide = [d for r, n in zip(reps, shape) for d in (r, n)]
+    return x.reshape(split).broadcast_to(wide).reshape([r * n for r, n in zip(reps, shape)])

@@ -11,8 +11,10 @@ from gradfuse.frontend.nn.activation import (
     Hardtanh,
     LeakyReLU,
     LogSoftmax,
+    PReLU,
     SiLU,
     Softplus,
+    Upsample,
 )
 from gradfuse.frontend.nn.batchnorm import BatchNorm1d, BatchNorm2d, SyncBatchNorm
 from gradfuse.frontend.nn.buffer import Buffer
@@ -36,7 +38,7 @@ from gradfuse.frontend.nn.loss import (
     NLLLoss,
 )
 from gradfuse.frontend.nn.module import Module
-from gradfuse.frontend.nn.normalization import LayerNorm
+from gradfuse.frontend.nn.normalization import GroupNorm, InstanceNorm2d, LayerNorm
 from gradfuse.frontend.nn.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from gradfuse.frontend.nn.recurrent import GRU, LSTM, RNN
 from gradfuse.frontend.nn.recurrent_cells import GRUCell, LSTMCell, RNNCell
@@ -52,7 +54,7 @@ from gradfuse.frontend.parameter import Parameter
 __all__ = [
     "Module", "Parameter", "Buffer", "Linear", "Sequential", "ModuleList", "Identity", "Flatten",
     "Sigmoid", "ReLU", "LeakyReLU", "Tanh", "Softmax", "LogSoftmax", "GELU", "Dropout", "SiLU",
-    "ELU", "Softplus", "Hardtanh",
+    "ELU", "Softplus", "Hardtanh", "PReLU", "Upsample", "GroupNorm", "InstanceNorm2d",
     "LayerNorm", "BatchNorm1d", "BatchNorm2d", "SyncBatchNorm", "Conv1d", "Conv2d", "ConvTranspose2d", "MaxPool2d",
     "AvgPool2d", "AdaptiveAvgPool2d", "Embedding", "MultiheadAttention",
     "TransformerEncoderLayer", "TransformerEncoder", "RNN", "GRU", "LSTM", "RNNCell", "GRUCell",

@@ -1,16 +1,21 @@
 """Activation modules beyond `layers.py`: `GELU`, `LeakyReLU`, `LogSoftmax`, `Dropout`,
-`SiLU`, `ELU`, `Softplus` and `Hardtanh`.
+`SiLU`, `ELU`, `Softplus`, `Hardtanh`, `PReLU` and `Upsample`.
 
 ff = Sequential(Linear(64, 128), GELU(), Dropout(0.1), Linear(128, 64))
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+
 from gradfuse.frontend import functional as F
-from gradfuse.frontend.functional_act import elu, hardtanh, silu, softplus
+from gradfuse.frontend.functional_act import elu, hardtanh, interpolate, prelu, silu, softplus
 from gradfuse.frontend.functional_conv import leaky_relu
 from gradfuse.frontend.nn.module import Module
-from gradfuse.frontend.nn.options import legacy_softmax_dim
+from gradfuse.frontend.nn.options import device_and_dtype, legacy_softmax_dim
+from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import error
 from gradfuse.frontend.tensor import Tensor
 
@@ -149,3 +154,45 @@ class Hardtanh(Module):
 
     def extra_repr(self) -> str:
         return f"min_val={self.min_val}, max_val={self.max_val}"
+
+
+class PReLU(Module):
+    """`x` where positive, else a learnt slope times `x` (`F.prelu`): one slope, or one
+    a channel (`num_parameters` = C), all `init` to start. `PReLU()(x)`"""
+
+    def __init__(
+        self, num_parameters: int = 1, init: float = 0.25, device: Any = None, dtype: Any = None
+    ):
+        super().__init__()
+        device_and_dtype("PReLU", device, dtype)
+        self.num_parameters = num_parameters
+        self.weight = Parameter(np.full(num_parameters, init, np.float32))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return prelu(x, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"num_parameters={self.num_parameters}"
+
+
+class Upsample(Module):
+    """`F.interpolate` with `mode="nearest"` and whole factors. `Upsample(scale_factor=2)`"""
+
+    def __init__(
+        self,
+        size: int | tuple[int, ...] | None = None,
+        scale_factor: float | tuple[float, ...] | None = None,
+        mode: str = "nearest",
+        align_corners: bool | None = None,
+        recompute_scale_factor: bool | None = None,
+    ):
+        super().__init__()
+        self.size, self.scale_factor, self.mode = size, scale_factor, mode
+        self.align_corners = align_corners
+
+    def forward(self, x: Tensor) -> Tensor:
+        return interpolate(x, self.size, self.scale_factor, self.mode, self.align_corners)
+
+    def extra_repr(self) -> str:
+        what = f"size={self.size}" if self.size is not None else f"scale_factor={self.scale_factor}"
+        return f"{what}, mode={self.mode!r}"

@@ -1,7 +1,8 @@
 """`gradfuse.nn.functional` (PyTorch's `F`): the functions of `gradfuse.frontend.functional`,
 the convolution, pooling and batch-norm ones of `gradfuse.frontend.functional_conv`, the
-activations of `gradfuse.frontend.functional_act` and the losses of
-`gradfuse.frontend.functional_loss`.
+activations of `gradfuse.frontend.functional_act`, the losses of
+`gradfuse.frontend.functional_loss` and the normalizations of
+`gradfuse.frontend.functional_norm`.
 
 import gradfuse.nn.functional as F
 y = F.max_pool2d(F.relu(F.conv2d(x, w, b, padding=1)), 2)
@@ -15,6 +16,8 @@ from gradfuse.frontend.functional_conv import *  # noqa: F403
 from gradfuse.frontend.functional_conv import __all__ as _conv
 from gradfuse.frontend.functional_loss import *  # noqa: F403
 from gradfuse.frontend.functional_loss import __all__ as _loss
+from gradfuse.frontend.functional_norm import *  # noqa: F403
+from gradfuse.frontend.functional_norm import __all__ as _norm
 from gradfuse.frontend.tensor import Tensor
 
 
@@ -38,6 +41,7 @@ __all__ = [
     *_base,
     *_act,
     *_loss,
+    *_norm,
     *(n for n in _conv if n not in ("pair", "ntuple")),
     "relu",
     "sigmoid",

@@ -1,6 +1,8 @@
-"""`LayerNorm` with PyTorch's parameters (`weight` ones, `bias` zeros) and semantics.
+"""`LayerNorm`, `GroupNorm` and `InstanceNorm2d` with PyTorch's parameters (`weight`
+ones, `bias` zeros) and semantics.
 
 norm = LayerNorm(64); y = norm(x)    # x: [..., 64]
+gn = GroupNorm(8, 64); y = gn(x)     # x: [N, 64, H, W]
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from typing import Any
 import numpy as np
 
 from gradfuse.frontend import functional as F
+from gradfuse.frontend.functional_norm import group_norm, instance_norm
 from gradfuse.frontend.nn.module import Module
-from gradfuse.frontend.nn.options import device_and_dtype
+from gradfuse.frontend.nn.options import device_and_dtype, only
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.tensor import Tensor
 
@@ -52,3 +55,74 @@ class LayerNorm(Module):
         return (
             f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
         )
+
+
+class GroupNorm(Module):
+    """`F.group_norm` over `num_groups` groups of `num_channels`, with a `weight` (ones)
+    and `bias` (zeros) per channel where `affine`. `GroupNorm(8, 64)(x)`"""
+
+    def __init__(
+        self,
+        num_groups: int,
+        num_channels: int,
+        eps: float = 1e-5,
+        affine: bool = True,
+        device: Any = None,
+        dtype: Any = None,
+        *,
+        bias: bool = True,
+    ):
+        super().__init__()
+        device_and_dtype("GroupNorm", device, dtype)
+        self.num_groups, self.num_channels, self.eps, self.affine = (
+            num_groups, num_channels, eps, affine,
+        )  # fmt: skip
+        self.weight: Parameter | None = None
+        self.bias: Parameter | None = None
+        if affine:
+            self.weight = Parameter(np.ones(num_channels, np.float32))
+            if bias:
+                self.bias = Parameter(np.zeros(num_channels, np.float32))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+
+
+class InstanceNorm2d(Module):
+    """Each sample's channels normalised on their own (`F.instance_norm`), with a
+    `weight` and `bias` per channel where `affine` (off by default, as PyTorch);
+    `track_running_stats=True` is an error (gradfuse keeps no running statistics)."""
+
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float = 0.1,
+        affine: bool = False,
+        track_running_stats: bool = False,
+        device: Any = None,
+        dtype: Any = None,
+        *,
+        bias: bool = True,
+    ):
+        super().__init__()
+        device_and_dtype("InstanceNorm2d", device, dtype)
+        only("InstanceNorm2d", "track_running_stats", track_running_stats, False)
+        self.num_features, self.eps, self.momentum, self.affine = (
+            num_features, eps, momentum, affine,
+        )  # fmt: skip
+        self.weight: Parameter | None = None
+        self.bias: Parameter | None = None
+        if affine:
+            self.weight = Parameter(np.ones(num_features, np.float32))
+            if bias:
+                self.bias = Parameter(np.zeros(num_features, np.float32))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return instance_norm(x, weight=self.weight, bias=self.bias, eps=self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_features}, eps={self.eps}, affine={self.affine}"

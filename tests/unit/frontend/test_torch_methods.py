@@ -143,6 +143,11 @@ def test_shapes_of_the_shape_methods() -> None:
         (lambda x: F.pad(x, (1, -1)), "negative pads are not supported"),
         (lambda x: F.pad(x, (1,)), "needs (before, after) pairs for at most 4 dims"),
         (lambda x: F.hardtanh(x, 1.0, -1.0), "min_val 1.0 must not exceed max_val -1.0"),
+        (lambda x: F.interpolate(x, scale_factor=1.5), "only whole factors of at least 1"),
+        (lambda x: F.interpolate(x, size=(8, 10), mode="bilinear"), "only mode='nearest'"),
+        (lambda x: F.group_norm(x, 2), "needs a channel dim 1 that 2 groups divide"),
+        (lambda x: F.prelu(x, x[0, 0, 0, :]), "must hold 1 slope or one a channel"),
+        (lambda x: x.repeat(2, 2), "needs a count >= 0 for each of the tensor's 4 dims"),
     ],
 )
 def test_misuse_is_an_error_at_the_call(call, message: str) -> None:  # noqa: ANN001
@@ -237,3 +242,47 @@ def test_nll_loss_of_log_softmax_is_cross_entropy(backend: str) -> None:
     np.testing.assert_allclose(each, want, rtol=2e-7)
     one_hot = (np.arange(5)[None, :, None] == labels[:, None]).astype(np.float32)
     np.testing.assert_allclose(grad, (np.exp(logp) - one_hot) / 12, rtol=1e-6, atol=2e-8)
+
+
+@pytest.mark.parametrize("backend", ["reference", "c"])
+def test_norms_prelu_upsample_and_repeat_match_pytorch(backend: str) -> None:
+    """Values and gradients against PyTorch's float64 run, the modules as PyTorch
+    builds them (`GroupNorm`'s and `PReLU`'s parameters set to other values first)."""
+    torch = pytest.importorskip("torch")
+    import gradfuse.nn as gnn
+
+    x0 = np.random.default_rng(11).normal(size=(2, 4, 3, 5)).astype(np.float32)
+    gn_w = np.linspace(0.5, 2.0, 4).astype(np.float32)
+    slopes = np.array([0.1, -0.2, 0.3, 0.25], np.float32)
+    weights = [1.0, 2.0, -1.0, 0.5, 3.0, 1.5, -2.0, 0.7]
+
+    def ours(p: Tensor):  # noqa: ANN202
+        gn = gnn.GroupNorm(2, 4)
+        gn.weight.data[:] = gn_w  # type: ignore[union-attr]
+        pr = gnn.PReLU(4)
+        pr.weight.data[:] = slopes
+        outs = [gn(p), gnn.InstanceNorm2d(4)(p), F.normalize(p, dim=1), pr(p), gnn.PReLU()(p),
+                gnn.Upsample(scale_factor=2)(p), F.interpolate(p, size=(6, 15)),
+                p.repeat(1, 2, 1, 2)]  # fmt: skip
+        return sum((o * o.sin() * w).sum() for o, w in zip(outs, weights)), outs
+
+    got = run(backend, ours, x0)
+    t = torch.tensor(x0, dtype=torch.float64, requires_grad=True)
+    tn, tF = torch.nn, torch.nn.functional
+    gn = tn.GroupNorm(2, 4).double()
+    gn.weight.data[:] = torch.tensor(gn_w)
+    pr = tn.PReLU(4).double()
+    pr.weight.data[:] = torch.tensor(slopes)
+    outs = [gn(t), tn.InstanceNorm2d(4)(t), tF.normalize(t, dim=1), pr(t), tn.PReLU().double()(t),
+            tn.Upsample(scale_factor=2)(t), tF.interpolate(t, size=(6, 15)),
+            t.repeat(1, 2, 1, 2)]  # fmt: skip
+    sum((o * o.sin() * w).sum() for o, w in zip(outs, weights)).backward()
+    # float32 against float64 (reference and c, AVX2 with and without FMA, 2026-12-07):
+    # the outputs within 5.7e-7 absolute (a float32 norm or deviation of at most 30
+    # terms divides them), the gradient, which sums the 8 outputs' contributions of up
+    # to 6 in size that cancel, within 4.0e-6 absolute; the bounds are 5 times those.
+    for g, w in zip(got, outs, strict=False):
+        w = w.detach().numpy()
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=0, atol=3e-6)
+    np.testing.assert_allclose(got[-1], t.grad.numpy(), rtol=0, atol=2e-5)
