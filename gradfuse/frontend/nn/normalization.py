@@ -41,12 +41,7 @@ class LayerNorm(Module):
         self.normalized_shape = tuple(int(d) for d in shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        self.weight: Parameter | None = None
-        self.bias: Parameter | None = None
-        if elementwise_affine:
-            self.weight = Parameter(np.ones(self.normalized_shape, np.float32))
-            if bias:
-                self.bias = Parameter(np.zeros(self.normalized_shape, np.float32))
+        self.weight, self.bias = affine_parameters(self.normalized_shape, elementwise_affine, bias)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -55,6 +50,17 @@ class LayerNorm(Module):
         return (
             f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
         )
+
+
+def affine_parameters(
+    shape: int | tuple[int, ...], affine: bool, bias: bool
+) -> tuple[Parameter | None, Parameter | None]:
+    """A normalization's `weight` (ones) and `bias` (zeros) of `shape`, as PyTorch makes
+    them: none without `affine`, no bias without `bias`."""
+    if not affine:
+        return None, None
+    weight = Parameter(np.ones(shape, np.float32))
+    return weight, Parameter(np.zeros(shape, np.float32)) if bias else None
 
 
 class GroupNorm(Module):
@@ -77,12 +83,7 @@ class GroupNorm(Module):
         self.num_groups, self.num_channels, self.eps, self.affine = (
             num_groups, num_channels, eps, affine,
         )  # fmt: skip
-        self.weight: Parameter | None = None
-        self.bias: Parameter | None = None
-        if affine:
-            self.weight = Parameter(np.ones(num_channels, np.float32))
-            if bias:
-                self.bias = Parameter(np.zeros(num_channels, np.float32))
+        self.weight, self.bias = affine_parameters(num_channels, affine, bias)
 
     def forward(self, x: Tensor) -> Tensor:
         return group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
@@ -114,12 +115,7 @@ class InstanceNorm2d(Module):
         self.num_features, self.eps, self.momentum, self.affine = (
             num_features, eps, momentum, affine,
         )  # fmt: skip
-        self.weight: Parameter | None = None
-        self.bias: Parameter | None = None
-        if affine:
-            self.weight = Parameter(np.ones(num_features, np.float32))
-            if bias:
-                self.bias = Parameter(np.zeros(num_features, np.float32))
+        self.weight, self.bias = affine_parameters(num_features, affine, bias)
 
     def forward(self, x: Tensor) -> Tensor:
         return instance_norm(x, weight=self.weight, bias=self.bias, eps=self.eps)
