@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gradfuse.frontend.functional import rand
 from gradfuse.frontend.recorder import RECORDING as B
 from gradfuse.frontend.recorder import error
 from gradfuse.frontend.tensor import Tensor, where
@@ -123,4 +124,24 @@ def interpolate(
     return input.reshape(split).broadcast_to(wide).reshape(out)
 
 
-__all__ = ["elu", "hardtanh", "interpolate", "pad", "prelu", "silu", "softplus"]
+def dropout2d(
+    input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False
+) -> Tensor:
+    """Zeroes each whole channel of `input` [N, C, ...] with probability `p` and scales
+    the others by `1 / (1 - p)`, as PyTorch's `dropout2d`; records nothing when `p == 0`
+    or not `training`. `F.dropout2d(h, 0.2)`"""
+    if not 0.0 <= p <= 1.0:
+        raise error(f"dropout2d: probability must be in [0, 1], got {p}")
+    if input.ndim < 3:
+        raise error(
+            f"dropout2d: input must be [N, C, H, W] (or [N, C, L]), got {list(input.shape)}"
+        )
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        return input * 0.0
+    keep = rand(list(input.shape[:2]) + [1] * (input.ndim - 2)) >= p
+    return where(keep, input * (1.0 / (1.0 - p)), 0.0)
+
+
+__all__ = ["dropout2d", "elu", "hardtanh", "interpolate", "pad", "prelu", "silu", "softplus"]

@@ -8,6 +8,7 @@ from gradfuse.frontend.nn.activation import (
     ELU,
     GELU,
     Dropout,
+    Dropout2d,
     Hardtanh,
     LeakyReLU,
     LogSoftmax,
@@ -52,13 +53,12 @@ from gradfuse.frontend.optim import SGD, Adam, AdamW, Optimizer
 from gradfuse.frontend.parameter import Parameter
 
 __all__ = [
-    "Module", "Parameter", "Buffer", "Linear", "Sequential", "ModuleList", "Identity", "Flatten",
-    "Sigmoid", "ReLU", "LeakyReLU", "Tanh", "Softmax", "LogSoftmax", "GELU", "Dropout", "SiLU",
-    "ELU", "Softplus", "Hardtanh", "PReLU", "Upsample", "GroupNorm", "InstanceNorm2d",
-    "LayerNorm", "BatchNorm1d", "BatchNorm2d", "SyncBatchNorm", "Conv1d", "Conv2d", "ConvTranspose2d", "MaxPool2d",
-    "AvgPool2d", "AdaptiveAvgPool2d", "Embedding", "MultiheadAttention",
-    "TransformerEncoderLayer", "TransformerEncoder", "RNN", "GRU", "LSTM", "RNNCell", "GRUCell",
-    "LSTMCell", "MSELoss", "CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss",
-    "Optimizer",
-    "SGD", "Adam", "AdamW", "functional", "utils",
+    "Module", "Parameter", "Buffer", "Linear", "Sequential", "ModuleList", "Identity",
+    "Flatten", "Sigmoid", "ReLU", "LeakyReLU", "Tanh", "Softmax", "LogSoftmax", "GELU",
+    "Dropout", "Dropout2d", "SiLU", "ELU", "Softplus", "Hardtanh", "PReLU", "Upsample",
+    "GroupNorm", "InstanceNorm2d", "LayerNorm", "BatchNorm1d", "BatchNorm2d", "SyncBatchNorm",
+    "Conv1d", "Conv2d", "ConvTranspose2d", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d",
+    "Embedding", "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "RNN",
+    "GRU", "LSTM", "RNNCell", "GRUCell", "LSTMCell", "MSELoss", "CrossEntropyLoss", "NLLLoss",
+    "BCELoss", "BCEWithLogitsLoss", "Optimizer", "SGD", "Adam", "AdamW", "functional", "utils",
 ]  # fmt: skip

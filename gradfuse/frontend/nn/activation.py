@@ -1,5 +1,5 @@
 """Activation modules beyond `layers.py`: `GELU`, `LeakyReLU`, `LogSoftmax`, `Dropout`,
-`SiLU`, `ELU`, `Softplus`, `Hardtanh`, `PReLU` and `Upsample`.
+`Dropout2d`, `SiLU`, `ELU`, `Softplus`, `Hardtanh`, `PReLU` and `Upsample`.
 
 ff = Sequential(Linear(64, 128), GELU(), Dropout(0.1), Linear(128, 64))
 """
@@ -11,7 +11,15 @@ from typing import Any
 import numpy as np
 
 from gradfuse.frontend import functional as F
-from gradfuse.frontend.functional_act import elu, hardtanh, interpolate, prelu, silu, softplus
+from gradfuse.frontend.functional_act import (
+    dropout2d,
+    elu,
+    hardtanh,
+    interpolate,
+    prelu,
+    silu,
+    softplus,
+)
 from gradfuse.frontend.functional_conv import leaky_relu
 from gradfuse.frontend.nn.module import Module
 from gradfuse.frontend.nn.options import device_and_dtype, legacy_softmax_dim
@@ -81,7 +89,7 @@ class Dropout(Module):
         super().__init__()
         self.inplace = inplace
         if not 0.0 <= p <= 1.0:
-            raise error(f"Dropout: probability must be in [0, 1], got {p}")
+            raise error(f"{type(self).__name__}: probability must be in [0, 1], got {p}")
         self.p = p
 
     def forward(self, x: Tensor) -> Tensor:
@@ -196,3 +204,11 @@ class Upsample(Module):
     def extra_repr(self) -> str:
         what = f"size={self.size}" if self.size is not None else f"scale_factor={self.scale_factor}"
         return f"{what}, mode={self.mode!r}"
+
+
+class Dropout2d(Dropout):
+    """While training, zeroes whole channels with probability `p` and scales the others by
+    1/(1-p) (`F.dropout2d`); records nothing in eval mode. `Dropout2d(0.25)(x)`"""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return dropout2d(x, self.p, self.training)
