@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
 
-from xdsl.dialects.builtin import DenseArrayBase, TensorType, f64
+import numpy as np
+from xdsl.dialects.builtin import DenseArrayBase, DenseIntOrFPElementsAttr, TensorType, f64
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from gradfuse.dialects import tg_compute as C
@@ -64,6 +65,16 @@ class ShapeBuilder:
         assert isinstance(ty, TensorType)
         attr = scalar_attr(float(value), f64)
         return self.emit(D.ConstantOp.create(result_types=[ty], properties={"value": attr}))
+
+    def dense(self, values: np.ndarray, element: Attribute) -> SSAValue:
+        """A `tg.constant` of the array `values` (its shape) with `element`: a splat where
+        they are all equal (compared in NumPy: a large splat makes no Python list), else
+        a dense one."""
+        if values.size and np.all(values == values.flat[0]):
+            return self.const(float(values.flat[0]), tensor(values.shape, element))
+        ty = TensorType(element, list(values.shape))
+        attr = DenseIntOrFPElementsAttr.from_list(ty, [float(v) for v in values.ravel()])  # type: ignore[arg-type]
+        return self.emit(D.ConstantOp(attr, ty))
 
     def zeros_like(self, value: SSAValue) -> SSAValue:
         """`tg.constant 0.0` of the type of `value`."""

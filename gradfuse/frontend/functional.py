@@ -14,10 +14,9 @@ import math
 from collections.abc import Iterator, Sequence
 
 import numpy as np
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, TensorType
 
 from gradfuse.dialects import tg
-from gradfuse.dialects.tg_base import fmt_shape, tensor
+from gradfuse.dialects.tg_base import fmt_shape
 from gradfuse.frontend.dtypes import element_for
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import RECORDING as B
@@ -30,8 +29,8 @@ from gradfuse.frontend.recorder import (
     rng,
     traced_loops,
 )
-from gradfuse.frontend.tensor import Tensor, dims_arg, where
-from gradfuse.frontend.tensor_shape import new_dim
+from gradfuse.frontend.tensor import Tensor, where
+from gradfuse.frontend.tensor_shape import dims_arg, new_dim
 
 
 def constant(array: np.ndarray | Sequence[float] | float, dtype: object = np.float32) -> Tensor:
@@ -40,12 +39,7 @@ def constant(array: np.ndarray | Sequence[float] | float, dtype: object = np.flo
     `gradfuse.constant(np.arange(4.0))` records `tg.constant dense<[0.0, ...]>`.
     """
     arr = np.asarray(array, dtype=dtype)
-    element = element_for(arr.dtype)
-    if arr.size and np.all(arr == arr.flat[0]):
-        return Tensor(B.const(float(arr.flat[0]), tensor(arr.shape, element)))
-    ty = TensorType(element, list(arr.shape))
-    attr = DenseIntOrFPElementsAttr.from_list(ty, [float(v) for v in arr.ravel()])  # type: ignore[arg-type]
-    return Tensor(emit(tg.ConstantOp(attr, ty)).result)
+    return Tensor(B.dense(arr, element_for(arr.dtype)))
 
 
 def _tensor_list(what: str, tensors: Sequence[Tensor]) -> list[Tensor]:
@@ -176,13 +170,33 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
 
     Records nothing when `p == 0` or not `training`. `dropout(h, 0.1)`
     """
+    return _dropout(x, p, training, x.shape, "dropout")
+
+
+def dropout2d(
+    input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False
+) -> Tensor:
+    """Zeroes each whole channel of `input` [N, C, ...] with probability `p` and scales
+    the others by `1 / (1 - p)`, as PyTorch's `dropout2d`; records nothing when `p == 0`
+    or not `training`. `F.dropout2d(h, 0.2)`"""
+    if input.ndim < 3:
+        raise error(
+            f"dropout2d: input must be [N, C, H, W] (or [N, C, L]), got {list(input.shape)}"
+        )
+    mask = list(input.shape[:2]) + [1] * (input.ndim - 2)
+    return _dropout(input, p, training, mask, "dropout2d")
+
+
+def _dropout(x: Tensor, p: float, training: bool, mask: Sequence[int], what: str) -> Tensor:
+    """`x` with a random mask of shape `mask` (broadcast over `x`) applied: each mask
+    element 0 with probability `p`, else `1 / (1 - p)`."""
     if not 0.0 <= p <= 1.0:
-        raise error(f"dropout: probability must be in [0, 1], got {p}")
+        raise error(f"{what}: probability must be in [0, 1], got {p}")
     if not training or p == 0.0:
         return x
     if p == 1.0:
         return x * 0.0
-    keep = rand(x.shape) >= p
+    keep = rand(mask) >= p
     return where(keep, x * (1.0 / (1.0 - p)), 0.0)
 
 
@@ -250,6 +264,6 @@ def layer_norm(
 
 
 __all__ = [
-    "constant", "erf", "gather", "scatter_add", "rand", "dropout", "linear", "gelu", "softmax",
-    "log_softmax", "layer_norm",
+    "constant", "erf", "gather", "scatter_add", "rand", "dropout", "dropout2d", "linear",
+    "gelu", "softmax", "log_softmax", "layer_norm",
 ]  # fmt: skip

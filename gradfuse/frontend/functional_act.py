@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gradfuse.frontend.functional import rand
 from gradfuse.frontend.recorder import RECORDING as B
 from gradfuse.frontend.recorder import error
 from gradfuse.frontend.tensor import Tensor, where
+from gradfuse.frontend.tensor_shape import copies, per_channel
 
 
 def silu(input: Tensor, inplace: bool = False) -> Tensor:
@@ -81,7 +81,7 @@ def prelu(input: Tensor, weight: Tensor) -> Tensor:
             f"prelu: weight {list(weight.shape)} must hold 1 slope or one a channel of the"
             f" input {list(input.shape)}"
         )
-    slope = weight if weight.shape[0] == 1 else weight.reshape([1, -1] + [1] * (input.ndim - 2))
+    slope = weight if weight.shape[0] == 1 else per_channel(weight, input.ndim)
     return where(input > 0.0, input, input * slope)
 
 
@@ -117,31 +117,7 @@ def interpolate(
             f"interpolate: only whole factors of at least 1 per spatial dim are supported,"
             f" got {factors} for {spatial}"
         )
-    reps = [int(f) for f in factors]
-    split = list(input.shape[:2]) + [d for n in spatial for d in (n, 1)]
-    wide = list(input.shape[:2]) + [d for n, r in zip(spatial, reps) for d in (n, r)]
-    out = list(input.shape[:2]) + [n * r for n, r in zip(spatial, reps)]
-    return input.reshape(split).broadcast_to(wide).reshape(out)
+    return copies(input, [1, 1, *(int(f) for f in factors)], each=True)
 
 
-def dropout2d(
-    input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False
-) -> Tensor:
-    """Zeroes each whole channel of `input` [N, C, ...] with probability `p` and scales
-    the others by `1 / (1 - p)`, as PyTorch's `dropout2d`; records nothing when `p == 0`
-    or not `training`. `F.dropout2d(h, 0.2)`"""
-    if not 0.0 <= p <= 1.0:
-        raise error(f"dropout2d: probability must be in [0, 1], got {p}")
-    if input.ndim < 3:
-        raise error(
-            f"dropout2d: input must be [N, C, H, W] (or [N, C, L]), got {list(input.shape)}"
-        )
-    if not training or p == 0.0:
-        return input
-    if p == 1.0:
-        return input * 0.0
-    keep = rand(list(input.shape[:2]) + [1] * (input.ndim - 2)) >= p
-    return where(keep, input * (1.0 / (1.0 - p)), 0.0)
-
-
-__all__ = ["dropout2d", "elu", "hardtanh", "interpolate", "pad", "prelu", "silu", "softplus"]
+__all__ = ["elu", "hardtanh", "interpolate", "pad", "prelu", "silu", "softplus"]

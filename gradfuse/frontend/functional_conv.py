@@ -21,6 +21,7 @@ from gradfuse.frontend.functional import constant
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import emit, error
 from gradfuse.frontend.tensor import Tensor, where
+from gradfuse.frontend.tensor_shape import per_channel
 
 IntPair = int | Sequence[int]
 
@@ -315,7 +316,6 @@ def batch_norm(
     if input.ndim < 2:
         raise error(f"batch_norm: expected an input [N, C, ...], got {fmt_shape(input.shape)}")
     c = input.shape[1]
-    stat_shape = [1, c] + [1] * (input.ndim - 2)
     dims = [0] + list(range(2, input.ndim))
     count = input.numel() // c if c else 0
     if training:
@@ -334,13 +334,13 @@ def batch_norm(
     else:
         if running_mean is None or running_var is None:
             raise error("batch_norm: evaluation needs running_mean and running_var")
-        centred = input - running_mean.reshape(stat_shape)
-        var = running_var.reshape(stat_shape)
+        centred = input - per_channel(running_mean, input.ndim)
+        var = per_channel(running_var, input.ndim)
     scale = (var + eps).sqrt().reciprocal()
     if weight is not None:
-        scale = scale * weight.reshape(stat_shape)
+        scale = scale * per_channel(weight, input.ndim)
     y = centred * scale
-    return y + bias.reshape(stat_shape) if bias is not None else y
+    return y + per_channel(bias, input.ndim) if bias is not None else y
 
 
 __all__ = [

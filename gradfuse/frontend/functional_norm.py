@@ -13,11 +13,7 @@ from gradfuse.dialects.tg_base import fmt_shape
 from gradfuse.frontend.functional import layer_norm
 from gradfuse.frontend.recorder import error
 from gradfuse.frontend.tensor import Tensor
-
-
-def _channel(p: Tensor, ndim: int) -> Tensor:
-    """A per-channel vector [C] shaped to broadcast along dim 1 of a rank-`ndim` input."""
-    return p.reshape([1, p.shape[0]] + [1] * (ndim - 2))
+from gradfuse.frontend.tensor_shape import per_channel
 
 
 def group_norm(
@@ -40,9 +36,9 @@ def group_norm(
     flat = input.reshape(n, num_groups, per_group)
     y = layer_norm(flat, [per_group], eps=eps).reshape(list(input.shape))
     if weight is not None:
-        y = y * _channel(weight, input.ndim)
+        y = y * per_channel(weight, input.ndim)
     if bias is not None:
-        y = y + _channel(bias, input.ndim)
+        y = y + per_channel(bias, input.ndim)
     return y
 
 

@@ -26,6 +26,7 @@ from gradfuse.frontend.dtypes import numpy_dtype
 from gradfuse.frontend.reach import backward_paths
 from gradfuse.frontend.recorder import RECORDING as B
 from gradfuse.frontend.recorder import Step, direction_scope, emit, error, is_visible, program
+from gradfuse.frontend.tensor_shape import dims_arg
 
 Scalar = float | int
 
@@ -39,11 +40,6 @@ def _operand(x: object) -> SSAValue | Scalar:
 
 
 F32 = Float32Type()
-
-
-def dims_arg(args: tuple[int | Sequence[int], ...]) -> Sequence[int]:
-    """The dims of `f(2, 3)` or `f([2, 3])`: the one sequence argument, else the ints."""
-    return args[0] if len(args) == 1 and not isinstance(args[0], int) else args  # type: ignore[return-value]
 
 
 def _binary(cls: type[Operation], reflected: bool = False) -> Callable[[Tensor, object], Tensor]:
@@ -83,6 +79,11 @@ class Tensor:
     def _new(value: SSAValue) -> Tensor:
         """A `Tensor` of a recorded value (a `Parameter`'s methods make plain tensors too)."""
         return Tensor(value)
+
+    @staticmethod
+    def _where(cond: Tensor, a: Tensor | Scalar, b: Tensor | Scalar) -> Tensor:
+        """`gradfuse.where`, for the method modules that cannot import this one."""
+        return where(cond, a, b)
 
     @property
     def value(self) -> SSAValue:

@@ -16,14 +16,15 @@ extremes, as PyTorch's do.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from math import prod
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, Float32Type, TensorType
+from xdsl.dialects.builtin import Float32Type, TensorType
 
 from gradfuse.dialects import tg
 from gradfuse.frontend.recorder import RECORDING as B
-from gradfuse.frontend.recorder import emit, error
+from gradfuse.frontend.recorder import error
 
 if TYPE_CHECKING:
     from gradfuse.frontend.tensor import Tensor
@@ -83,16 +84,10 @@ def clamp(x: Tensor, min: object = None, max: object = None) -> Tensor:
         raise error("clamp: at least one of min and max must be given")
     out = x
     if min is not None:
-        out = _where(out < min, min, out)
+        out = x._where(out < min, min, out)
     if max is not None:
-        out = _where(out > max, max, out)
+        out = x._where(out > max, max, out)
     return out
-
-
-def _where(cond: Tensor, a: object, b: object) -> Tensor:
-    """`tg.where` of a mask and two branches, each a tensor or a number."""
-    values = [v.value if hasattr(v, "value") else float(v) for v in (a, b)]  # type: ignore[arg-type, attr-defined]
-    return cond._new(B.where(cond.value, *values))
 
 
 def _extreme(x: Tensor, dim: object, keepdim: bool, which: str) -> Tensor | ValuesIndices:
@@ -127,10 +122,9 @@ def _arg(x: Tensor, dim: int | None, keepdim: bool, which: str) -> Tensor:
     d = B.normalize_dims(dim, x.ndim, which)[0]
     extreme = amax(x, d, keepdim=True) if which == "argmax" else amin(x, d, keepdim=True)
     n = x.shape[d]
-    ty = TensorType(Float32Type(), [n if k == d else 1 for k in range(x.ndim)])
-    attr = DenseIntOrFPElementsAttr.from_list(ty, [float(v) for v in np.arange(n)])  # type: ignore[arg-type]
-    positions = x._new(emit(tg.ConstantOp(attr, ty)).result)
-    return amin(_where(x == extreme, positions, float(n)), d, keepdim)
+    shape = [n if k == d else 1 for k in range(x.ndim)]
+    positions = x._new(B.dense(np.arange(n, dtype=np.float32).reshape(shape), Float32Type()))
+    return amin(x._where(x == extreme, positions, float(n)), d, keepdim)
 
 
 def var(
@@ -151,7 +145,7 @@ def var(
     elif unbiased is not None:
         raise error("var: give correction or unbiased, not both")
     dims = B.normalize_dims(dim, x.ndim, "var")  # type: ignore[arg-type]
-    n = int(np.prod([x.shape[d] for d in dims]))
+    n = prod(x.shape[d] for d in dims)
     deviation = x - x.mean(dims, keepdim=True)
     scale = 1.0 / (n - correction) if n > correction else float("nan")
     return (deviation * deviation).sum(dims, keepdim) * scale
@@ -177,5 +171,5 @@ def norm(x: Tensor, p: float | str = "fro", dim: Dims = None, keepdim: bool = Fa
     if p in (1, 1.0):
         return x.abs().sum(dim, keepdim)
     if p == float("inf"):
-        return amax(x.abs(), () if dim is None else dim, keepdim)
+        return amax(x.abs(), dim, keepdim)
     raise error(f"norm: p must be 1, 2, 'fro' or inf, got {p!r}")

@@ -21,6 +21,29 @@ if TYPE_CHECKING:
     from gradfuse.frontend.tensor import Tensor
 
 
+def dims_arg(args: tuple[int | Sequence[int], ...]) -> Sequence[int]:
+    """The dims of `f(2, 3)` or `f([2, 3])`: the one sequence argument, else the ints."""
+    return args[0] if len(args) == 1 and not isinstance(args[0], int) else args  # type: ignore[return-value]
+
+
+def per_channel(v: Tensor, ndim: int) -> Tensor:
+    """A per-channel vector [C] shaped [1, C, 1, ...] to broadcast along dim 1 of a
+    rank-`ndim` input (a batch norm's statistics, a `GroupNorm` weight, PReLU's slopes)."""
+    return v.reshape([1, v.shape[0]] + [1] * (ndim - 2))
+
+
+def copies(x: Tensor, reps: Sequence[int], each: bool) -> Tensor:
+    """`x` with dim k copied `reps[k]` times: each element in turn (`each`: nearest
+    upsampling, `F.interpolate`) or the whole dim (tiling, `repeat`); a `tg.broadcast`
+    between two reshapes, whose gradient sums the copies."""
+    pairs = [(n, r) if each else (r, n) for n, r in zip(x.shape, reps)]
+    ones = [(n, 1) if each else (1, n) for n in x.shape]
+    wide = x.reshape([d for pair in ones for d in pair]).broadcast_to(
+        [d for pair in pairs for d in pair]
+    )
+    return wide.reshape([n * r for n, r in zip(x.shape, reps)])
+
+
 def new_dim(dim: int, rank: int, what: str) -> int:
     """Where a new dim `dim` goes in a result of rank `rank + 1` (-1: last), or an error."""
     if not -rank - 1 <= dim <= rank:
@@ -76,7 +99,7 @@ def t(x: Tensor) -> Tensor:
 def expand(x: Tensor, *sizes: int | Sequence[int]) -> Tensor:
     """`x` repeated along its dims of size 1 (and new leading dims) to `sizes`; -1 keeps
     a dim's size, as PyTorch's `expand` (a `tg.broadcast`). `b.expand(8, -1)`"""
-    want = list(sizes[0] if len(sizes) == 1 and not isinstance(sizes[0], int) else sizes)  # type: ignore[arg-type]
+    want = list(dims_arg(sizes))
     if len(want) < x.ndim:
         raise error(
             f"expand: the number of sizes ({len(want)}) must be at least the tensor's"
@@ -131,12 +154,9 @@ def repeat(x: Tensor, *sizes: int | Sequence[int]) -> Tensor:
     """`x` tiled `sizes[i]` times along each dim (new leading dims where `sizes` is
     longer), as PyTorch's `repeat` (a `tg.broadcast` between two reshapes).
     `x.repeat(1, 2, 1, 1)`: [N, C, H, W] -> [N, 2C, H, W]"""
-    reps = list(sizes[0] if len(sizes) == 1 and not isinstance(sizes[0], int) else sizes)  # type: ignore[arg-type]
+    reps = list(dims_arg(sizes))
     if len(reps) < x.ndim or any(r < 0 for r in reps):
         raise error(
             f"repeat: needs a count >= 0 for each of the tensor's {x.ndim} dims, got {reps}"
         )
-    shape = [1] * (len(reps) - x.ndim) + list(x.shape)
-    split = [d for n in shape for d in (1, n)]
-    wide = [d for r, n in zip(reps, shape) for d in (r, n)]
-    return x.reshape(split).broadcast_to(wide).reshape([r * n for r, n in zip(reps, shape)])
+    return copies(x.reshape([1] * (len(reps) - x.ndim) + list(x.shape)), reps, each=False)

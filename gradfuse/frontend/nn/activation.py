@@ -12,7 +12,6 @@ import numpy as np
 
 from gradfuse.frontend import functional as F
 from gradfuse.frontend.functional_act import (
-    dropout2d,
     elu,
     hardtanh,
     interpolate,
@@ -211,4 +210,4 @@ class Dropout2d(Dropout):
     1/(1-p) (`F.dropout2d`); records nothing in eval mode. `Dropout2d(0.25)(x)`"""
 
     def forward(self, x: Tensor) -> Tensor:
-        return dropout2d(x, self.p, self.training)
+        return F.dropout2d(x, self.p, self.training)

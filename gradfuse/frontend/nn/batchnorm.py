@@ -35,6 +35,7 @@ from gradfuse.frontend.nn.options import device_and_dtype
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import error
 from gradfuse.frontend.tensor import Tensor
+from gradfuse.frontend.tensor_shape import per_channel
 
 
 class _BatchNorm(Module):
@@ -192,4 +193,4 @@ def synced_batch_mean(t: Tensor, dims: list[int]) -> tuple[Tensor, Tensor]:
     mine = cat([t.sum(dims), constant([float(t.numel() // c)])])
     total = all_reduce_value(mine, "sum")
     count = total[c:]
-    return (total[:c] / count).reshape([1, c] + [1] * (t.ndim - 2)), count
+    return per_channel(total[:c] / count, t.ndim), count

@@ -6,14 +6,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
+from example_programs import record_mlp  # tests/unit (conftest puts it on the path)
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import FloatAttr, ModuleOp, StringAttr
 
 import gradfuse
-from gradfuse import Feeder, ir_for
 from gradfuse.frontend.recorder import program
-from gradfuse.nn import SGD, Linear, Sequential, Sigmoid
 from gradfuse.passes import run_pipeline
 from gradfuse.passes.loops.loop_ir import kernel_functions
 
@@ -22,17 +20,9 @@ from kernels_ab import kernel_codes, pair  # noqa: E402
 
 
 def mlp_loops() -> ModuleOp:
-    """The seed MLP's training loop through the c backend's `cpu` pipeline."""
-    gradfuse.reset()
-    nn = Sequential(Linear(16, 16), Sigmoid(), Linear(16, 16))
-    opt = SGD(nn.parameters(), lr=0.01)
-
-    def step() -> None:
-        opt.zero_grad()
-        nn(Feeder(lambda: np.full((2, 16), 0.2, np.float32), shape=[2, 16])).backward()
-        opt.step()
-
-    ir_for(range(2), step)
+    """The seed MLP's training loop (examples/mlp.py at 16 x 2) through the c backend's
+    `cpu` pipeline."""
+    record_mlp(16, 2, 2)
     module = program().module.clone()
     gradfuse.reset()
     run_pipeline(module, "cpu")
