@@ -19,6 +19,13 @@ from gradfuse.frontend.functional import (
     unsqueeze,
 )
 from gradfuse.frontend.functional_conv import flatten
+from gradfuse.frontend.grad_mode import (
+    enable_grad,
+    inference_mode,
+    is_grad_enabled,
+    no_grad,
+    set_grad_enabled,
+)
 from gradfuse.frontend.loops import scan, steps
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import manual_seed
@@ -43,5 +50,6 @@ __all__ = [
     "print_graph", "reset", "manual_seed", "compile", "Compiled", "constant", "erf", "gather",
     "scatter_add", "rand", "dropout", "cat", "concat", "stack", "squeeze", "unsqueeze",
     "masked_fill", "flatten", "max", "min", "amax", "amin", "argmax", "argmin", "clamp",
-    "scan", "steps",
+    "scan", "steps", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
+    "inference_mode",
 ]  # fmt: skip

@@ -20,6 +20,7 @@ from gradfuse.frontend.recorder import (
     emit_before,
     error,
     insertion_block,
+    is_grad_enabled,
     program,
     traced_loops,
 )
@@ -38,14 +39,15 @@ class Parameter(Tensor):
     `%w = tg.param "w"` at the point of first use in each block.
     """
 
-    __slots__ = ("data", "grad", "name", "_hint", "_reducer")
+    __slots__ = ("data", "_grad", "cleared_in", "name", "_hint", "_reducer")
 
     def __init__(self, data: np.ndarray | Sequence[float], name: str | None = None):
         arr = np.array(data)
         if arr.dtype.kind != "f":
             arr = arr.astype(np.float32)
         self.data: np.ndarray = arr
-        self.grad: Tensor | None = None
+        self._grad: Tensor | None = None
+        self.cleared_in: Block | None = None  # where `.grad` was last set to None
         self.name = name
         self._hint: Callable[[], str] | None = None
         self._reducer: Reducer | None = None  # (DistributedDataParallel's: averages over ranks)
@@ -88,6 +90,18 @@ class Parameter(Tensor):
         return tuple(self.data.shape)
 
     @property
+    def grad(self) -> Tensor | None:
+        """The gradient the last `backward()`s gave it (None after `zero_grad()`; always
+        None where `requires_grad` is False)."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: Tensor | None) -> None:
+        self._grad = value if self.requires_grad else None
+        if value is None and program().insertion:
+            self.cleared_in = insertion_block()
+
+    @property
     def dtype(self) -> np.dtype:
         return self.data.dtype
 
@@ -120,6 +134,37 @@ class Parameter(Tensor):
         ):
             held = emit(tg.StopGradientOp(held)).result  # a computed value: a new leaf
         prog.current[(id(insertion_block()), prog.key_of(self))] = held
+
+    requires_grad = True
+    """Whether `backward()` gives it a gradient (a `Buffer`'s is False), as in PyTorch."""
+
+    def _set(self, new: Tensor, what: str) -> None:
+        """An in-place update (`p -= lr * p.grad`, `p.add_(...)`) assigns the new value;
+        as in PyTorch, a trainable parameter only under `gradfuse.no_grad()`."""
+        if self.requires_grad and is_grad_enabled():
+            raise error(
+                f"{what}: a Parameter that requires grad is updated in place while gradients"
+                " are recorded; update it under `with gradfuse.no_grad():` (as PyTorch requires)"
+            )
+        self.assign(new)
+
+    def __iadd__(self, other: object) -> Parameter:
+        return self.add_(other)  # type: ignore[arg-type,return-value]
+
+    def __isub__(self, other: object) -> Parameter:
+        return self.sub_(other)  # type: ignore[arg-type,return-value]
+
+    def __imul__(self, other: object) -> Parameter:
+        return self.mul_(other)  # type: ignore[arg-type,return-value]
+
+    def __itruediv__(self, other: object) -> Parameter:
+        return self.div_(other)  # type: ignore[arg-type,return-value]
+
+    def item(self) -> float:
+        """The host value of a one-element parameter (after `execute()`, its trained value)."""
+        if self.data.size != 1:
+            raise error(f"item(): the parameter has {self.data.size} elements, not one")
+        return float(self.data.reshape(()))
 
     def __deepcopy__(self, memo: dict[int, object]) -> Parameter:
         """A new parameter with a copy of the data, no gradient and no key yet."""

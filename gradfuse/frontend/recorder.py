@@ -22,18 +22,20 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import AnyFloat, ModuleOp, TensorType
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.traits import IsTerminator
 from xdsl.utils.exceptions import VerifyException
 
 from gradfuse.diagnostics import GradfuseError, Position, unique_name
+from gradfuse.dialects import tg
 from gradfuse.dialects.tg_builder import TgBuilder
 from gradfuse.provenance import Provenance
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 OpT = TypeVar("OpT", bound=Operation)
+_NO_GRADIENT = (tg.StopGradientOp, tg.ConstantOp, tg.FeederOp, tg.RandomOp)
 
 
 class Keyed(Protocol):
@@ -73,6 +75,10 @@ class Program:
     params read in them are read before the loop (so that gradients reach them)."""
     broken: str | None = None
     """Why recording cannot go on (a `steps` loop left by `break`), raised at the next op."""
+    no_grad_values: set[SSAValue] = field(default_factory=set)
+    """Results of ops recorded under `gradfuse.no_grad()`: no gradient flows through them."""
+    detached: dict[tuple[SSAValue, int], SSAValue] = field(default_factory=dict)
+    """(value, id(block)) -> its `tg.stop_gradient` there, made under `no_grad()`."""
 
     def __post_init__(self) -> None:
         body = Block()
@@ -102,6 +108,7 @@ class Program:
 
 _program = Program()
 _rng: np.random.Generator = np.random.default_rng()
+_grad_enabled = True
 
 
 def program() -> Program:
@@ -257,6 +264,46 @@ def is_visible(value: SSAValue, block: Block | None = None) -> bool:
     return False
 
 
+def is_grad_enabled() -> bool:
+    """Whether ops recorded now carry gradients (False inside `gradfuse.no_grad()`)."""
+    return _grad_enabled
+
+
+def set_grad_mode(enabled: bool) -> bool:
+    """Turns gradients of the ops recorded from now on on or off; returns the old mode."""
+    global _grad_enabled
+    old, _grad_enabled = _grad_enabled, bool(enabled)
+    return old
+
+
+def _no_gradient(value: SSAValue) -> bool:
+    """Whether no gradient can flow through `value` anyway: recorded under `no_grad()`,
+    detached, a constant, a feeder's input, random numbers or a mask."""
+    if value in _program.no_grad_values:
+        return True
+    ty = value.type
+    if isinstance(ty, TensorType) and not isinstance(ty.element_type, AnyFloat):
+        return True
+    return isinstance(value.owner, _NO_GRADIENT)
+
+
+def _detach_operands(op: Operation, block: Block) -> None:
+    """Under `no_grad()`: each operand through which a gradient could flow is replaced by
+    its `tg.stop_gradient` (one per value and block), so that no gradient reaches
+    what it was computed from, as PyTorch records no graph there."""
+    for i, value in enumerate(op.operands):
+        if _no_gradient(value):
+            continue
+        key = (value, id(block))
+        cut = _program.detached.get(key)
+        if cut is None:
+            stop = tg.StopGradientOp(value)
+            stop.location = provenance().to_location()
+            block.insert_op_before(stop, op)
+            cut = _program.detached[key] = stop.result
+        op.operands[i] = cut
+
+
 def error(message: str) -> GradfuseError:
     """A `GradfuseError` at the user's line."""
     return GradfuseError(message, user_position())
@@ -283,6 +330,9 @@ def emit(op: OpT) -> OpT:
         block.insert_op_before(op, last)
     else:
         block.add_op(op)
+    if not _grad_enabled and op.operands and not isinstance(op, tg.StopGradientOp):
+        _detach_operands(op, block)  # (a param read, with no operands, is not cut)
+        _program.no_grad_values.update(op.results)
     try:
         op.verify(verify_nested_ops=False)
     except VerifyException as err:

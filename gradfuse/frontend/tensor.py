@@ -20,6 +20,7 @@ from xdsl.ir import Operation, SSAValue
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of, tensor
 from gradfuse.dialects.tg_builder import LN_2, LOG2_E, element_type
+from gradfuse.frontend import tensor_methods as M
 from gradfuse.frontend import tensor_reduce as reduce_
 from gradfuse.frontend import tensor_shape as shape_
 from gradfuse.frontend.dtypes import numpy_dtype
@@ -47,7 +48,7 @@ def _binary(cls: type[Operation], reflected: bool = False) -> Callable[[Tensor, 
     number: `__sub__ = _binary(tg.SubOp)` is `self - other`, with `reflected` `other - self`."""
 
     def method(self: Tensor, other: object) -> Tensor:
-        x, y = self.value, _operand(other)
+        x, y = M.promoted(self.value, _operand(other), arithmetic=True)
         return Tensor(B.binary(cls, y, x) if reflected else B.binary(cls, x, y))
 
     return method
@@ -79,6 +80,11 @@ class Tensor:
     def _new(value: SSAValue) -> Tensor:
         """A `Tensor` of a recorded value (a `Parameter`'s methods make plain tensors too)."""
         return Tensor(value)
+
+    @staticmethod
+    def _operand(x: object) -> SSAValue | Scalar:
+        """A tensor's value or a number (else an error), for the method modules."""
+        return _operand(x)
 
     @staticmethod
     def _where(cond: Tensor, a: Tensor | Scalar, b: Tensor | Scalar) -> Tensor:
@@ -189,25 +195,27 @@ class Tensor:
         """`self @ other`."""
         return self @ other
 
-    # --- comparisons (masks) --------------------------------------------------------------
+    # --- comparisons (masks) and named methods (gradfuse/frontend/tensor_methods.py) -------
 
-    def __lt__(self, other: object) -> Tensor:
-        return Tensor(B.cmplt(self.value, _operand(other)))
+    __lt__, __gt__, __le__, __ge__ = M.lt_, M.gt_, M.le_, M.ge_
+    __eq__, __ne__ = M.eq_, M.ne_  # type: ignore[assignment]
+    eq, ne, gt, ge, lt, le = M.eq, M.ne, M.gt, M.ge, M.lt, M.le
+    add, sub, mul, div, neg, square, cos, mm, bmm = (
+        M.add, M.sub, M.mul, M.div, M.neg, M.square, M.cos, M.mm, M.bmm
+    )  # fmt: skip
+    __rpow__, item = M.rpow, M.item
+    view_as, reshape_as, expand_as, new_zeros, new_ones, new_full = (
+        M.view_as, M.reshape_as, M.expand_as, M.new_zeros, M.new_ones, M.new_full
+    )  # fmt: skip
+    to, type, double, half, type_as = M.to, M.type_, M.double, M.half, M.type_as
+    cpu = cuda = clone = M.same
+    add_, sub_, mul_, div_, copy_, fill_, zero_, clamp_ = (
+        M.add_, M.sub_, M.mul_, M.div_, M.copy_, M.fill_, M.zero_, M.clamp_
+    )  # fmt: skip
 
-    def __gt__(self, other: object) -> Tensor:
-        return Tensor(B.cmplt(_operand(other), self.value))
-
-    def __le__(self, other: object) -> Tensor:
-        return Tensor(B.logical_not(B.cmplt(_operand(other), self.value), F32))
-
-    def __ge__(self, other: object) -> Tensor:
-        return Tensor(B.logical_not(B.cmplt(self.value, _operand(other)), F32))
-
-    def __eq__(self, other: object) -> Tensor:  # type: ignore[override]
-        return Tensor(B.logical_not(B.compare_ne(self.value, _operand(other), F32), F32))
-
-    def __ne__(self, other: object) -> Tensor:  # type: ignore[override]
-        return Tensor(B.compare_ne(self.value, _operand(other), F32))
+    def _set(self, new: Tensor, what: str) -> None:
+        """An in-place update (`add_`, `zero_`, ...): this tensor now stands for `new`."""
+        self._value = new.value
 
     __hash__ = object.__hash__  # a tracer is hashed by identity, as torch.Tensor is
 
@@ -271,12 +279,12 @@ class Tensor:
     # --- reductions (gradfuse/frontend/tensor_reduce.py) ---------------------------------
 
     def sum(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        """Sum over `dim` (all dims when None) (`tg.reduce_sum`)."""
-        return Tensor(B.reduce(tg.ReduceSumOp, self.value, dim, keepdim))
+        """Sum over `dim` (all dims when None) (`tg.reduce_sum`); a mask counts its trues."""
+        return Tensor(B.reduce(tg.ReduceSumOp, M.numeric(self.value), dim, keepdim))
 
     def mean(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         """Mean over `dim` (all dims when None) (`tg.reduce_mean`, a composite)."""
-        return Tensor(B.reduce(tg.ReduceMeanOp, self.value, dim, keepdim))
+        return Tensor(B.reduce(tg.ReduceMeanOp, M.numeric(self.value), dim, keepdim))
 
     max, min = reduce_.max_, reduce_.min_
     amax, amin, argmax, argmin = reduce_.amax, reduce_.amin, reduce_.argmax, reduce_.argmin
@@ -321,21 +329,7 @@ class Tensor:
         """The number of dims (`ndim`)."""
         return self.ndim
 
-    def masked_fill(self, mask: Tensor, value: Tensor | Scalar) -> Tensor:
-        """`value` where the boolean `mask` holds, else `self` (`tg.where`, broadcast as
-        PyTorch); no gradient reaches the filled positions. `value` is a number or a
-        0-d tensor. `scores.masked_fill(pad > 0.5, float("-inf"))`
-        """
-        if not isinstance(mask, Tensor) or mask.dtype != np.bool_:
-            got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
-            raise error(
-                f"masked_fill: the mask must be a boolean Tensor (from a comparison), got {got}"
-            )
-        if isinstance(value, Tensor) and value.ndim:
-            raise error(
-                f"masked_fill: value must be a number or a 0-d tensor, got shape {list(value.shape)}"
-            )
-        return Tensor(B.where(mask.value, _operand(value), self.value))
+    masked_fill = M.masked_fill
 
     def broadcast_to(self, shape: Sequence[int]) -> Tensor:
         """Repeated to `shape` by NumPy's rules."""

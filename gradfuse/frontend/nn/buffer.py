@@ -13,11 +13,11 @@ a gradient never lands in their `.grad`:
 from __future__ import annotations
 
 from gradfuse.frontend.parameter import Parameter
-from gradfuse.frontend.tensor import Tensor
 
 
 class Buffer(Parameter):
-    """A `Parameter` whose `.grad` stays None: `backward()` never gives it a gradient.
+    """A `Parameter` whose `.grad` stays None (`requires_grad` is False): `backward()`
+    never gives it a gradient.
 
     `self.running_mean = Buffer(np.zeros(8, np.float32))` inside a `Module.__init__`
     (or `self.register_buffer("running_mean", np.zeros(8, np.float32))`), listed by
@@ -25,15 +25,7 @@ class Buffer(Parameter):
     """
 
     __slots__ = ()
-
-    @property  # type: ignore[override]
-    def grad(self) -> Tensor | None:
-        """Always None: buffers are not trained."""
-        return None
-
-    @grad.setter
-    def grad(self, value: Tensor | None) -> None:
-        """Ignores the gradient `backward()` computed."""
+    requires_grad = False  # never a gradient; updated in place without no_grad()
 
     def __deepcopy__(self, memo: dict[int, object]) -> Buffer:
         """A new buffer with a copy of the data and no key yet."""

@@ -1,0 +1,367 @@
+"""PyTorch's named `Tensor` methods that are an operator or a composite of ops gradfuse
+has, its in-place updates, and its dtype and device conversions; `Tensor` has them as
+methods:
+
+    x.add(y, alpha=2)          # tg.mul, tg.add
+    pred.eq(target.view_as(pred)).sum()     # a mask, counted as floats
+    x.cos()                    # sin(x + pi/2) (tg.sin)
+    a.bmm(b)                   # [B, N, K] @ [B, K, M] (tg.dot)
+    h.new_zeros(2, 8)          # tg.constant 0.0, h's element type
+    p.add_(p.grad, alpha=-lr)  # under no_grad(): tg.assign of p's new value
+    x.to("cuda"), x.cpu()      # x: where a program runs is chosen by execute()
+
+In-place updates: a `Parameter` assigns the new value (`tg.assign`); as in PyTorch, a
+trainable one only under `gradfuse.no_grad()`. A plain tensor takes the new value (the
+same Python object then stands for it); views taken of it before keep the old one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from xdsl.dialects.builtin import Float32Type, i1
+from xdsl.ir import SSAValue
+
+from gradfuse.dialects.tg_base import tensor
+from gradfuse.dialects.tg_builder import element_type
+from gradfuse.frontend.dtypes import element_for
+from gradfuse.frontend.recorder import RECORDING as B
+from gradfuse.frontend.recorder import error
+from gradfuse.frontend.tensor_shape import dims_arg
+
+if TYPE_CHECKING:
+    from gradfuse.frontend.tensor import Scalar, Tensor
+
+F32 = Float32Type()
+
+
+# --- arithmetic by name ---------------------------------------------------------------------
+
+
+def add(self: Tensor, other: Tensor | Scalar, *, alpha: float = 1) -> Tensor:
+    """`self + alpha * other` (torch's `add`)."""
+    return self + (other * alpha if alpha != 1 else other)
+
+
+def sub(self: Tensor, other: Tensor | Scalar, *, alpha: float = 1) -> Tensor:
+    """`self - alpha * other` (torch's `sub`)."""
+    return self - (other * alpha if alpha != 1 else other)
+
+
+def mul(self: Tensor, other: Tensor | Scalar) -> Tensor:
+    """`self * other`."""
+    return self * other
+
+
+def div(self: Tensor, other: Tensor | Scalar) -> Tensor:
+    """`self / other`."""
+    return self / other
+
+
+def neg(self: Tensor) -> Tensor:
+    """`-self`."""
+    return -self
+
+
+def square(self: Tensor) -> Tensor:
+    """`self * self`."""
+    return self * self
+
+
+def cos(self: Tensor) -> Tensor:
+    """`cos(self)`, recorded as `sin(self + pi/2)` (`tg.sin`)."""
+    return (self + math.pi / 2).sin()
+
+
+def rpow(self: Tensor, base: object) -> Tensor:
+    """`base ** self` for a positive number `base`: `exp2(self * log2(base))`."""
+    if isinstance(base, bool) or not isinstance(base, int | float) or base <= 0:
+        raise error("number ** tensor: the base must be a positive Python number")
+    return self.exp2() if base == 2 else (self * math.log2(base)).exp2()
+
+
+def mm(self: Tensor, other: Tensor) -> Tensor:
+    """The product of two matrices (torch's `mm`: both of rank 2)."""
+    _rank("mm", 2, self, other)
+    return self @ other
+
+
+def bmm(self: Tensor, other: Tensor) -> Tensor:
+    """Batched matrix products: [B, N, K] @ [B, K, M] -> [B, N, M] (torch's `bmm`)."""
+    _rank("bmm", 3, self, other)
+    return self @ other
+
+
+def _rank(what: str, rank: int, *xs: Tensor) -> None:
+    for x in xs:
+        if x.ndim != rank:
+            raise error(f"{what}: expects tensors of rank {rank}, got shape {list(x.shape)}")
+
+
+# --- comparisons ------------------------------------------------------------------------------
+
+
+def numeric(x: SSAValue) -> SSAValue:
+    """`x`, a mask cast to 0.0/1.0 (f32) first: PyTorch counts and adds booleans."""
+    return B.cast(x, F32) if element_type(x) == i1 else x
+
+
+def promoted(
+    x: SSAValue, y: SSAValue | float, arithmetic: bool = False
+) -> tuple[SSAValue, SSAValue | float]:
+    """Two operands with a mask among them cast to the other's float type (else f32),
+    as PyTorch promotes booleans: `mask * x`, `mask == 0`, `mask + 1.0`. Arithmetic on two
+    masks is an error: PyTorch's is logical (`m + m` is True, not 2)."""
+    if arithmetic and isinstance(y, SSAValue) and element_type(x) == element_type(y) == i1:
+        raise error(
+            "arithmetic on two boolean masks: PyTorch's is logical (mask + mask is True);"
+            " cast them with .float() for numbers, or combine them with gradfuse.where"
+        )
+    if isinstance(y, SSAValue) and element_type(y) == i1 and element_type(x) != i1:
+        return x, B.cast(y, element_type(x))
+    if element_type(x) == i1:
+        x = B.cast(x, element_type(y) if isinstance(y, SSAValue) and element_type(y) != i1 else F32)
+        return x, numeric(y) if isinstance(y, SSAValue) else y
+    return x, y
+
+
+def lt_(self: Tensor, other: object) -> Tensor:
+    """The mask `self < other` (`tg.cmplt`)."""
+    return self._new(B.cmplt(*promoted(self.value, self._operand(other))))
+
+
+def gt_(self: Tensor, other: object) -> Tensor:
+    """The mask `self > other`."""
+    x, y = promoted(self.value, self._operand(other))
+    return self._new(B.cmplt(y, x))
+
+
+def le_(self: Tensor, other: object) -> Tensor:
+    """The mask `self <= other`: not `other < self`."""
+    x, y = promoted(self.value, self._operand(other))
+    return self._new(B.logical_not(B.cmplt(y, x), F32))
+
+
+def ge_(self: Tensor, other: object) -> Tensor:
+    """The mask `self >= other`: not `self < other`."""
+    return self._new(B.logical_not(B.cmplt(*promoted(self.value, self._operand(other))), F32))
+
+
+def eq_(self: Tensor, other: object) -> Tensor:
+    """The mask `self == other`: not `self != other`."""
+    ne_mask = B.compare_ne(*promoted(self.value, self._operand(other)), F32)
+    return self._new(B.logical_not(ne_mask, F32))
+
+
+def ne_(self: Tensor, other: object) -> Tensor:
+    """The mask `self != other`."""
+    return self._new(B.compare_ne(*promoted(self.value, self._operand(other)), F32))
+
+
+def eq(self: Tensor, other: Tensor | Scalar) -> Tensor:
+    """The mask `self == other`."""
+    return self == other
+
+
+def ne(self: Tensor, other: Tensor | Scalar) -> Tensor:
+    """The mask `self != other`."""
+    return self != other
+
+
+def gt(self: Tensor, other: Tensor | Scalar) -> Tensor:
+    """The mask `self > other`."""
+    return self > other
+
+
+def ge(self: Tensor, other: Tensor | Scalar) -> Tensor:
+    """The mask `self >= other`."""
+    return self >= other
+
+
+def lt(self: Tensor, other: Tensor | Scalar) -> Tensor:
+    """The mask `self < other`."""
+    return self < other
+
+
+def le(self: Tensor, other: Tensor | Scalar) -> Tensor:
+    """The mask `self <= other`."""
+    return self <= other
+
+
+def masked_fill(self: Tensor, mask: Tensor, value: Tensor | Scalar) -> Tensor:
+    """`value` where the boolean `mask` holds, else `self` (`tg.where`, broadcast as
+    PyTorch); no gradient reaches the filled positions. `value` is a number or a
+    0-d tensor. `scores.masked_fill(pad > 0.5, float("-inf"))`
+    """
+    if not hasattr(mask, "_value") or mask.dtype != np.bool_:
+        got = mask.dtype if hasattr(mask, "_value") else type(mask).__name__
+        raise error(
+            f"masked_fill: the mask must be a boolean Tensor (from a comparison), got {got}"
+        )
+    if hasattr(value, "_value") and value.ndim:
+        raise error(
+            f"masked_fill: value must be a number or a 0-d tensor, got shape {list(value.shape)}"
+        )
+    return self._new(B.where(mask.value, self._operand(value), self.value))
+
+
+# --- shapes of others -----------------------------------------------------------------------
+
+
+def view_as(self: Tensor, other: Tensor) -> Tensor:
+    """`self` in the shape of `other`."""
+    return self.reshape(list(other.shape))
+
+
+reshape_as = view_as
+
+
+def expand_as(self: Tensor, other: Tensor) -> Tensor:
+    """`self` broadcast to the shape of `other`."""
+    return self.broadcast_to(list(other.shape))
+
+
+def new_full(self: Tensor, size: Sequence[int], fill_value: float, **_: Any) -> Tensor:
+    """A tensor of `size` filled with `fill_value`, of `self`'s element type."""
+    return self._new(B.const(float(fill_value), tensor(tuple(size), element_type(self.value))))
+
+
+def new_zeros(self: Tensor, *size: int | Sequence[int], **kwargs: Any) -> Tensor:
+    """Zeros of `size`, of `self`'s element type (`h.new_zeros(2, 8)`)."""
+    return new_full(self, list(dims_arg(size)), 0.0, **kwargs)
+
+
+def new_ones(self: Tensor, *size: int | Sequence[int], **kwargs: Any) -> Tensor:
+    """Ones of `size`, of `self`'s element type."""
+    return new_full(self, list(dims_arg(size)), 1.0, **kwargs)
+
+
+# --- dtypes and devices -----------------------------------------------------------------------
+
+
+def to(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+    """`self` as the dtype named (`x.to(gradfuse.float64)`, `x.to(other)`), else `self`:
+    a device (`x.to("cuda")`, `x.to(device)`) changes nothing, since `execute()` chooses
+    where the whole program runs."""
+    dtype = kwargs.get("dtype")
+    for arg in args:
+        if _is_dtype(arg):
+            dtype = arg
+        elif hasattr(arg, "dtype") and hasattr(arg, "value"):  # x.to(other): its dtype
+            dtype = arg.dtype
+    return self if dtype is None else type_(self, dtype)
+
+
+def _is_dtype(arg: object) -> bool:
+    if isinstance(arg, str):
+        return False
+    try:
+        np.dtype(arg)  # type: ignore[call-overload]
+    except TypeError:
+        return False
+    return True
+
+
+def type_(self: Tensor, dtype: Any = None, **_: Any) -> Tensor | str:
+    """`self` cast to `dtype` (float16/32/64; a mask becomes 0.0/1.0); without one, the
+    type's name as PyTorch prints it (`"torch.FloatTensor"`)."""
+    if dtype is None:
+        names = {"float32": "Float", "float64": "Double", "float16": "Half", "bool": "Bool"}
+        return f"torch.{names.get(self.dtype.name, self.dtype.name)}Tensor"
+    if isinstance(dtype, str):  # "torch.FloatTensor"
+        kinds = {"Float": np.float32, "Double": np.float64, "Half": np.float16}
+        dtype = kinds.get(dtype.removeprefix("torch.").removesuffix("Tensor"), dtype)
+    target = element_for(dtype)
+    if target == element_type(self.value):
+        return self
+    return self._new(B.cast(self.value, target))
+
+
+def double(self: Tensor) -> Tensor:
+    """`self` as float64."""
+    return type_(self, np.float64)  # type: ignore[return-value]
+
+
+def half(self: Tensor) -> Tensor:
+    """`self` as float16."""
+    return type_(self, np.float16)  # type: ignore[return-value]
+
+
+def type_as(self: Tensor, other: Tensor) -> Tensor:
+    """`self` as `other`'s dtype."""
+    return type_(self, other.dtype)  # type: ignore[return-value]
+
+
+def same(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+    """`self`: `x.cpu()`, `x.cuda()` and `x.clone()` change nothing a program computes
+    (tensors are values; a later in-place update of `self` does not reach the clone)."""
+    return self._new(self.value)
+
+
+def item(self: Tensor) -> float:
+    """A traced tensor has no value yet: `Receiver` hands it to Python each time the
+    program computes it."""
+    raise error(
+        "item(): a traced tensor has no value while the program is recorded; receive it with"
+        " gradfuse.Receiver(lambda v: ..., tensor), which runs each time it is computed"
+    )
+
+
+# --- in place ---------------------------------------------------------------------------------
+
+
+def _in_place(self: Tensor, new: Tensor, what: str) -> Tensor:
+    """`self` now stands for `new` (`Tensor._set`; a `Parameter` assigns it)."""
+    if tuple(new.shape) != tuple(self.shape):
+        new = new.broadcast_to(list(self.shape)) if new.ndim <= self.ndim else new
+        if tuple(new.shape) != tuple(self.shape):
+            raise error(f"{what}: a result of shape {list(new.shape)} cannot update {list(self.shape)}")
+    if new.dtype != self.dtype:
+        new = type_(new, self.dtype)  # type: ignore[assignment]
+    self._set(new, what)
+    return self
+
+
+def add_(self: Tensor, other: Tensor | Scalar, *, alpha: float = 1) -> Tensor:
+    """`self += alpha * other`, in place."""
+    return _in_place(self, add(self, other, alpha=alpha), "add_")
+
+
+def sub_(self: Tensor, other: Tensor | Scalar, *, alpha: float = 1) -> Tensor:
+    """`self -= alpha * other`, in place."""
+    return _in_place(self, sub(self, other, alpha=alpha), "sub_")
+
+
+def mul_(self: Tensor, other: Tensor | Scalar) -> Tensor:
+    """`self *= other`, in place."""
+    return _in_place(self, self * other, "mul_")
+
+
+def div_(self: Tensor, other: Tensor | Scalar) -> Tensor:
+    """`self /= other`, in place."""
+    return _in_place(self, self / other, "div_")
+
+
+def copy_(self: Tensor, src: Tensor, non_blocking: bool = False) -> Tensor:
+    """`self` takes the values of `src` (broadcast, cast to `self`'s dtype)."""
+    return _in_place(self, src, "copy_")
+
+
+def fill_(self: Tensor, value: Tensor | Scalar) -> Tensor:
+    """Every element becomes `value` (a number or a 0-d tensor)."""
+    if isinstance(value, int | float):
+        return _in_place(self, new_full(self, self.shape, value), "fill_")
+    return _in_place(self, value, "fill_")
+
+
+def zero_(self: Tensor) -> Tensor:
+    """Every element becomes 0 (`p.grad.zero_()`)."""
+    return fill_(self, 0.0)
+
+
+def clamp_(self: Tensor, min: float | None = None, max: float | None = None) -> Tensor:  # noqa: A002
+    """`self.clamp(min, max)`, in place."""
+    return _in_place(self, self.clamp(min, max), "clamp_")
