@@ -16,13 +16,17 @@ from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import tensor
 from gradfuse.frontend.dtypes import element_for
 from gradfuse.frontend.recorder import (
+    defined_in,
     emit,
     emit_before,
     error,
     insertion_block,
+    ir_for_body,
     is_grad_enabled,
     program,
     traced_loops,
+    user_position,
+    within,
 )
 from gradfuse.frontend.tensor import Tensor
 
@@ -39,7 +43,9 @@ class Parameter(Tensor):
     `%w = tg.param "w"` at the point of first use in each block.
     """
 
-    __slots__ = ("data", "_grad", "cleared_in", "name", "_hint", "_reducer")
+    __slots__ = ("data", "_grad", "cleared_in", "name", "_hint", "_reducer", "_trainable")
+    TRAINABLE = True
+    """Whether a new one requires grad (a `Buffer`'s never does)."""
 
     def __init__(self, data: np.ndarray | Sequence[float], name: str | None = None):
         arr = np.array(data)
@@ -48,6 +54,7 @@ class Parameter(Tensor):
         self.data: np.ndarray = arr
         self._grad: Tensor | None = None
         self.cleared_in: Block | None = None  # where `.grad` was last set to None
+        self._trainable = self.TRAINABLE
         self.name = name
         self._hint: Callable[[], str] | None = None
         self._reducer: Reducer | None = None  # (DistributedDataParallel's: averages over ranks)
@@ -97,9 +104,25 @@ class Parameter(Tensor):
 
     @grad.setter
     def grad(self, value: Tensor | None) -> None:
-        self._grad = value if self.requires_grad else None
-        if value is None and program().insertion:
+        if value is None:
             self.cleared_in = insertion_block()
+        elif self.requires_grad:
+            self._note_gradient()
+        self._grad = value if self.requires_grad else None
+
+    def _note_gradient(self) -> None:
+        """(Before `.grad` gets a gradient.) In an `ir_for` body, its first gradient there,
+        unless `.grad` was cleared (`zero_grad()`) in that body before, is noted: PyTorch
+        would add it to the last iteration's, which `ir_for` makes an error unless `.grad`
+        is cleared by the body's end (`carry.check_gradients`)."""
+        body = ir_for_body()
+        if body is None or within(self.cleared_in, body):
+            return
+        old = self._grad
+        if old is not None and within(defined_in(old.value), body):
+            return  # not the first in this iteration
+        noted = program().accumulating.setdefault(id(body), {})
+        noted.setdefault(id(self), (self, user_position()))
 
     @property
     def dtype(self) -> np.dtype:
@@ -135,8 +158,24 @@ class Parameter(Tensor):
             held = emit(tg.StopGradientOp(held)).result  # a computed value: a new leaf
         prog.current[(id(insertion_block()), prog.key_of(self))] = held
 
-    requires_grad = True
-    """Whether `backward()` gives it a gradient (a `Buffer`'s is False), as in PyTorch."""
+    @property
+    def requires_grad(self) -> bool:
+        """Whether `backward()` gives it a gradient (a `Buffer`'s never); settable, as in
+        PyTorch, to freeze a parameter: `p.requires_grad = False` (optimizers skip it)."""
+        return self._trainable
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        if value and not self.TRAINABLE:
+            raise error(f"requires_grad: a {type(self).__name__} is never trained")
+        self._trainable = bool(value)
+        if not value:
+            self._grad = None
+
+    def requires_grad_(self, requires_grad: bool = True) -> Parameter:
+        """Sets `requires_grad`; returns the parameter."""
+        self.requires_grad = requires_grad
+        return self
 
     def _set(self, new: Tensor, what: str) -> None:
         """An in-place update (`p -= lr * p.grad`, `p.add_(...)`) assigns the new value;
@@ -169,6 +208,7 @@ class Parameter(Tensor):
     def __deepcopy__(self, memo: dict[int, object]) -> Parameter:
         """A new parameter with a copy of the data, no gradient and no key yet."""
         new = Parameter(self.data.copy(), self.name)
+        new._trainable = self._trainable
         memo[id(self)] = new
         return new
 

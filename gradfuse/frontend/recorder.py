@@ -77,6 +77,9 @@ class Program:
     """Why recording cannot go on (a `steps` loop left by `break`), raised at the next op."""
     no_grad_values: set[SSAValue] = field(default_factory=set)
     """Results of ops recorded under `gradfuse.no_grad()`: no gradient flows through them."""
+    accumulating: dict[int, dict[int, tuple[Any, Position | None]]] = field(default_factory=dict)
+    """id(ir_for body) -> id(param) -> (param, where): the parameters whose first gradient
+    in that body was taken without `.grad` cleared there (checked at the loop's end)."""
     detached: dict[tuple[SSAValue, int], SSAValue] = field(default_factory=dict)
     """(value, id(block)) -> its `tg.stop_gradient` there, made under `no_grad()`."""
 
@@ -249,6 +252,34 @@ def traced_loops() -> list[Operation]:
 def changed() -> None:
     """Notes that the recorded program changed (an op was removed outside `emit`)."""
     _program.version += 1
+
+
+def within(block: Block | None, outer: Block) -> bool:
+    """Whether `block` is `outer` or nested in it."""
+    while block is not None:
+        if block is outer:
+            return True
+        parent = block.parent_op()
+        block = parent.parent_block() if parent is not None else None
+    return False
+
+
+def defined_in(value: SSAValue) -> Block | None:
+    """The block that defines `value` (a block argument's, or its op's)."""
+    owner = value.owner
+    return owner if isinstance(owner, Block) else owner.parent_block()
+
+
+def ir_for_body() -> Block | None:
+    """The body of the innermost `ir_for` loop around the insertion point (not a
+    `scan`/`steps` loop's)."""
+    block: Block | None = insertion_block()
+    while block is not None:
+        parent = block.parent_op()
+        if isinstance(parent, tg.ForOp) and id(block) not in _program.scan_loops:
+            return block
+        block = parent.parent_block() if parent is not None else None
+    return None
 
 
 def is_visible(value: SSAValue, block: Block | None = None) -> bool:

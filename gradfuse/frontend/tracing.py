@@ -18,6 +18,7 @@ import numpy as np
 from gradfuse.diagnostics import GradfuseError, unique_name
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import tensor
+from gradfuse.frontend.carry import carry, check_gradients, held, restore
 from gradfuse.frontend.dtypes import element_for
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import (
@@ -71,11 +72,15 @@ def ir_for(loop: range, fn: Callable[[], Any]) -> None:
     body = op.body.block
     body.add_op(tg.YieldOp())
     outer = insertion_block()
+    before = held(fn)
     emit(op)
     try:
         with insert_into(body):
             fn()
+        carry(before, op)
+        check_gradients(op)
     except BaseException:
+        restore(before)  # what the failed body set goes with it
         program().forget(body)
         op.detach()
         op.erase(safe_erase=False)

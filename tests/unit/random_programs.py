@@ -233,14 +233,13 @@ def record(spec: Spec, tag: str) -> Outcome:
     holder: dict[str, Any] = {}
 
     def step() -> None:
-        if "opt" in holder:
-            holder["opt"].zero_grad()
         loss, prog = forward(spec, ops)
         if "opt" not in holder:
             holder["params"] = prog.params
             holder["opt"] = SGD(
                 prog.params, lr=0.05, momentum=spec.momentum, weight_decay=spec.weight_decay
             )
+        holder["opt"].zero_grad()  # (in the body that is traced: each iteration's are fresh)
         loss.backward()
         have = [i for i, p in enumerate(prog.params) if p.grad is not None]
         grads = [prog.params[i].grad for i in have]

@@ -25,7 +25,7 @@ class Buffer(Parameter):
     """
 
     __slots__ = ()
-    requires_grad = False  # never a gradient; updated in place without no_grad()
+    TRAINABLE = False  # never a gradient; updated in place without no_grad()
 
     def __deepcopy__(self, memo: dict[int, object]) -> Buffer:
         """A new buffer with a copy of the data and no key yet."""

@@ -1,0 +1,255 @@
+"""Python state that an `ir_for` body carries from one iteration to the next.
+
+The body is traced once, so a variable it reads and then sets again would, without
+this, be read at its value from before the loop in every iteration. PyTorch's
+truncated-BPTT idiom (word_language_model) does exactly that:
+
+    hidden = model.init_hidden(batch)          # before the loop
+    def step():
+        nonlocal hidden
+        hidden = repackage_hidden(hidden)      # read: the last iteration's state
+        output, hidden = model(data, hidden)   # set for the next iteration
+
+`ir_for` looks at the slots the body can reach (its closure, its module's globals, the
+attributes of the modules and objects among them) before and after tracing. A slot
+whose tensors the body read and then replaced with tensors it computed is carried: its
+state becomes a param (`"carry.hidden.0"`) assigned before the loop, read where the
+body read the old tensor, and assigned at the body's end; after the loop the slot holds
+that param, so code after it reads the last iteration's state:
+
+    tg.assign "carry.hidden.0" %h0
+    tg.for %i = 0 to 10 step 1 {
+      %h = tg.param "carry.hidden.0" ...  (the body's uses of %h0)
+      tg.assign "carry.hidden.0" %h_next
+    }
+
+No gradient flows from one iteration into the previous one (PyTorch's `backward()`
+would refuse to go through a freed graph there; the idiom detaches the state).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from xdsl.ir import Block, Operation, SSAValue
+
+from gradfuse.diagnostics import GradfuseError
+from gradfuse.dialects import tg
+from gradfuse.dialects.tg_base import tensor
+from gradfuse.frontend.dtypes import element_for
+from gradfuse.frontend.parameter import Parameter
+from gradfuse.frontend.recorder import emit_before, error, program
+from gradfuse.frontend.tensor import Tensor
+
+
+class Carried(Parameter):
+    """The state of a carried slot: a param that is never trained."""
+
+    __slots__ = ()
+    TRAINABLE = False
+
+
+@dataclass
+class Slot:
+    """A place in Python that holds a value: a closure cell, a global, an attribute."""
+
+    name: str
+    get: Callable[[], Any]
+    set: Callable[[Any], None]
+
+
+@dataclass
+class Held:
+    """What a slot held before the body was traced: the object and its tensors."""
+
+    slot: Slot
+    value: Any
+    tensors: list[Tensor]
+
+
+def _leaves(value: Any) -> list[Tensor] | None:
+    """The tensors of a tensor or a (nested) tuple or list of them; None if it holds
+    anything else."""
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, tuple | list) and value:
+        out: list[Tensor] = []
+        for v in value:
+            sub = _leaves(v)
+            if sub is None:
+                return None
+            out += sub
+        return out
+    return None
+
+
+def _rebuilt(value: Any, leaves: Iterator[Tensor]) -> Any:
+    """`value` with its tensors replaced by `leaves`, in order."""
+    if isinstance(value, Tensor):
+        return next(leaves)
+    return type(value)(_rebuilt(v, leaves) for v in value)
+
+
+def _attribute_slots(obj: Any, name: str, seen: set[int]) -> Iterator[Slot]:
+    """The attributes of `obj` (an object with a `__dict__`) and of the modules in them."""
+    if id(obj) in seen or not hasattr(obj, "__dict__") or isinstance(obj, type):
+        return
+    seen.add(id(obj))
+    for attr, value in list(vars(obj).items()):
+        yield Slot(f"{name}.{attr}", lambda o=obj, a=attr: vars(o)[a], lambda v, o=obj, a=attr: setattr(o, a, v))  # fmt: skip
+        if hasattr(value, "named_children"):  # a Module: its submodules' attributes too
+            yield from _attribute_slots(value, f"{name}.{attr}", seen)
+    for child_name, child in getattr(obj, "named_children", lambda: [])():
+        yield from _attribute_slots(child, f"{name}.{child_name}", seen)
+
+
+def slots(fn: Callable[..., Any]) -> list[Slot]:
+    """The slots `fn` can reach: its closure cells, its module's globals, and the
+    attributes of the modules (and a bound method's object) among them."""
+    out: list[Slot] = []
+    owner = getattr(fn, "__self__", None)
+    fn = getattr(fn, "__func__", fn)
+    code, cells = getattr(fn, "__code__", None), getattr(fn, "__closure__", None) or ()
+    roots: list[tuple[str, Any]] = [("self", owner)] if owner is not None else []
+    for name, cell in zip(code.co_freevars if code else (), cells, strict=False):
+        out.append(Slot(name, lambda c=cell: c.cell_contents, lambda v, c=cell: setattr(c, "cell_contents", v)))  # fmt: skip
+        try:
+            roots.append((name, cell.cell_contents))
+        except ValueError:  # an empty cell
+            continue
+    names = getattr(fn, "__globals__", {})
+    for name, value in list(names.items()):
+        if not name.startswith("__"):
+            out.append(Slot(name, lambda g=names, n=name: g[n], lambda v, g=names, n=name: g.__setitem__(n, v)))  # fmt: skip
+            roots.append((name, value))
+    seen: set[int] = set()
+    for name, value in roots:
+        if hasattr(value, "named_children") or (name == "self" and value is owner):
+            out.extend(_attribute_slots(value, name, seen))
+    return out
+
+
+def held(fn: Callable[..., Any]) -> list[Held]:
+    """What the slots of `fn` that hold tensors hold now (before its body is traced)."""
+    out = []
+    for slot in slots(fn):
+        try:
+            value = slot.get()
+        except (KeyError, ValueError):
+            continue
+        tensors = _leaves(value)
+        if tensors is not None and not any(
+            isinstance(t, Parameter) and not isinstance(t, Carried) for t in tensors
+        ):  # (a parameter is read afresh in every iteration)
+            out.append(Held(slot, value, tensors))
+    return out
+
+
+def restore(before: list[Held]) -> None:
+    """Sets the slots of `before` back to what they held (after a failed trace)."""
+    for h in before:
+        h.slot.set(h.value)
+
+
+def _inside(value: SSAValue, loop: Operation) -> bool:
+    owner = value.owner
+    op = owner.parent_op() if isinstance(owner, Block) else owner
+    return op is not None and loop.is_ancestor(op)
+
+
+def carry(before: list[Held], loop: tg.ForOp) -> None:
+    """Carries each slot of `before` that the body of `loop` read and replaced (see the
+    module's docstring). Every slot is checked before any is changed: a slot whose
+    tensors the body read and replaced with another kind of value is an error."""
+    plans = []
+    for h in before:
+        try:
+            now = h.slot.get()
+        except (KeyError, ValueError):
+            continue
+        if now is h.value:
+            continue
+        read = [
+            t for t in h.tensors
+            if isinstance(t, Carried) or any(loop.is_ancestor(u.operation) for u in t.value.uses)
+        ]  # fmt: skip
+        if not read:
+            continue
+        new = _leaves(now)
+        if new is None or len(new) != len(h.tensors):
+            raise error(
+                f"ir_for: the loop body reads `{h.slot.name}` and sets it to another kind of"
+                " value, which the next iteration would read: keep the same tensors (shapes)"
+                " in it, or keep the state in a gradfuse.nn.Buffer and assign it"
+            )
+        pairs = list(zip(h.tensors, new, strict=True))
+        for old, t in pairs:
+            _check(h.slot.name, old, t, loop)
+        plans.append((h.slot, now, pairs))
+    for slot, now, pairs in plans:
+        states = [_carried(slot.name, i, old, t, loop) for i, (old, t) in enumerate(pairs)]
+        slot.set(_rebuilt(now, iter(states)))
+
+
+def check_gradients(loop: tg.ForOp) -> None:
+    """An error for a parameter whose gradient the body of `loop` left for the next
+    iteration to add to (`note_gradient`): gradfuse does not carry `.grad` across
+    iterations, and PyTorch would accumulate it."""
+    noted = program().accumulating.pop(id(loop.body.block), {})
+    if loop.trip_count <= 1:
+        return  # no next iteration to add to
+    for param, where in noted.values():
+        g = param.grad
+        if g is None or not _inside(g.value, loop):
+            continue
+        owner = g.value.owner
+        if isinstance(owner, tg.ConstantOp) and owner.is_splat and owner.value.value.data == 0:
+            continue  # zeroed in place (`p.grad.zero_()`)
+        raise GradfuseError(
+            f"ir_for: the gradient of '{param.key}' is not cleared in the loop body, so PyTorch"
+            " would add each iteration's to the last one's, which gradfuse does not carry"
+            " across iterations: call optimizer.zero_grad() (or model.zero_grad()) in the"
+            " body, before backward() or after the step",
+            where,
+        )
+
+
+def _check(name: str, old: Tensor, new: Tensor, loop: tg.ForOp) -> None:
+    """An error unless `old` (before the loop) can be carried as `new` (the body's)."""
+    if new is old or not _inside(new.value, loop):
+        return
+    if new.shape != old.shape or new.dtype != old.dtype:
+        raise error(
+            f"ir_for: the loop body reads `{name}` (shape {list(old.shape)}, {old.dtype}) and"
+            f" sets it to shape {list(new.shape)}, {new.dtype} for the next iteration: a"
+            " carried state keeps its shape and dtype"
+        )
+    owner = new.value.owner
+    if (owner if isinstance(owner, Block) else owner.parent_block()) is not loop.body.block:
+        raise error(
+            f"ir_for: `{name}` is set, for the next iteration, to a tensor computed in a"
+            " nested loop: carry it out of that loop first"
+        )
+
+
+def _carried(name: str, i: int, old: Tensor, new: Tensor, loop: tg.ForOp) -> Tensor:
+    """The state of one tensor of a carried slot (`old` before the loop, `new` at the end
+    of the body): a `Carried` param, or `new` itself where it is not the body's."""
+    if new is old or not _inside(new.value, loop):
+        return new
+    body, prog = loop.body.block, program()
+    state = old if isinstance(old, Carried) else Carried(np.zeros(old.shape, old.dtype))
+    if not isinstance(old, Carried):
+        state._hint = lambda: f"carry.{name}.{i}"
+        key = prog.key_of(state)
+        ty = tensor(old.shape, element_for(old.dtype))
+        read = emit_before(body.first_op, tg.ParamOp(key, ty))  # type: ignore[arg-type]
+        for use in list(old.value.uses):
+            if use.operation is not read and loop.is_ancestor(use.operation):
+                use.operation.operands[use.index] = read.result
+        emit_before(loop, tg.AssignOp(key, old.value))
+    emit_before(body.last_op, tg.AssignOp(prog.key_of(state), new.value))  # type: ignore[arg-type]
+    return state
