@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
+from gradfuse.dialects.tg_builder import element_type
 from gradfuse.frontend.recorder import RECORDING as B
 from gradfuse.frontend.recorder import error
 from gradfuse.frontend.tensor import Tensor, where
@@ -120,4 +123,46 @@ def interpolate(
     return copies(input, [1, 1, *(int(f) for f in factors)], each=True)
 
 
-__all__ = ["elu", "hardtanh", "interpolate", "pad", "prelu", "silu", "softplus"]
+def relu6(input: Tensor, inplace: bool = False) -> Tensor:
+    """`min(max(x, 0), 6)` (`hardtanh(x, 0, 6)`)."""
+    return hardtanh(input, 0.0, 6.0)
+
+
+def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
+    """`x * relu6(x + 3) / 6`; its gradient is PyTorch's: 0 up to -3, 1 from 3 on,
+    `x / 3 + 1/2` between."""
+    inner = input * (input * (1.0 / 6.0) + 0.5)
+    return where(input <= -3.0, 0.0, where(input >= 3.0, input, inner))
+
+
+def mish(input: Tensor, inplace: bool = False) -> Tensor:
+    """`x * tanh(softplus(x))`."""
+    return input * softplus(input).tanh()
+
+
+def softsign(input: Tensor) -> Tensor:
+    """`x / (1 + |x|)`."""
+    return input / (input.abs() + 1.0)
+
+
+def logsigmoid(input: Tensor) -> Tensor:
+    """`log(sigmoid(x))`, stable for any x: `min(x, 0) - log1p(exp(-|x|))`."""
+    return input.clamp(max=0.0) - (-input.abs()).exp().log1p()
+
+
+def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
+    """1.0 at each class index of `tensor` (integers held as floats), 0.0 elsewhere, in a
+    new last dim of `num_classes` (given: the data decide no shape while tracing)."""
+    if num_classes < 1:
+        raise error(
+            "one_hot: num_classes must be given (a traced tensor's largest index is not"
+            " known while the program is recorded)"
+        )
+    classes = B.dense(np.arange(num_classes), element_type(tensor.value))
+    return (tensor.unsqueeze(-1) == Tensor(classes)).float()
+
+
+__all__ = [
+    "elu", "hardtanh", "interpolate", "pad", "prelu", "silu", "softplus", "relu6", "hardswish",
+    "mish", "softsign", "logsigmoid", "one_hot",
+]  # fmt: skip

@@ -5,6 +5,7 @@ F.binary_cross_entropy(p, t)           # logs clamped at -100, as PyTorch's
 F.binary_cross_entropy_with_logits(z, t, pos_weight=w)
 F.cross_entropy(logits, labels)        # labels: class indices as floats
 F.nll_loss(F.log_softmax(x, 1), labels)
+F.l1_loss(y, t), F.smooth_l1_loss(y, t, beta=1.0), F.huber_loss(y, t, delta=1.0)
 """
 
 from __future__ import annotations
@@ -45,6 +46,44 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     _same_shape("mse_loss", input, target)
     diff = input - target
     return _reduce(diff * diff, reduction, "mse_loss")
+
+
+def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    """`|input - target|`, averaged or summed; the gradient at a tie is 0, as PyTorch's
+    (the sign of 0)."""
+    _same_shape("l1_loss", input, target)
+    diff = input - target
+    size = where(diff > 0.0, diff, 0.0) - where(diff < 0.0, diff, 0.0)  # (0 at 0, as its gradient)
+    return _reduce(size, reduction, "l1_loss")
+
+
+def _quadratic_then_linear(diff: Tensor, edge: float, scale: float) -> Tensor:
+    """`0.5 d**2 / scale` where |d| < edge, else `edge / scale * (|d| - 0.5 edge)`."""
+    size = where(diff > 0.0, diff, -diff)
+    inner = diff * diff * (0.5 / scale)
+    return where(size < edge, inner, (size - 0.5 * edge) * (edge / scale))
+
+
+def smooth_l1_loss(
+    input: Tensor, target: Tensor, size_average: object = None, reduce: object = None,
+    reduction: str = "mean", beta: float = 1.0,
+) -> Tensor:  # fmt: skip
+    """`0.5 d**2 / beta` where `|d| < beta`, else `|d| - 0.5 beta` (d = input - target);
+    `beta=0` is `l1_loss`. `smooth_l1_loss(y, t)`"""
+    _same_shape("smooth_l1_loss", input, target)
+    if beta < 0:
+        raise error(f"smooth_l1_loss: beta must not be negative, got {beta}")
+    if beta == 0:
+        return l1_loss(input, target, reduction)
+    return _reduce(_quadratic_then_linear(input - target, beta, beta), reduction, "smooth_l1_loss")
+
+
+def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:
+    """`0.5 d**2` where `|d| < delta`, else `delta * (|d| - 0.5 delta)`."""
+    _same_shape("huber_loss", input, target)
+    if delta <= 0:
+        raise error(f"huber_loss: delta must be positive, got {delta}")
+    return _reduce(_quadratic_then_linear(input - target, delta, 1.0), reduction, "huber_loss")
 
 
 def binary_cross_entropy(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
@@ -181,5 +220,5 @@ def cross_entropy(
 
 __all__ = [
     "mse_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy",
-    "nll_loss",
+    "nll_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
 ]  # fmt: skip

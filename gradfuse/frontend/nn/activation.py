@@ -1,5 +1,6 @@
 """Activation modules beyond `layers.py`: `GELU`, `LeakyReLU`, `LogSoftmax`, `Dropout`,
-`Dropout2d`, `SiLU`, `ELU`, `Softplus`, `Hardtanh`, `PReLU` and `Upsample`.
+`Dropout2d`, `SiLU`, `ELU`, `Softplus`, `Hardtanh`, `PReLU`, `Upsample`, `ReLU6`,
+`Hardswish`, `Mish`, `Softsign`, `LogSigmoid` and `Unflatten`.
 
 ff = Sequential(Linear(64, 128), GELU(), Dropout(0.1), Linear(128, 64))
 """
@@ -13,11 +14,16 @@ import numpy as np
 from gradfuse.frontend import functional as F
 from gradfuse.frontend.functional_act import (
     elu,
+    hardswish,
     hardtanh,
     interpolate,
+    logsigmoid,
+    mish,
     prelu,
+    relu6,
     silu,
     softplus,
+    softsign,
 )
 from gradfuse.frontend.functional_conv import leaky_relu
 from gradfuse.frontend.nn.module import Module
@@ -211,3 +217,67 @@ class Dropout2d(Dropout):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.dropout2d(x, self.p, self.training)
+
+
+class _Elementwise(Module):
+    """An activation without parameters: `FN(x)` (`inplace` gives the same result)."""
+
+    FN: Any = None
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return type(self).FN(x)  # type: ignore[no-any-return]
+
+
+class ReLU6(_Elementwise):
+    """`min(max(x, 0), 6)`. `ReLU6(inplace=True)`"""
+
+    FN = relu6
+
+
+class Hardswish(_Elementwise):
+    """`x * relu6(x + 3) / 6`."""
+
+    FN = hardswish
+
+
+class Mish(_Elementwise):
+    """`x * tanh(softplus(x))`."""
+
+    FN = mish
+
+
+class Softsign(_Elementwise):
+    """`x / (1 + |x|)`."""
+
+    FN = softsign
+
+    def __init__(self) -> None:
+        super().__init__()
+
+
+class LogSigmoid(_Elementwise):
+    """`log(sigmoid(x))`, stable."""
+
+    FN = logsigmoid
+
+    def __init__(self) -> None:
+        super().__init__()
+
+
+class Unflatten(Module):
+    """Dim `dim` split into `unflattened_size`: `Unflatten(1, (2, 5))` makes [N, 10] [N, 2, 5]."""
+
+    def __init__(self, dim: int, unflattened_size: tuple[int, ...]):
+        super().__init__()
+        self.dim, self.unflattened_size = dim, tuple(unflattened_size)
+
+    def forward(self, x: Tensor) -> Tensor:
+        d = self.dim % x.ndim
+        return x.reshape([*x.shape[:d], *self.unflattened_size, *x.shape[d + 1 :]])
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"

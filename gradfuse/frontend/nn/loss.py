@@ -36,6 +36,38 @@ class MSELoss(_Loss):
         return F.mse_loss(input, target, self.reduction)
 
 
+class L1Loss(_Loss):
+    """Mean (or sum) of absolute differences. `L1Loss()(y, target)`"""
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return F.l1_loss(input, target, self.reduction)
+
+
+class SmoothL1Loss(_Loss):
+    """Squared below `beta`, absolute above (`F.smooth_l1_loss`)."""
+
+    def __init__(
+        self, size_average: bool | None = None, reduce: bool | None = None,
+        reduction: str = "mean", beta: float = 1.0,
+    ):  # fmt: skip
+        super().__init__(size_average, reduce, reduction)
+        self.beta = beta
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return F.smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
+
+
+class HuberLoss(_Loss):
+    """Squared below `delta`, linear above (`F.huber_loss`)."""
+
+    def __init__(self, reduction: str = "mean", delta: float = 1.0):
+        super().__init__(reduction=reduction)
+        self.delta = delta
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return F.huber_loss(input, target, self.reduction, self.delta)
+
+
 class BCELoss(_Loss):
     """Binary cross-entropy of probabilities (logs clamped at -100). `BCELoss()(p, t)`"""
 
