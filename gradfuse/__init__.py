@@ -4,6 +4,30 @@ from gradfuse import execute, ir_for, Feeder, Receiver, print_graph
 from gradfuse.nn import Linear, Sequential, Sigmoid, SGD
 """
 
+import numpy as _np
+
+from gradfuse.frontend.creation import (
+    arange,
+    as_tensor,
+    empty,
+    empty_like,
+    eye,
+    from_numpy,
+    full,
+    full_like,
+    linspace,
+    ones,
+    ones_like,
+    rand_like,
+    randn,
+    randn_like,
+    tensor,
+    tril,
+    triu,
+    zeros,
+    zeros_like,
+)
+from gradfuse.frontend.device import device
 from gradfuse.frontend.functional import (
     cat,
     concat,
@@ -33,6 +57,55 @@ from gradfuse.frontend.tensor import Tensor, where
 from gradfuse.frontend.tensor_reduce import amax, amin, argmax, argmin, clamp
 from gradfuse.frontend.tensor_reduce import max_ as max  # noqa: A004 (torch.max, as torch has it)
 from gradfuse.frontend.tensor_reduce import min_ as min  # noqa: A004
+from gradfuse.frontend.torch_functions import (
+    abs,
+    add,
+    bmm,
+    chunk,
+    cos,
+    div,
+    eq,
+    exp,
+    exp2,
+    expm1,
+    ge,
+    gt,
+    le,
+    log,
+    log1p,
+    log2,
+    log_softmax,
+    lt,
+    matmul,
+    maximum,
+    mean,
+    minimum,
+    mm,
+    mul,
+    ne,
+    neg,
+    norm,
+    numel,
+    permute,
+    pow,
+    reciprocal,
+    relu,
+    reshape,
+    rsqrt,
+    sigmoid,
+    sin,
+    softmax,
+    split,
+    sqrt,
+    square,
+    std,
+    sub,
+    sum,
+    t,
+    tanh,
+    transpose,
+    var,
+)
 from gradfuse.frontend.tracing import (
     Compiled,
     Feeder,
@@ -52,4 +125,26 @@ __all__ = [
     "masked_fill", "flatten", "max", "min", "amax", "amin", "argmax", "argmin", "clamp",
     "scan", "steps", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled",
     "inference_mode",
+    # torch's creation functions (gradfuse/frontend/creation.py)
+    "tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "empty", "zeros_like",
+    "ones_like", "full_like", "empty_like", "arange", "linspace", "eye", "triu", "tril",
+    "randn", "randn_like", "rand_like",
+    # torch's functions that are methods (gradfuse/frontend/torch_functions.py)
+    "abs", "add", "bmm", "chunk", "cos", "div", "eq", "exp", "exp2", "expm1", "ge", "gt",
+    "le", "log", "log1p", "log2", "log_softmax", "lt", "matmul", "maximum", "mean",
+    "minimum", "mm", "mul", "ne", "neg", "norm", "numel", "permute", "pow", "reciprocal",
+    "relu", "reshape", "rsqrt", "sigmoid", "sin", "softmax", "split", "sqrt", "square",
+    "std", "sub", "sum", "t", "tanh", "transpose", "var",
+    # torch's dtype names, and its submodules as attributes (`torch.nn.Linear`)
+    "float16", "half", "float32", "float", "float64", "double", "int32", "int64", "long",
+    "bool", "nn", "optim", "cuda", "accelerator", "device",
 ]  # fmt: skip
+
+float16 = half = _np.float16
+float32 = float = _np.float32  # noqa: A001
+float64 = double = _np.float64
+int32, int64, long, bool = _np.int32, _np.int64, _np.int64, _np.bool_  # noqa: A001
+"""PyTorch's dtype names: NumPy's dtypes. gradfuse computes in floats: an integer dtype
+given to a creation function holds its integers in float32 (exact to 2**24)."""
+
+from gradfuse import accelerator, cuda, nn, optim  # noqa: E402 (`torch.nn.Linear`)

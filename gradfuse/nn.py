@@ -17,3 +17,4 @@ __all__ = list(_nn.__all__)
 sys.modules[f"{__name__}.functional"] = _nn.functional  # `import gradfuse.nn.functional as F`
 sys.modules[f"{__name__}.utils"] = _nn.utils  # `from gradfuse.nn.utils import clip_grad_norm_`
 sys.modules[f"{__name__}.utils.rnn"] = _nn.utils.rnn  # `from gradfuse.nn.utils.rnn import ...`
+sys.modules[f"{__name__}.init"] = _nn.init  # `import gradfuse.nn.init as init`

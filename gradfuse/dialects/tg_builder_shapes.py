@@ -210,8 +210,8 @@ class ShapeBuilder:
             raise self.fail(
                 f"tg.slice: too many indices ({used}) for a tensor of rank {len(shape)}"
             )
-        if Ellipsis in items:
-            at = items.index(Ellipsis)
+        if any(k is Ellipsis for k in items):
+            at = next(i for i, k in enumerate(items) if k is Ellipsis)
             items[at : at + 1] = [slice(None)] * (len(shape) - used)
         items += [slice(None)] * (len(shape) - sum(1 for k in items if k is not None))
         starts, limits, strides, out_shape = [], [], [], []

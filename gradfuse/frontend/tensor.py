@@ -23,6 +23,7 @@ from gradfuse.dialects.tg_builder import LN_2, LOG2_E, element_type
 from gradfuse.frontend import tensor_methods as M
 from gradfuse.frontend import tensor_reduce as reduce_
 from gradfuse.frontend import tensor_shape as shape_
+from gradfuse.frontend.device import default_device, device
 from gradfuse.frontend.dtypes import numpy_dtype
 from gradfuse.frontend.reach import backward_paths
 from gradfuse.frontend.recorder import RECORDING as B
@@ -119,6 +120,11 @@ class Tensor:
         """The shape, or the size of one dim (PyTorch's `size`)."""
         return self.shape if dim is None else self.shape[dim]
 
+    @property
+    def device(self) -> device:
+        """Where the program runs by default (`execute()` chooses): a GPU, else the CPU."""
+        return default_device()
+
     def numel(self) -> int:
         """The number of elements."""
         return math.prod(self.shape)
@@ -203,7 +209,9 @@ class Tensor:
     add, sub, mul, div, neg, square, cos, mm, bmm = (
         M.add, M.sub, M.mul, M.div, M.neg, M.square, M.cos, M.mm, M.bmm
     )  # fmt: skip
-    __rpow__, item = M.rpow, M.item
+    __rpow__, item, requires_grad_ = M.rpow, M.item, M.requires_grad_
+    __invert__, __and__, __or__ = M.logical_not, M.logical_and, M.logical_or
+    logical_not, logical_and, logical_or = M.logical_not, M.logical_and, M.logical_or
     view_as, reshape_as, expand_as, new_zeros, new_ones, new_full = (
         M.view_as, M.reshape_as, M.expand_as, M.new_zeros, M.new_ones, M.new_full
     )  # fmt: skip
@@ -337,6 +345,9 @@ class Tensor:
 
     def __getitem__(self, key: object) -> Tensor:
         keys = key if isinstance(key, tuple) else (key,)
+        if any(not isinstance(k, int | slice | Step) and k is not None and k is not ...
+               for k in keys):  # fmt: skip
+            return M.advanced_index(self, keys)
         at = [d for d, k in enumerate(keys) if isinstance(k, Step)]
         if not at:
             return Tensor(B.getitem(self.value, key))

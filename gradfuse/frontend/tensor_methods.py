@@ -208,6 +208,44 @@ def masked_fill(self: Tensor, mask: Tensor, value: Tensor | Scalar) -> Tensor:
     return self._new(B.where(mask.value, self._operand(value), self.value))
 
 
+def advanced_index(self: Tensor, keys: tuple[Any, ...]) -> Tensor:
+    """`x[range(n), target]` (PyTorch's "nn really" tutorial's `-input[range(n), target]`):
+    row i's entry `target[i]`, a gather; other tensor, list or mask indices are an error
+    (their results' shapes depend on the data or call for a general gather)."""
+    if len(keys) == 2 and self.ndim == 2 and isinstance(keys[0], range):
+        rows, index = keys
+        if rows == range(self.shape[0]) and hasattr(index, "_value") and index.shape == (self.shape[0],):  # fmt: skip
+            return self.gather(1, index.unsqueeze(1)).squeeze(1)
+    raise error(
+        "x[...]: only ints, slices, None and ... index a tensor (and x[range(n), target] of"
+        " a [n, C] x): for a tensor of indices use x.gather(dim, index), for a mask"
+        " gradfuse.where(mask, x, 0.0) or x.masked_fill(~mask, 0.0)"
+    )
+
+
+def _mask(x: object, what: str) -> SSAValue:
+    if not hasattr(x, "_value") or element_type(x.value) != i1:  # type: ignore[attr-defined]
+        raise error(f"{what}: expects boolean masks (from comparisons)")
+    return x.value  # type: ignore[attr-defined]
+
+
+def logical_not(self: Tensor) -> Tensor:
+    """`~mask`: the mask negated."""
+    return self._new(B.logical_not(_mask(self, "~mask"), F32))
+
+
+def logical_and(self: Tensor, other: Tensor) -> Tensor:
+    """`a & b` of two masks."""
+    a, b = B.cast(_mask(self, "mask & mask"), F32), B.cast(_mask(other, "mask & mask"), F32)
+    return self._new(B.cmplt(1.5, B.add(a, b)))
+
+
+def logical_or(self: Tensor, other: Tensor) -> Tensor:
+    """`a | b` of two masks."""
+    a, b = B.cast(_mask(self, "mask | mask"), F32), B.cast(_mask(other, "mask | mask"), F32)
+    return self._new(B.cmplt(0.5, B.add(a, b)))
+
+
 # --- shapes of others -----------------------------------------------------------------------
 
 
@@ -299,6 +337,15 @@ def same(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
     """`self`: `x.cpu()`, `x.cuda()` and `x.clone()` change nothing a program computes
     (tensors are values; a later in-place update of `self` does not reach the clone)."""
     return self._new(self.value)
+
+
+def requires_grad_(self: Tensor, requires_grad: bool = True) -> Tensor:
+    """Only a `Parameter` is trained: a traced tensor is computed by the program."""
+    raise error(
+        "requires_grad_(): a traced tensor is computed by the program and cannot become a"
+        " trainable leaf; make one with gradfuse.nn.Parameter(array) or a creation"
+        " function's requires_grad=True (gradfuse.randn(784, 10, requires_grad=True))"
+    )
 
 
 def item(self: Tensor) -> float:

@@ -3,18 +3,24 @@
 from gradfuse.nn import Linear, Sequential, Sigmoid, SGD
 """
 
-from gradfuse.frontend.nn import functional, utils
+from gradfuse.frontend.nn import functional, init, utils
 from gradfuse.frontend.nn.activation import (
     ELU,
     GELU,
     Dropout,
     Dropout2d,
+    Hardswish,
     Hardtanh,
     LeakyReLU,
+    LogSigmoid,
     LogSoftmax,
+    Mish,
     PReLU,
+    ReLU6,
     SiLU,
     Softplus,
+    Softsign,
+    Unflatten,
     Upsample,
 )
 from gradfuse.frontend.nn.batchnorm import BatchNorm1d, BatchNorm2d, SyncBatchNorm
@@ -35,8 +41,11 @@ from gradfuse.frontend.nn.loss import (
     BCELoss,
     BCEWithLogitsLoss,
     CrossEntropyLoss,
+    HuberLoss,
+    L1Loss,
     MSELoss,
     NLLLoss,
+    SmoothL1Loss,
 )
 from gradfuse.frontend.nn.module import Module
 from gradfuse.frontend.nn.normalization import GroupNorm, InstanceNorm2d, LayerNorm
@@ -61,4 +70,6 @@ __all__ = [
     "Embedding", "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "RNN",
     "GRU", "LSTM", "RNNCell", "GRUCell", "LSTMCell", "MSELoss", "CrossEntropyLoss", "NLLLoss",
     "BCELoss", "BCEWithLogitsLoss", "Optimizer", "SGD", "Adam", "AdamW", "functional", "utils",
+    "init", "ReLU6", "Hardswish", "Mish", "Softsign", "LogSigmoid", "Unflatten", "L1Loss",
+    "SmoothL1Loss", "HuberLoss",
 ]  # fmt: skip

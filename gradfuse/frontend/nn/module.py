@@ -12,7 +12,7 @@ that is saved and loaded but never trained, and `state_dict()` holds both:
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,18 @@ from gradfuse.frontend.nn.buffer import Buffer
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import error, module_scope
 from gradfuse.frontend.tensor import Tensor
+
+
+class Parameters(list[Parameter]):
+    """A list of parameters that `next()` also walks, as the generator PyTorch's
+    `parameters()` returns: `next(model.parameters())` is the first one."""
+
+    def __next__(self) -> Parameter:
+        at = self.__dict__.get("at", 0)
+        if at >= len(self):
+            raise StopIteration
+        self.at = at + 1
+        return self[at]
 
 
 class Module:
@@ -152,12 +164,13 @@ class Module:
         """
         yield from self._named("_parameters", prefix, recurse, remove_duplicate)
 
-    def parameters(self, recurse: bool = True) -> list[Parameter]:
-        """Every trainable parameter once, in definition order (no buffers).
+    def parameters(self, recurse: bool = True) -> Parameters:
+        """Every trainable parameter once, in definition order (no buffers): a list that
+        `next()` also walks, as PyTorch's generator.
 
-        `SGD(model.parameters(), lr=0.1)`
+        `SGD(model.parameters(), lr=0.1)`, `weight = next(self.parameters())`
         """
-        return [p for _, p in self.named_parameters(recurse=recurse)]
+        return Parameters(p for _, p in self.named_parameters(recurse=recurse))
 
     def named_buffers(
         self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
@@ -229,6 +242,53 @@ class Module:
         """Forgets the gradients (records nothing)."""
         for p in self.parameters():
             p.grad = None
+
+    def apply(self, fn: Callable[[Module], Any]) -> Module:
+        """`fn` on every submodule, then on this one (`model.apply(init_weights)`)."""
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
+        return self
+
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
+        """Freezes (False) or unfreezes every parameter; returns self."""
+        for p in self.parameters():
+            p.requires_grad = requires_grad
+        return self
+
+    def to(self, *args: Any, **kwargs: Any) -> Module:
+        """The parameters and buffers in the dtype named (`model.to(gradfuse.float64)`);
+        a device (`model.to("cuda")`, `model.to(device)`) changes nothing, since
+        `execute()` chooses where the whole program runs. Returns self."""
+        dtype = kwargs.get("dtype")
+        for arg in args:
+            if not isinstance(arg, str) and arg is not None:
+                try:
+                    dtype = np.dtype(arg)
+                except TypeError:
+                    continue  # a device
+        if dtype is not None:
+            for _, p in self._state_entries():
+                p.data = p.data.astype(dtype)
+        return self
+
+    def cuda(self, device: Any = None) -> Module:
+        """Self: `execute()` chooses where the program runs."""
+        return self
+
+    cpu = cuda
+
+    def double(self) -> Module:
+        """The parameters and buffers in float64."""
+        return self.to(np.float64)
+
+    def float(self) -> Module:
+        """The parameters and buffers in float32."""
+        return self.to(np.float32)
+
+    def half(self) -> Module:
+        """The parameters and buffers in float16."""
+        return self.to(np.float16)
 
     def train(self, mode: bool = True) -> Module:
         """Sets training mode here and below (`Dropout` is active only in it); returns self."""

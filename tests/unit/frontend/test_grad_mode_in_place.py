@@ -73,8 +73,8 @@ def update_add_(model: nn.Module) -> None:
 def test_a_hand_written_update_under_no_grad_trains_as_pytorch(backend: str, update) -> None:  # noqa: ANN001
     losses, start, end = manual_sgd(backend, update)
     want_losses, want_end = torch_manual_sgd(start)
-    # float32 against float64: losses of ~0.5 within 3e-7 relative and params of ~0.5
-    # within 1e-7 here (2026-12-07); a few float32 roundings per step, with margin
+    # float32 against float64 (2026-12-07, reference and c): losses of 0.2-0.5 within
+    # 8e-8 relative, params of ~0.5 within 1.5e-8; bounds with a 25x margin and more
     np.testing.assert_allclose(losses, want_losses, rtol=2e-6)
     for key, value in want_end.items():
         np.testing.assert_allclose(end[key], value, rtol=0, atol=1e-6)

@@ -1,0 +1,47 @@
+"""PyTorch's functions that are a `Tensor` method called on their first argument:
+`gradfuse.exp(x)` is `x.exp()`, `gradfuse.sum(x, dim=1)` is `x.sum(dim=1)`,
+`gradfuse.bmm(a, b)` is `a.bmm(b)`; code written `torch.exp(0.5 * logvar)` reads as
+written with `import gradfuse as torch`:
+
+    std = gradfuse.exp(0.5 * logvar)     # tg.mul, tg.exp2
+    scores = gradfuse.bmm(q, k.transpose(1, 2))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gradfuse.frontend.recorder import error
+from gradfuse.frontend.tensor import Tensor
+
+
+def _function(name: str) -> Callable[..., Any]:
+    """torch's `name(input, ...)`: `input.name(...)`, or an error for a non-tensor input."""
+
+    def function(input: Tensor, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(input, Tensor):
+            raise error(f"{name}(): expected a Tensor, got {type(input).__name__}")
+        return getattr(input, name)(*args, **kwargs)
+
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = f"`input.{name}(...)`, as torch.{name}."
+    return function
+
+
+exp, exp2, expm1, log, log2, log1p = map(_function, ("exp", "exp2", "expm1", "log", "log2", "log1p"))
+sin, cos, tanh, sigmoid, relu = map(_function, ("sin", "cos", "tanh", "sigmoid", "relu"))
+sqrt, rsqrt, abs, neg, square = map(_function, ("sqrt", "rsqrt", "abs", "neg", "square"))  # noqa: A001
+reciprocal, erf, pow, maximum = map(_function, ("reciprocal", "erf", "pow", "maximum"))  # noqa: A001
+sum, mean, var, std, norm = map(_function, ("sum", "mean", "var", "std", "norm"))  # noqa: A001
+softmax, log_softmax = map(_function, ("softmax", "log_softmax"))
+matmul, mm, bmm = map(_function, ("matmul", "mm", "bmm"))
+transpose, permute, reshape, t = map(_function, ("transpose", "permute", "reshape", "t"))
+add, sub, mul, div = map(_function, ("add", "sub", "mul", "div"))
+eq, ne, gt, ge, lt, le = map(_function, ("eq", "ne", "gt", "ge", "lt", "le"))
+numel, chunk, split = map(_function, ("numel", "chunk", "split"))
+
+
+def minimum(input: Tensor, other: Tensor) -> Tensor:
+    """The elementwise minimum."""
+    return -maximum(-input, -other)  # type: ignore[no-any-return]
