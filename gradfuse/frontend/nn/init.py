@@ -6,7 +6,8 @@
     nn.init.zeros_(self.decoder.bias)
     nn.init.kaiming_normal_(conv.weight, mode="fan_out", nonlinearity="relu")
 
-A traced tensor (not a `Parameter`) has no host value to initialise: an error.
+A parameter's `.data` (its host array) is filled in place too; a traced tensor (not a
+`Parameter`) has no host value to initialise: an error.
 """
 
 from __future__ import annotations
@@ -36,8 +37,13 @@ def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
     return _GAINS[nonlinearity]
 
 
-def _fill(tensor: Any, what: str, draw: Callable[[tuple[int, ...]], np.ndarray]) -> Parameter:
-    """`tensor.data[...] = draw(shape)` for a `Parameter`, else an error."""
+def _fill(tensor: Any, what: str, draw: Callable[[tuple[int, ...]], np.ndarray]) -> Any:
+    """`tensor.data[...] = draw(shape)` for a `Parameter`; a parameter's `.data` (its host
+    array: `nn.init.normal_(m.weight.data, 0.0, 0.02)`, as PyTorch's DCGAN writes it) is
+    filled in place; anything else is an error."""
+    if isinstance(tensor, np.ndarray) and tensor.dtype.kind == "f":
+        tensor[...] = draw(tensor.shape)
+        return tensor
     if not isinstance(tensor, Parameter):
         raise error(
             f"nn.init.{what}: expected a Parameter (a module's weight or bias), got a"

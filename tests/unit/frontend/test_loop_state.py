@@ -37,7 +37,7 @@ class RNNModel(nn.Module):
         return gradfuse.nn.functional.log_softmax(decoded, dim=1), hidden
 
     def init_hidden(self, bsz: int):  # noqa: ANN201
-        weight = next(iter(self.parameters()))
+        weight = next(self.parameters())
         return (weight.new_zeros(1, bsz, self.nhid), weight.new_zeros(1, bsz, self.nhid))
 
 

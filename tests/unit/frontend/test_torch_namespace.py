@@ -217,3 +217,32 @@ def test_the_vae_example_trains_as_pytorch(monkeypatch: pytest.MonkeyPatch) -> N
     # random-walk error over those terms is ~sqrt(12544) * 6e-8 = 6.7e-6 at most in
     # practice; the bound, 10x the measured, stays under it
     np.testing.assert_allclose(losses, want, rtol=5e-6)
+
+
+def test_module_utilities_as_pytorch_code_uses_them() -> None:
+    gradfuse.reset()
+    gradfuse.manual_seed(1)
+    model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU(True), nn.Flatten(), nn.Linear(8, 1))
+
+    def weights_init(m: nn.Module) -> None:  # PyTorch's DCGAN example, as written
+        classname = m.__class__.__name__
+        if classname.find("Conv") != -1:
+            nn.init.normal_(m.weight.data, 0.0, 0.02)
+            nn.init.constant_(m.bias.data, 0)
+
+    model.apply(weights_init)
+    assert abs(model[0].weight.data.std() - 0.02) < 0.02 and not model[0].bias.data.any()
+    assert next(model.parameters()) is model[0].weight
+    device = gradfuse.device("cuda" if gradfuse.cuda.is_available() else "cpu")
+    assert model.to(device) is model and str(device) in ("cuda", "cpu")
+    model[0].requires_grad_(False)  # frozen: no .grad, the optimizer leaves it
+    frozen = model[0].weight.data.copy()
+    opt = gradfuse.optim.SGD(model.parameters(), lr=0.1)
+    x = gradfuse.constant(np.ones((1, 1, 4, 4), np.float32))
+    model(x).sum().backward()
+    assert model[0].weight.grad is None and model[3].weight.grad is not None
+    opt.step()
+    gradfuse.execute(backend="reference")
+    np.testing.assert_array_equal(model[0].weight.data, frozen)
+    model.double()
+    assert model[3].weight.dtype == np.float64
