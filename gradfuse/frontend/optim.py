@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -25,18 +26,50 @@ class Optimizer:
     Subclasses define `update(p, grad)`. `Optimizer(model.parameters())`
     """
 
-    def __init__(self, params: Iterable[Parameter]):
-        self.params: list[Parameter] = list(params)
+    GROUP_OPTIONS: tuple[str, ...] = ("lr", "weight_decay")
+    """The settings a parameter group may give its own value (PyTorch's `param_groups`)."""
+
+    def __init__(self, params: Iterable[Parameter] | Iterable[dict[str, Any]]):
+        entries = list(params)
+        groups = entries if entries and isinstance(entries[0], dict) else [{"params": entries}]
+        self.param_groups: list[dict[str, Any]] = [dict(g, params=list(g["params"])) for g in groups]  # type: ignore[arg-type]
+        self.params: list[Parameter] = [p for g in self.param_groups for p in g["params"]]
         if not self.params:
             raise error(f"{type(self).__name__}: got an empty parameter list")
         self.state: dict[int, dict[str, Parameter]] = {}
+
+    def _defaults(self, **settings: Any) -> None:
+        """The constructor's settings: attributes, and each group's unless it gives its own
+        (only `GROUP_OPTIONS` may differ by group)."""
+        for name, value in settings.items():
+            setattr(self, name, value)
+        for k, group in enumerate(self.param_groups):
+            for name in group:
+                if name != "params" and name not in self.GROUP_OPTIONS and name in settings:
+                    if group[name] != settings[name]:
+                        raise error(
+                            f"{type(self).__name__}: parameter group {k} sets {name}, which"
+                            f" gradfuse keeps the same for all groups (these may differ:"
+                            f" {', '.join(self.GROUP_OPTIONS)})"
+                        )
+            for name, value in settings.items():
+                group.setdefault(name, value)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Adds a group (its params, its own settings) with the constructor's defaults."""
+        group = dict(param_group, params=list(param_group["params"]))
+        for name, value in self.param_groups[0].items():
+            group.setdefault(name, value)
+        self.param_groups.append(group)
+        self.params.extend(group["params"])
 
     def parameters(self) -> list[Parameter]:
         """The parameters it updates (a method, as `Receiver(fn, opt.parameters)` expects)."""
         return list(self.params)
 
-    def zero_grad(self) -> None:
-        """Forgets the gradients; records nothing (each `backward()` writes fresh ones)."""
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Forgets the gradients; records nothing (each `backward()` writes fresh ones;
+        `set_to_none=False`, PyTorch's zeros, is the same to gradfuse)."""
         for p in self.params:
             p.grad = None
 
@@ -56,15 +89,24 @@ class Optimizer:
     def begin_step(self) -> None:
         """Records what one step shares across parameters (such as a step count)."""
 
-    def step(self) -> None:
-        """Records the update of every parameter that has a gradient."""
+    def step(self, closure: object = None) -> None:
+        """Records the update of every parameter that has a gradient, with its group's
+        settings as they are now (`param_groups[k]["lr"]`, which a scheduler changes
+        between loops: an `ir_for` body records the update once)."""
+        if closure is not None:
+            raise error(f"{type(self).__name__}.step(closure): a closure is not supported")
         with direction_scope("optimizer"):
             self.begin_step()
-            for p in self.params:
-                if p.grad is None:
-                    continue
-                with module_scope(p.key.rpartition(".")[0]):
-                    self.update(p, p.grad)
+            for group in self.param_groups:
+                for name in self.GROUP_OPTIONS:
+                    setattr(self, name, group[name])
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    with module_scope(p.key.rpartition(".")[0]):
+                        self.update(p, p.grad)
+            for name in self.GROUP_OPTIONS:
+                setattr(self, name, self.param_groups[0][name])
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """The state by parameter index: `"0.momentum_buffer"`, `"1.exp_avg"`, ..."""
@@ -97,6 +139,8 @@ class SGD(Optimizer):
     `SGD(model.parameters(), lr=0.01)`
     """
 
+    GROUP_OPTIONS = ("lr", "weight_decay", "momentum")
+
     def __init__(
         self,
         params: Iterable[Parameter],
@@ -121,9 +165,7 @@ class SGD(Optimizer):
         self.dampening = dampening
         self.nesterov = nesterov
         self.maximize = maximize
-        self.lr = lr
-        self.momentum = momentum
-        self.weight_decay = weight_decay
+        self._defaults(lr=lr, momentum=momentum, weight_decay=weight_decay)
 
     def update(self, p: Parameter, grad: Tensor) -> None:
         g = -grad if self.maximize else grad
@@ -168,10 +210,7 @@ class Adam(Optimizer):
         _check(what, lr=lr, eps=eps, weight_decay=weight_decay)
         if not all(0.0 <= b < 1.0 for b in betas) or len(betas) != 2:
             raise error(f"{what}: betas must be two numbers in [0, 1), got {betas}")
-        self.lr = lr
-        self.betas = (float(betas[0]), float(betas[1]))
-        self.eps = eps
-        self.weight_decay = weight_decay
+        self._defaults(lr=lr, betas=(float(betas[0]), float(betas[1])), eps=eps, weight_decay=weight_decay)  # fmt: skip
         self.amsgrad = amsgrad
         self.maximize = maximize
         self.step_count = Parameter(np.zeros((), np.float32), name=f"{what.lower()}.step")
