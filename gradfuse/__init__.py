@@ -61,6 +61,7 @@ from gradfuse.frontend.torch_functions import (
     abs,
     add,
     bmm,
+    ceil,
     chunk,
     cos,
     div,
@@ -68,6 +69,7 @@ from gradfuse.frontend.torch_functions import (
     exp,
     exp2,
     expm1,
+    floor,
     ge,
     gt,
     le,
@@ -91,6 +93,7 @@ from gradfuse.frontend.torch_functions import (
     reciprocal,
     relu,
     reshape,
+    round,
     rsqrt,
     sigmoid,
     sin,
@@ -104,6 +107,7 @@ from gradfuse.frontend.torch_functions import (
     t,
     tanh,
     transpose,
+    trunc,
     var,
 )
 from gradfuse.frontend.tracing import (
@@ -134,7 +138,7 @@ __all__ = [
     "le", "log", "log1p", "log2", "log_softmax", "lt", "matmul", "maximum", "mean",
     "minimum", "mm", "mul", "ne", "neg", "norm", "numel", "permute", "pow", "reciprocal",
     "relu", "reshape", "rsqrt", "sigmoid", "sin", "softmax", "split", "sqrt", "square",
-    "std", "sub", "sum", "t", "tanh", "transpose", "var",
+    "std", "sub", "sum", "t", "tanh", "transpose", "var", "round", "floor", "ceil", "trunc",
     # torch's dtype names, and its submodules as attributes (`torch.nn.Linear`)
     "float16", "half", "float32", "float", "float64", "double", "int32", "int64", "long",
     "bool", "nn", "optim", "cuda", "accelerator", "device",

@@ -216,6 +216,8 @@ class Tensor:
         M.view_as, M.reshape_as, M.expand_as, M.new_zeros, M.new_ones, M.new_full
     )  # fmt: skip
     to, type, double, half, type_as = M.to, M.type_, M.double, M.half, M.type_as
+    round, floor, ceil, trunc, long = M.round_, M.floor, M.ceil, M.trunc, M.long
+    int = M.long
     cpu = cuda = clone = M.same
     add_, sub_, mul_, div_, copy_, fill_, zero_, clamp_ = (
         M.add_, M.sub_, M.mul_, M.div_, M.copy_, M.fill_, M.zero_, M.clamp_

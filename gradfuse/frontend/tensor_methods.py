@@ -310,12 +310,51 @@ def type_(self: Tensor, dtype: Any = None, **_: Any) -> Tensor | str:
         names = {"float32": "Float", "float64": "Double", "float16": "Half", "bool": "Bool"}
         return f"torch.{names.get(self.dtype.name, self.dtype.name)}Tensor"
     if isinstance(dtype, str):  # "torch.FloatTensor"
-        kinds = {"Float": np.float32, "Double": np.float64, "Half": np.float16}
+        kinds = {"Float": np.float32, "Double": np.float64, "Half": np.float16, "Long": np.int64}
         dtype = kinds.get(dtype.removeprefix("torch.").removesuffix("Tensor"), dtype)
+    if _is_dtype(dtype) and np.dtype(dtype).kind in "iu":
+        return long(self)  # integers held as floats
     target = element_for(dtype)
     if target == element_type(self.value):
         return self
     return self._new(B.cast(self.value, target))
+
+
+def round_(self: Tensor, decimals: int = 0) -> Tensor:
+    """The nearest integer, ties to even, as PyTorch's `round` (its gradient is 0):
+    `(x + c) - c` with `c = +-2**23` (float32; 2**52 for float64), where the sum's
+    spacing is 1, so its rounding is the rounding to an integer; from `|x| >= c` on,
+    every float is an integer already."""
+    if decimals:
+        scale = 10.0**decimals
+        return round_(self * scale) / scale
+    big = 2.0**52 if self.dtype == np.float64 else 2.0**23
+    x = self.detach()
+    c = (x < 0.0).float().to(self.dtype) * (-2.0 * big) + big  # -big or big
+    return self._where(x.abs() < big, (x + c) - c, x)
+
+
+def floor(self: Tensor) -> Tensor:
+    """The largest integer <= x (gradient 0)."""
+    r = round_(self)
+    return r - (r > self.detach()).float().to(self.dtype)
+
+
+def ceil(self: Tensor) -> Tensor:
+    """The smallest integer >= x (gradient 0)."""
+    r = round_(self)
+    return r + (r < self.detach()).float().to(self.dtype)
+
+
+def trunc(self: Tensor) -> Tensor:
+    """x rounded toward 0 (gradient 0)."""
+    return self._where(self.detach() < 0.0, ceil(self), floor(self))
+
+
+def long(self: Tensor) -> Tensor:
+    """`trunc(x)`, held as floats: gradfuse's integers (indices, labels) are floats, exact
+    to 2**24 in float32 (`target.long()` of class ids changes nothing)."""
+    return trunc(self) if self.dtype != np.bool_ else self.float()
 
 
 def double(self: Tensor) -> Tensor:

@@ -246,3 +246,28 @@ def test_module_utilities_as_pytorch_code_uses_them() -> None:
     np.testing.assert_array_equal(model[0].weight.data, frozen)
     model.double()
     assert model[3].weight.dtype == np.float64
+
+
+@pytest.mark.parametrize("backend", ["reference", "c"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_round_floor_ceil_trunc_and_long_are_numpys(backend: str, dtype: Any) -> None:
+    rng = np.random.default_rng(9)
+    big = 2.0**23 if dtype == np.float32 else 2.0**52
+    values = np.concatenate([
+        rng.uniform(-50, 50, 200), np.arange(-4.5, 5.0, 0.5), [0.0, -0.0, 0.49999997, -0.49999997],
+        [big - 1.5, big - 0.5, big, big + 2, -big + 0.5, -big - 2, 3e30 if dtype == np.float32 else 3e300],
+    ]).astype(dtype)  # fmt: skip
+    gradfuse.reset()
+    p = gradfuse.Parameter(values.copy(), name="p")
+    outs = [p.round(), p.floor(), p.ceil(), p.trunc(), p.long(), gradfuse.round(p, decimals=1),
+            p.to(gradfuse.long), p.type(gradfuse.int64)]  # fmt: skip
+    (sum(o.sum() for o in outs) + p.sum()).backward()
+    got = received([*outs, p.grad], backend)
+    want = [np.round(values), np.floor(values), np.ceil(values), np.trunc(values),
+            np.trunc(values), np.round(values * 10) / 10, np.trunc(values), np.trunc(values)]  # fmt: skip
+    for k, (g, w) in enumerate(zip(got, want)):
+        if k == 5:  # x * 10 rounds in float32 before it is rounded (as PyTorch's)
+            np.testing.assert_allclose(g, w, rtol=1e-6, err_msg=str(k))
+        else:
+            np.testing.assert_array_equal(g, w, err_msg=str(k))
+    np.testing.assert_array_equal(got[-1], np.ones_like(values))  # theirs is 0, as PyTorch's
