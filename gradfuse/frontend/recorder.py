@@ -284,15 +284,7 @@ def ir_for_body() -> Block | None:
 
 def is_visible(value: SSAValue, block: Block | None = None) -> bool:
     """Whether `value` may be used in `block` (defined there or in an enclosing block)."""
-    where: Block | None = block or insertion_block()
-    owner = value.owner  # a block argument's block, or the defining op
-    defined = owner if isinstance(owner, Block) else owner.parent_block()
-    while where is not None:
-        if where is defined:
-            return True
-        parent = where.parent_op()
-        where = parent.parent_block() if parent is not None else None
-    return False
+    return within(block or insertion_block(), defined_in(value))  # type: ignore[arg-type]
 
 
 def is_grad_enabled() -> bool:
