@@ -214,12 +214,14 @@ class Adam(Optimizer):
         self.amsgrad = amsgrad
         self.maximize = maximize
         self.step_count = Parameter(np.zeros((), np.float32), name=f"{what.lower()}.step")
-        self._corrections: tuple[Tensor, Tensor] | None = None
+        self._step: Tensor | None = None
+        self._corrections: dict[object, tuple[Tensor, Tensor]] = {}  # by params' dtype
 
     def begin_step(self) -> None:
         t = self.step_count + 1.0
         self.step_count.assign(t)
-        self._corrections = (self._correction(t, self.betas[0]), self._correction(t, self.betas[1]))
+        self._step = t  # float32: its corrections now; another params' dtype's at first use
+        self._corrections = {np.dtype(np.float32): (self._correction(t, self.betas[0]), self._correction(t, self.betas[1]))}  # fmt: skip
 
     @staticmethod
     def _correction(t: Tensor, beta: float) -> Tensor:
@@ -238,7 +240,7 @@ class Adam(Optimizer):
         return where(u == 1.0, y * -math.log(2.0), (1.0 - u) * y / u.log2())
 
     def update(self, p: Parameter, grad: Tensor) -> None:
-        assert self._corrections is not None, "begin_step() records the step count first"
+        assert self._step is not None, "begin_step() records the step count first"
         b1, b2 = self.betas
         g = -grad if self.maximize else grad
         decayed: Tensor = p
@@ -255,7 +257,10 @@ class Adam(Optimizer):
             v_max_buf = self._state(p, "max_exp_avg_sq")
             v = v_max_buf.maximum(v)
             v_max_buf.assign(v)
-        bc1, bc2 = self._corrections
+        if p.dtype not in self._corrections:  # in the params' precision (the count is f32)
+            t = self._step.to(p.dtype)
+            self._corrections[p.dtype] = (self._correction(t, b1), self._correction(t, b2))
+        bc1, bc2 = self._corrections[p.dtype]
         step_size = bc1.reciprocal() * (-self.lr)
         denom = v.sqrt() * bc2.sqrt().reciprocal() + self.eps
         p.assign(decayed + m / denom * step_size)

@@ -15,6 +15,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import tensor
 from gradfuse.frontend.dtypes import element_for
+from gradfuse.frontend.eager import host_value
 from gradfuse.frontend.recorder import (
     defined_in,
     emit,
@@ -47,7 +48,9 @@ class Parameter(Tensor):
     TRAINABLE = True
     """Whether a new one requires grad (a `Buffer`'s never does)."""
 
-    def __init__(self, data: np.ndarray | Sequence[float], name: str | None = None):
+    def __init__(self, data: np.ndarray | Sequence[float] | Tensor, name: str | None = None):
+        if isinstance(data, Tensor):  # `nn.Parameter(gradfuse.randn(784, 10) / 28)`
+            data = host_value(data.value, "Parameter(tensor)")
         arr = np.array(data)
         if arr.dtype.kind != "f":
             arr = arr.astype(np.float32)

@@ -210,6 +210,8 @@ class Tensor:
         M.add, M.sub, M.mul, M.div, M.neg, M.square, M.cos, M.mm, M.bmm
     )  # fmt: skip
     __rpow__, item, requires_grad_ = M.rpow, M.item, M.requires_grad_
+    numpy, tolist, __format__ = M.numpy, M.tolist, M.format_
+    __float__ = M.item
     __invert__, __and__, __or__ = M.logical_not, M.logical_and, M.logical_or
     logical_not, logical_and, logical_or = M.logical_not, M.logical_and, M.logical_or
     view_as, reshape_as, expand_as, new_zeros, new_ones, new_full = (

@@ -28,6 +28,7 @@ from xdsl.ir import SSAValue
 from gradfuse.dialects.tg_base import tensor
 from gradfuse.dialects.tg_builder import element_type
 from gradfuse.frontend.dtypes import element_for
+from gradfuse.frontend.eager import host_value
 from gradfuse.frontend.recorder import RECORDING as B
 from gradfuse.frontend.recorder import error
 from gradfuse.frontend.tensor_shape import dims_arg
@@ -388,12 +389,29 @@ def requires_grad_(self: Tensor, requires_grad: bool = True) -> Tensor:
 
 
 def item(self: Tensor) -> float:
-    """A traced tensor has no value yet: `Receiver` hands it to Python each time the
-    program computes it."""
-    raise error(
-        "item(): a traced tensor has no value while the program is recorded; receive it with"
-        " gradfuse.Receiver(lambda v: ..., tensor), which runs each time it is computed"
-    )
+    """The one element's value, where the host can compute it now (`eager.host_value`:
+    from constants and parameters, after `execute()` the trained ones); a tensor computed
+    from a feeder's input or in a loop body is received with `Receiver` instead."""
+    if self.numel() != 1:
+        raise error(f"item(): the tensor has {self.numel()} elements, not one")
+    return float(host_value(self.value, "item()").reshape(()))
+
+
+def numpy(self: Tensor, force: bool = False) -> np.ndarray:
+    """The value as a NumPy array, where the host can compute it now (as `item()`)."""
+    return host_value(self.value, "numpy()")
+
+
+def tolist(self: Tensor) -> Any:
+    """The value as (nested) Python lists, where the host can compute it now."""
+    return host_value(self.value, "tolist()").tolist()
+
+
+def format_(self: Tensor, spec: str) -> str:
+    """`f"{x:.4f}"` of a one-element tensor the host can compute now; `f"{x}"` is its repr."""
+    if not spec:
+        return repr(self)
+    return format(item(self), spec)
 
 
 # --- in place ---------------------------------------------------------------------------------

@@ -168,9 +168,10 @@ def test_arithmetic_on_two_masks_is_an_error_not_a_count() -> None:
         m + m
 
 
-def test_item_says_to_receive_the_value_and_a_parameter_gives_its_own() -> None:
+def test_item_of_a_fed_tensor_says_to_receive_it_and_a_parameters_is_its_value() -> None:
     gradfuse.reset()
     p = Parameter(np.array([2.5], np.float32), name="p")
+    x = Feeder(lambda: np.ones(1, np.float32), shape=[1])
     with pytest.raises(GradfuseError, match="Receiver"):
-        (p * 2.0).item()
-    assert p.item() == 2.5
+        (p * x).item()
+    assert p.item() == 2.5 and (p * 2.0).item() == 5.0  # computed on the host now
