@@ -106,6 +106,7 @@ from gradfuse.frontend.torch_functions import (
     sum,
     t,
     tanh,
+    topk,
     transpose,
     trunc,
     var,
@@ -139,6 +140,7 @@ __all__ = [
     "minimum", "mm", "mul", "ne", "neg", "norm", "numel", "permute", "pow", "reciprocal",
     "relu", "reshape", "rsqrt", "sigmoid", "sin", "softmax", "split", "sqrt", "square",
     "std", "sub", "sum", "t", "tanh", "transpose", "var", "round", "floor", "ceil", "trunc",
+    "topk",
     # torch's dtype names, and its submodules as attributes (`torch.nn.Linear`)
     "float16", "half", "float32", "float", "float64", "double", "int32", "int64", "long",
     "bool", "nn", "optim", "cuda", "accelerator", "device",

@@ -20,14 +20,14 @@ from xdsl.ir import Operation, SSAValue
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of, tensor
 from gradfuse.dialects.tg_builder import LN_2, LOG2_E, element_type
+from gradfuse.frontend import tensor_backward as backward_
 from gradfuse.frontend import tensor_methods as M
 from gradfuse.frontend import tensor_reduce as reduce_
 from gradfuse.frontend import tensor_shape as shape_
 from gradfuse.frontend.device import default_device, device
 from gradfuse.frontend.dtypes import numpy_dtype
-from gradfuse.frontend.reach import backward_paths
 from gradfuse.frontend.recorder import RECORDING as B
-from gradfuse.frontend.recorder import Step, direction_scope, emit, error, is_visible, program
+from gradfuse.frontend.recorder import Step, emit, error
 from gradfuse.frontend.tensor_shape import dims_arg
 
 Scalar = float | int
@@ -173,8 +173,10 @@ class Tensor:
         return self
 
     def __pow__(self, exponent: object) -> Tensor:
+        if isinstance(exponent, Tensor):
+            return M.pow_tensor(self, exponent)
         if isinstance(exponent, bool) or not isinstance(exponent, int | float):
-            raise error("tensor ** exponent: the exponent must be a Python number")
+            raise error("tensor ** exponent: the exponent must be a number or a tensor")
         p = float(exponent)
         if p == 0:
             return Tensor(B.const(1.0, tensor(self.shape, element_type(self.value))))
@@ -301,7 +303,7 @@ class Tensor:
     max, min = reduce_.max_, reduce_.min_
     amax, amin, argmax, argmin = reduce_.amax, reduce_.amin, reduce_.argmax, reduce_.argmin
     clamp = clip = reduce_.clamp
-    var, std, norm = reduce_.var, reduce_.std, reduce_.norm
+    var, std, norm, topk = reduce_.var, reduce_.std, reduce_.norm, reduce_.topk
 
     def detach(self) -> Tensor:
         """The same values, through which no gradient flows (`tg.stop_gradient`), as in
@@ -328,6 +330,11 @@ class Tensor:
     def T(self) -> Tensor:
         """All dims reversed (the transpose of a matrix)."""
         return self.permute(list(reversed(range(self.ndim))))
+
+    @property
+    def mT(self) -> Tensor:  # noqa: N802 (torch's name)
+        """The last two dims swapped (a batch of matrices transposed)."""
+        return self.transpose(-2, -1)
 
     unsqueeze, squeeze, flatten = shape_.unsqueeze, shape_.squeeze, shape_.flatten
     t, expand, split, chunk = shape_.t, shape_.expand, shape_.split, shape_.chunk
@@ -361,55 +368,9 @@ class Tensor:
         assert isinstance(step, Step)
         return Tensor(B.getitem_step(self.value, keys, at[0], step.counter, step.count))
 
-    # --- autodiff -------------------------------------------------------------------------
+    # --- autodiff (gradfuse/frontend/tensor_backward.py) ---------------------------------
 
-    def backward(
-        self,
-        gradient: object = None,
-        retain_graph: bool | None = None,
-        create_graph: bool = False,
-        inputs: object = None,
-    ) -> None:
-        """Records `tg.grad` of `self` wrt every parameter it depends on; sets their `.grad`.
-
-        A non-scalar tensor gets a gradient of ones (d sum(self)). As in PyTorch, a
-        second `backward()` through (part of) a graph that an earlier one went through
-        is an error unless that one had `retain_graph=True`; gradients of separate
-        graphs (two forward passes) add up in `.grad`. `loss.backward()`
-        """
-        if gradient is not None or create_graph or inputs is not None:
-            raise error(
-                "backward(): gradient=, create_graph= and inputs= are not supported"
-                " (gradfuse differentiates a tensor wrt every parameter it depends on)"
-            )
-        found, graph = backward_paths(self.value)
-        if not found:
-            raise error(
-                "backward(): the tensor does not depend on any parameter, so there is nothing"
-                " to differentiate"
-            )
-        prog = program()
-        if not prog.freed.isdisjoint(graph):
-            raise error(
-                "backward(): trying to backward through the graph a second time (an earlier"
-                " backward() went through it): pass retain_graph=True to that earlier"
-                " backward() to keep the graph for another one"
-            )
-        if not retain_graph:
-            prog.freed |= graph
-        with direction_scope("backward"):
-            grad = emit(tg.GradOp(self.value, [v for _, v in found]))
-            summed = []
-            for (param, _), g in zip(found, grad.grads, strict=True):
-                new, old = Tensor(g), param.grad
-                if old is not None and is_visible(old.value):
-                    new = old + new
-                summed.append((param, new))
-            reducers = dict.fromkeys(p._reducer for p, _ in summed if p._reducer is not None)
-            for reduce in reducers:  # DistributedDataParallel: averaged over ranks
-                summed = reduce(summed)
-            for param, new in summed:
-                param.grad = new
+    backward = backward_.backward
 
 
 def where(cond: Tensor, a: Tensor | Scalar, b: Tensor | Scalar) -> Tensor:

@@ -25,6 +25,7 @@ import numpy as np
 from xdsl.dialects.builtin import Float32Type, i1
 from xdsl.ir import SSAValue
 
+from gradfuse.diagnostics import GradfuseError
 from gradfuse.dialects.tg_base import tensor
 from gradfuse.dialects.tg_builder import element_type
 from gradfuse.frontend.dtypes import element_for
@@ -82,6 +83,19 @@ def rpow(self: Tensor, base: object) -> Tensor:
     if isinstance(base, bool) or not isinstance(base, int | float) or base <= 0:
         raise error("number ** tensor: the base must be a positive Python number")
     return self.exp2() if base == 2 else (self * math.log2(base)).exp2()
+
+
+def pow_tensor(self: Tensor, exponent: Tensor) -> Tensor:
+    """`self ** exponent` elementwise (broadcast), as PyTorch's: `|x| ** e` as
+    `exp2(e log2 |x|)`, negative where x < 0 and e is an odd integer, NaN where x < 0
+    and e is no integer, 1 where e is 0 (the polynomial tutorial's
+    `x.unsqueeze(-1).pow(torch.tensor([1, 2, 3]))`)."""
+    x, e = self, exponent
+    size = self._where(e == 0.0, 1.0, (e * x.abs().log2()).exp2())
+    integral = e == floor(e)
+    odd = integral & (e - floor(e * 0.5) * 2.0 == 1.0)
+    signed = self._where((x < 0.0) & odd, -size, size)
+    return self._where((x < 0.0) & ~integral, float("nan"), signed)
 
 
 def mm(self: Tensor, other: Tensor) -> Tensor:
@@ -209,13 +223,27 @@ def masked_fill(self: Tensor, mask: Tensor, value: Tensor | Scalar) -> Tensor:
     return self._new(B.where(mask.value, self._operand(value), self.value))
 
 
+def _all_rows(key: Any, n: int) -> bool:
+    """Whether `key` is `range(n)` or a tensor the host computes as 0, 1, ..., n - 1
+    (`gradfuse.arange(n)`)."""
+    if isinstance(key, range):
+        return key == range(n)
+    if hasattr(key, "_value") and key.shape == (n,):
+        try:
+            return bool(np.array_equal(host_value(key.value, "x[arange(n), ...]"), np.arange(n)))
+        except GradfuseError:
+            return False
+    return False
+
+
 def advanced_index(self: Tensor, keys: tuple[Any, ...]) -> Tensor:
-    """`x[range(n), target]` (PyTorch's "nn really" tutorial's `-input[range(n), target]`):
+    """`x[range(n), target]` or `x[arange(n), target]` (PyTorch's "nn really" tutorial's
+    `-input[range(n), target]`):
     row i's entry `target[i]`, a gather; other tensor, list or mask indices are an error
     (their results' shapes depend on the data or call for a general gather)."""
-    if len(keys) == 2 and self.ndim == 2 and isinstance(keys[0], range):
-        rows, index = keys
-        if rows == range(self.shape[0]) and hasattr(index, "_value") and index.shape == (self.shape[0],):  # fmt: skip
+    if len(keys) == 2 and self.ndim == 2 and _all_rows(keys[0], self.shape[0]):
+        index = keys[1]
+        if hasattr(index, "_value") and index.shape == (self.shape[0],):
             return self.gather(1, index.unsqueeze(1)).squeeze(1)
     raise error(
         "x[...]: only ints, slices, None and ... index a tensor (and x[range(n), target] of"

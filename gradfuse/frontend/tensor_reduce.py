@@ -90,6 +90,34 @@ def clamp(x: Tensor, min: object = None, max: object = None) -> Tensor:
     return out
 
 
+def topk(
+    x: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True  # noqa: A002
+) -> ValuesIndices:
+    """The `k` largest (or smallest) values along `dim` and their indices, largest
+    first, as PyTorch's `topk` (of tied values, the first index first): `k` rounds of
+    `max(dim)`, each masking the position it took; the gradient reaches the positions
+    taken. `decoder_output.topk(1)`"""
+    if not x.ndim:
+        raise error("topk: expects a tensor of rank >= 1")
+    d = B.normalize_dims(dim, x.ndim, "topk")[0]
+    if not isinstance(k, int) or not 0 < k <= x.shape[d]:
+        raise error(f"topk: k must be in [1, {x.shape[d]}] (the size of dim {d}), got {k!r}")
+    n = x.shape[d]
+    shape = [n if j == d else 1 for j in range(x.ndim)]
+    positions = x._new(B.dense(np.arange(n, dtype=np.float32).reshape(shape), Float32Type()))
+    rest, taken, hits = x if largest else -x, [], None
+    for _ in range(k):  # the first best position not taken yet (-inf values included)
+        best = rest == amax(rest, d, keepdim=True)
+        best = best if hits is None else best & ~hits
+        index = amin(x._where(best, positions, float(n)), d, keepdim=True)
+        hit = positions == index
+        hits = hit if hits is None else hits | hit
+        taken.append(index)
+        rest = x._where(hit, float("-inf"), rest)
+    indices = x._new(B.concat([i.value for i in taken], d)) if k > 1 else taken[0]
+    return ValuesIndices(x.gather(d, indices), indices)
+
+
 def _extreme(x: Tensor, dim: object, keepdim: bool, which: str) -> Tensor | ValuesIndices:
     if hasattr(dim, "value"):  # x.max(other): elementwise
         other: Tensor = dim  # type: ignore[assignment]
