@@ -53,6 +53,7 @@ from gradfuse.frontend.grad_mode import (
 from gradfuse.frontend.loops import scan, steps
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import manual_seed
+from gradfuse.frontend.serialization import load, save
 from gradfuse.frontend.tensor import Tensor, where
 from gradfuse.frontend.tensor_reduce import amax, amin, argmax, argmin, clamp
 from gradfuse.frontend.tensor_reduce import max_ as max  # noqa: A004 (torch.max, as torch has it)
@@ -140,7 +141,7 @@ __all__ = [
     "minimum", "mm", "mul", "ne", "neg", "norm", "numel", "permute", "pow", "reciprocal",
     "relu", "reshape", "rsqrt", "sigmoid", "sin", "softmax", "split", "sqrt", "square",
     "std", "sub", "sum", "t", "tanh", "transpose", "var", "round", "floor", "ceil", "trunc",
-    "topk",
+    "topk", "save", "load",
     # torch's dtype names, and its submodules as attributes (`torch.nn.Linear`)
     "float16", "half", "float32", "float", "float64", "double", "int32", "int64", "long",
     "bool", "nn", "optim", "cuda", "accelerator", "device",

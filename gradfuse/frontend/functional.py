@@ -136,14 +136,17 @@ def scatter_add(index: Tensor, src: Tensor, dim: int, shape: Sequence[int]) -> T
     return Tensor(emit(tg.ScatterAddOp(index.value, src.value, d, list(shape))).result)
 
 
-def rand(*shape: int | Sequence[int], seed: int | None = None) -> Tensor:
+def rand(
+    *shape: int | Sequence[int], seed: int | None = None, dtype: object = None, **_: object
+) -> Tensor:
     """Uniform [0, 1) numbers that change every time the program reaches them (`tg.random`).
 
     A counter param (`"rng.<n>"`, starting at 0) is read and incremented, so each
     iteration of an `ir_for` draws new numbers; `seed` defaults to a draw from
     `gradfuse.manual_seed`'s generator, so runs are reproducible. In a `scan`/`steps`
     body of T steps, step t draws at counter `c * T + t` (nested loops likewise) and
-    the increment follows the outermost loop. `rand(2, 16)`
+    the increment follows the outermost loop. `dtype=` casts, `device=` is accepted (as
+    torch's; `execute()` chooses where). `rand(2, 16)`
     """
     size = [int(d) for d in dims_arg(shape)]
     if seed is None:
@@ -162,7 +165,7 @@ def rand(*shape: int | Sequence[int], seed: int | None = None) -> Tensor:
     assert after is not None
     with insert_into(after):  # after the outermost loop (c is read before it)
         counter.assign(c + 1.0)
-    return out
+    return out if dtype is None or np.dtype(dtype) == np.float32 else out.to(dtype)  # type: ignore[call-overload]
 
 
 def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:

@@ -86,6 +86,23 @@ def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: fl
     return _reduce(_quadratic_then_linear(input - target, delta, 1.0), reduction, "huber_loss")
 
 
+def kl_div(
+    input: Tensor, target: Tensor, size_average: object = None, reduce: object = None,
+    reduction: str = "mean", log_target: bool = False,
+) -> Tensor:  # fmt: skip
+    """`target * (log(target) - input)` for log-probabilities `input` (0 where the target
+    is 0); `reduction="batchmean"` divides the sum by the batch size, as PyTorch's."""
+    _same_shape("kl_div", input, target)
+    if log_target:
+        pointwise = target.exp() * (target - input)
+    else:
+        safe = where(target > 0.0, target, 1.0)
+        pointwise = where(target > 0.0, target * (safe.log() - input), 0.0)
+    if reduction == "batchmean":
+        return pointwise.sum() * (1.0 / input.shape[0]) if input.ndim else pointwise.sum()
+    return _reduce(pointwise, reduction, "kl_div")
+
+
 def binary_cross_entropy(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """`-(t log p + (1 - t) log(1 - p))`, each log clamped at -100 as in PyTorch.
 
@@ -220,5 +237,5 @@ def cross_entropy(
 
 __all__ = [
     "mse_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy",
-    "nll_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
+    "nll_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div",
 ]  # fmt: skip

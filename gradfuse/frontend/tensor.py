@@ -125,6 +125,18 @@ class Tensor:
         """Where the program runs by default (`execute()` chooses): a GPU, else the CPU."""
         return default_device()
 
+    @property
+    def is_cuda(self) -> bool:
+        """Whether the program runs on a GPU by default (`execute()` chooses)."""
+        return self.device.type == "cuda"
+
+    def __setitem__(self, key: object, value: object) -> None:
+        raise error(
+            "x[...] = value: gradfuse's tensors are values, not memory; build the new one"
+            " (gradfuse.where(mask, value, x), gradfuse.cat), or compute a constant table in"
+            " NumPy and keep it with register_buffer"
+        )
+
     def numel(self) -> int:
         """The number of elements."""
         return math.prod(self.shape)

@@ -99,13 +99,33 @@ def Feeder(  # noqa: N802 (the seed program's name)
     """Host -> device input: `fn()` is called each time the program reaches the feeder.
 
     `x = Feeder(lambda: np.full((2, 255), 0.2, np.float32), shape=[2, 255])` records
-    `%x = tg.feeder "feeder" : tensor<2x255xf32>`.
+    `%x = tg.feeder "feeder" : tensor<2x255xf32>`. An integer `dtype` (class labels,
+    token ids: `dtype=np.int64`) feeds float32, gradfuse's integers, converted on the
+    host (each value must be an integer below 2**24 in size, kept exactly).
     """
+    if np.dtype(dtype).kind in "iu":
+        fn, dtype = _as_float_integers(fn), np.float32
     prog = program()
     key = unique_name(name or "feeder", prog.feeders)
     op = emit(tg.FeederOp(key, tensor([int(d) for d in shape], element_for(dtype))))
     prog.feeders[key] = fn  # type: ignore[assignment]
     return Tensor(op.result)
+
+
+def _as_float_integers(fn: Callable[[], np.ndarray] | np.ndarray) -> Any:
+    """`fn` (or an array) whose integers are fed as float32 (exact below 2**24)."""
+
+    def convert(values: Any) -> np.ndarray:
+        arr = np.asarray(values)
+        if arr.dtype.kind not in "iub":
+            raise ValueError(f"expected integers (the feeder's dtype), got {arr.dtype} data")
+        if arr.size and np.abs(arr).max() >= 2**24:
+            raise ValueError("an integer of 2**24 or more has no exact float32")
+        return arr.astype(np.float32)
+
+    if callable(fn):
+        return lambda: convert(fn())
+    return convert(fn)
 
 
 def _values(tensors: object) -> list[Tensor]:

@@ -18,6 +18,7 @@ from gradfuse.frontend.nn.activation import (
     PReLU,
     ReLU6,
     SiLU,
+    Softmax2d,
     Softplus,
     Softsign,
     Unflatten,
@@ -42,6 +43,7 @@ from gradfuse.frontend.nn.loss import (
     BCEWithLogitsLoss,
     CrossEntropyLoss,
     HuberLoss,
+    KLDivLoss,
     L1Loss,
     MSELoss,
     NLLLoss,
@@ -71,5 +73,5 @@ __all__ = [
     "GRU", "LSTM", "RNNCell", "GRUCell", "LSTMCell", "MSELoss", "CrossEntropyLoss", "NLLLoss",
     "BCELoss", "BCEWithLogitsLoss", "Optimizer", "SGD", "Adam", "AdamW", "functional", "utils",
     "init", "ReLU6", "Hardswish", "Mish", "Softsign", "LogSigmoid", "Unflatten", "L1Loss",
-    "SmoothL1Loss", "HuberLoss",
+    "SmoothL1Loss", "HuberLoss", "KLDivLoss", "Softmax2d",
 ]  # fmt: skip

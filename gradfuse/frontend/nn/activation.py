@@ -281,3 +281,12 @@ class Unflatten(Module):
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
+
+
+class Softmax2d(Module):
+    """Softmax over the channels of each position: dim -3 of [N, C, H, W] or [C, H, W]."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim not in (3, 4):
+            raise error(f"Softmax2d: expects a tensor of rank 3 or 4, got shape {list(x.shape)}")
+        return x.softmax(-3)

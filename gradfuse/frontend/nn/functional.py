@@ -18,6 +18,7 @@ from gradfuse.frontend.functional_loss import *  # noqa: F403
 from gradfuse.frontend.functional_loss import __all__ as _loss
 from gradfuse.frontend.functional_norm import *  # noqa: F403
 from gradfuse.frontend.functional_norm import __all__ as _norm
+from gradfuse.frontend.nn.sparse import embedding
 from gradfuse.frontend.tensor import Tensor
 
 
@@ -46,4 +47,5 @@ __all__ = [
     "relu",
     "sigmoid",
     "tanh",
+    "embedding",
 ]

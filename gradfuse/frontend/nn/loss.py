@@ -68,6 +68,22 @@ class HuberLoss(_Loss):
         return F.huber_loss(input, target, self.reduction, self.delta)
 
 
+class KLDivLoss(_Loss):
+    """The Kullback-Leibler divergence of log-probabilities from a target (`F.kl_div`);
+    `reduction="batchmean"` as PyTorch's."""
+
+    def __init__(
+        self, size_average: bool | None = None, reduce: bool | None = None,
+        reduction: str = "mean", log_target: bool = False,
+    ):  # fmt: skip
+        batchmean = reduction == "batchmean"
+        super().__init__(size_average, reduce, "sum" if batchmean else reduction)
+        self.reduction, self.log_target = reduction, log_target
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return F.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
+
+
 class BCELoss(_Loss):
     """Binary cross-entropy of probabilities (logs clamped at -100). `BCELoss()(p, t)`"""
 

@@ -70,13 +70,25 @@ class Embedding(Module):
         self.weight = Parameter(table.astype(np.float32))
 
     def forward(self, ids: Tensor) -> Tensor:
-        n = ids.numel()
-        index = ids.reshape(n, 1).broadcast_to([n, self.embedding_dim])
-        rows = self.weight.gather(0, index)
-        check_fed_ids(
-            index, self.num_embeddings, "token id", f"Embedding({self.extra_repr()})", "ids"
-        )
-        return rows.reshape(list(ids.shape) + [self.embedding_dim])
+        return _lookup(ids, self.weight, f"Embedding({self.extra_repr()})")
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}"
+
+
+def _lookup(ids: Tensor, weight: Tensor, what: str) -> Tensor:
+    """The rows of `weight` at `ids` (`tg.gather`); fed ids are checked on the host."""
+    n, dim = ids.numel(), weight.shape[1]
+    index = ids.reshape(n, 1).broadcast_to([n, dim])
+    rows = weight.gather(0, index)
+    check_fed_ids(index, weight.shape[0], "token id", what, "ids")
+    return rows.reshape(list(ids.shape) + [dim])
+
+
+def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, **_: Any) -> Tensor:
+    """`F.embedding`: the rows of the table `weight` [N, D] at the ids `input`."""
+    if padding_idx is not None:
+        raise error("embedding: padding_idx is not supported by gradfuse")
+    if weight.ndim != 2:
+        raise error(f"embedding: weight must be a matrix, got shape {list(weight.shape)}")
+    return _lookup(input, weight, f"embedding({weight.shape[0]}, {weight.shape[1]})")

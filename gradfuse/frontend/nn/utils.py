@@ -57,4 +57,12 @@ def clip_grad_norm_(
     return total
 
 
-__all__ = ["clip_grad_norm_", "rnn"]
+def clip_grad_value_(parameters: Tensor | Iterable[Tensor], clip_value: float, foreach: bool | None = None) -> None:  # fmt: skip
+    """Clamps each gradient of `parameters` to [-clip_value, clip_value], as PyTorch's."""
+    params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
+    for q in params:
+        if getattr(q, "grad", None) is not None:
+            q.grad = q.grad.clamp(-float(clip_value), float(clip_value))  # type: ignore[union-attr]
+
+
+__all__ = ["clip_grad_norm_", "clip_grad_value_", "rnn"]
