@@ -40,7 +40,9 @@ from gradfuse.diagnostics import GradfuseError
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import tensor
 from gradfuse.frontend.dtypes import element_for
+from gradfuse.frontend.eager import host_value
 from gradfuse.frontend.parameter import Parameter
+from gradfuse.frontend.recorder import RECORDING as B
 from gradfuse.frontend.recorder import emit_before, error, program
 from gradfuse.frontend.tensor import Tensor
 
@@ -133,7 +135,9 @@ def slots(fn: Callable[..., Any]) -> list[Slot]:
 
 
 def held(fn: Callable[..., Any]) -> list[Held]:
-    """What the slots of `fn` that hold tensors hold now (before its body is traced)."""
+    """What the slots of `fn` hold now (before its body is traced), with their tensors
+    (empty for a value that is not a tensor or a sequence of them, and for one holding
+    a parameter, which is read afresh in every iteration)."""
     out = []
     for slot in slots(fn):
         try:
@@ -141,16 +145,45 @@ def held(fn: Callable[..., Any]) -> list[Held]:
         except (KeyError, ValueError):
             continue
         tensors = _leaves(value)
-        if tensors is not None and not any(
+        if tensors is not None and any(
             isinstance(t, Parameter) and not isinstance(t, Carried) for t in tensors
-        ):  # (a parameter is read afresh in every iteration)
-            out.append(Held(slot, value, tensors))
+        ):
+            continue
+        out.append(Held(slot, value, tensors or []))
     return out
+
+
+def hoist(before: list[Held], loop: tg.ForOp) -> None:
+    """A slot that held no tensor before the loop and holds tensors the body computed
+    alike in every iteration (a mask a module caches on its first call) holds them as
+    constants after the loop, so that code after it can use them (as PyTorch's cached
+    tensor); other tensors of the body stay the body's (an error where used after)."""
+    for h in before:
+        if h.tensors:
+            continue
+        try:
+            now = h.slot.get()
+        except (KeyError, ValueError):
+            continue
+        new = _leaves(now) if now is not h.value else None
+        if not new or not all(_inside(t.value, loop) for t in new):
+            continue
+        try:
+            values = [host_value(t.value, h.slot.name, loop) for t in new]
+        except GradfuseError:
+            continue
+        constants = [Tensor(B.dense(v, element_for(v.dtype))) for v in values]
+        h.slot.set(_rebuilt(now, iter(constants)))
 
 
 def restore(before: list[Held]) -> None:
     """Sets the slots of `before` back to what they held (after a failed trace)."""
     for h in before:
+        try:
+            if h.slot.get() is h.value:
+                continue
+        except (KeyError, ValueError):
+            pass
         h.slot.set(h.value)
 
 
@@ -166,6 +199,8 @@ def carry(before: list[Held], loop: tg.ForOp) -> None:
     tensors the body read and replaced with another kind of value is an error."""
     plans = []
     for h in before:
+        if not h.tensors:
+            continue
         try:
             now = h.slot.get()
         except (KeyError, ValueError):

@@ -21,9 +21,11 @@ from gradfuse.dialects import tg
 from gradfuse.frontend.recorder import error, program
 
 
-def _needed(value: SSAValue, what: str) -> list[Operation]:
+def _needed(value: SSAValue, what: str, loop: Operation | None = None) -> list[Operation]:
     """The ops `value` is computed by, in program order; an error where one is a
-    feeder's or in a loop body (the host has no value for them before the run)."""
+    feeder's or in a loop body (the host has no value for them before the run). With
+    `loop`, ops in its body are allowed where they compute the same in every iteration:
+    no param read, random numbers or loop index among them."""
     main = program().block
     found: set[Operation] = set()
     todo = [value]
@@ -34,15 +36,18 @@ def _needed(value: SSAValue, what: str) -> list[Operation]:
             raise _no_value(what, "is a loop's block argument")
         if op in found:
             continue
-        if op.parent_block() is not main:
+        inside = loop is not None and loop.is_ancestor(op)
+        if op.parent_block() is not main and not inside:
             raise _no_value(what, "is computed in an ir_for body, once an iteration")
         if isinstance(op, tg.FeederOp):
             raise _no_value(what, f"depends on the feeder \"{op.key.data}\"'s input")
         if op.regions:
             raise _no_value(what, f"depends on a {op.name}")
+        if loop is not None and isinstance(op, tg.ParamOp | tg.RandomOp):
+            raise _no_value(what, "changes from one iteration to the next")
         found.add(op)
         todo.extend(op.operands)
-    return [op for op in main.ops if op in found]
+    return [op for op in program().module.walk() if op in found]
 
 
 def _no_value(what: str, why: str):  # noqa: ANN202
@@ -53,10 +58,11 @@ def _no_value(what: str, why: str):  # noqa: ANN202
     )
 
 
-def host_value(value: SSAValue, what: str) -> np.ndarray:
+def host_value(value: SSAValue, what: str, loop: Operation | None = None) -> np.ndarray:
     """The value of `value` computed now on the host (see the module's docstring), or
-    an error naming `what` ("item()", "Parameter(tensor)")."""
-    ops = _needed(value, what)
+    an error naming `what` ("item()", "Parameter(tensor)"); with `loop`, also a value
+    its body computes alike in every iteration (a mask a module caches)."""
+    ops = _needed(value, what, loop)
     mapping: dict[SSAValue, SSAValue] = {}
     body = Block()
     for op in ops:

@@ -18,7 +18,7 @@ import numpy as np
 from gradfuse.diagnostics import GradfuseError, unique_name
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import tensor
-from gradfuse.frontend.carry import carry, check_gradients, held, restore
+from gradfuse.frontend.carry import carry, check_gradients, held, hoist, restore
 from gradfuse.frontend.dtypes import element_for
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import (
@@ -79,6 +79,7 @@ def ir_for(loop: range, fn: Callable[[], Any]) -> None:
             fn()
         carry(before, op)
         check_gradients(op)
+        hoist(before, op)
     except BaseException:
         restore(before)  # what the failed body set goes with it
         program().forget(body)

@@ -221,3 +221,42 @@ def test_gradients_cleared_before_backward_or_after_the_step_are_fine(where: str
     ir_for(range(3), step)
     execute(backend="reference")
     assert model.weight.data[0, 0] == pytest.approx(0.7)  # three fresh gradients of 1
+
+
+class MaskedScores(nn.Module):
+    """word_language_model's TransformerModel's mask caching, as it writes it."""
+
+    def __init__(self):
+        super().__init__()
+        self.src_mask = None
+        self.proj = nn.Linear(4, 4)
+
+    def _generate_square_subsequent_mask(self, sz: int):  # noqa: ANN202
+        return gradfuse.log(gradfuse.tril(gradfuse.ones(sz, sz)))
+
+    def forward(self, src):  # noqa: ANN001, ANN201
+        if self.src_mask is None or self.src_mask.size(0) != len(src):
+            mask = self._generate_square_subsequent_mask(len(src)).to(src.device)
+            self.src_mask = mask
+        scores = self.proj(src) @ self.proj(src).t() + self.src_mask
+        return scores.softmax(-1)
+
+
+def test_a_constant_a_module_caches_in_the_loop_is_usable_after_it() -> None:
+    gradfuse.reset()
+    model = MaskedScores()
+    opt = optim.SGD(model.parameters(), lr=0.1)
+    xs = np.random.default_rng(1).normal(size=(3, 4)).astype(np.float32)
+
+    def step() -> None:
+        x = Feeder(lambda: xs, shape=[3, 4])
+        opt.zero_grad()
+        model(x).pow(2).sum().backward()
+        opt.step()
+
+    ir_for(range(2), step)
+    after: list[np.ndarray] = []
+    Receiver(after.append, model(gradfuse.tensor(xs)))  # evaluation after training
+    execute(backend="reference")
+    np.testing.assert_array_equal(np.triu(after[0], 1), 0.0)  # the mask still applies
+    np.testing.assert_allclose(after[0].sum(-1), 1.0, rtol=1e-6)
