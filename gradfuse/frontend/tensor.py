@@ -21,6 +21,7 @@ from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of, tensor
 from gradfuse.dialects.tg_builder import LN_2, LOG2_E, element_type
 from gradfuse.frontend import tensor_backward as backward_
+from gradfuse.frontend import tensor_masks as K
 from gradfuse.frontend import tensor_methods as M
 from gradfuse.frontend import tensor_reduce as reduce_
 from gradfuse.frontend import tensor_shape as shape_
@@ -49,7 +50,7 @@ def _binary(cls: type[Operation], reflected: bool = False) -> Callable[[Tensor, 
     number: `__sub__ = _binary(tg.SubOp)` is `self - other`, with `reflected` `other - self`."""
 
     def method(self: Tensor, other: object) -> Tensor:
-        x, y = M.promoted(self.value, _operand(other), arithmetic=True)
+        x, y = K.promoted(self.value, _operand(other), arithmetic=True)
         return Tensor(B.binary(cls, y, x) if reflected else B.binary(cls, x, y))
 
     return method
@@ -215,19 +216,19 @@ class Tensor:
         """`self @ other`."""
         return self @ other
 
-    # --- comparisons (masks) and named methods (gradfuse/frontend/tensor_methods.py) -------
+    # --- comparisons (masks: tensor_masks.py) and named methods (tensor_methods.py) -------
 
-    __lt__, __gt__, __le__, __ge__ = M.lt_, M.gt_, M.le_, M.ge_
-    __eq__, __ne__ = M.eq_, M.ne_  # type: ignore[assignment]
-    eq, ne, gt, ge, lt, le = M.eq, M.ne, M.gt, M.ge, M.lt, M.le
+    __lt__, __gt__, __le__, __ge__ = K.lt_, K.gt_, K.le_, K.ge_
+    __eq__, __ne__ = K.eq_, K.ne_  # type: ignore[assignment]
+    eq, ne, gt, ge, lt, le = K.eq, K.ne, K.gt, K.ge, K.lt, K.le
     add, sub, mul, div, neg, square, cos, mm, bmm = (
         M.add, M.sub, M.mul, M.div, M.neg, M.square, M.cos, M.mm, M.bmm
     )  # fmt: skip
     __rpow__, item, requires_grad_ = M.rpow, M.item, M.requires_grad_
     numpy, tolist, __format__ = M.numpy, M.tolist, M.format_
     __float__ = M.item
-    __invert__, __and__, __or__ = M.logical_not, M.logical_and, M.logical_or
-    logical_not, logical_and, logical_or = M.logical_not, M.logical_and, M.logical_or
+    __invert__, __and__, __or__ = K.logical_not, K.logical_and, K.logical_or
+    logical_not, logical_and, logical_or = K.logical_not, K.logical_and, K.logical_or
     view_as, reshape_as, expand_as, new_zeros, new_ones, new_full = (
         M.view_as, M.reshape_as, M.expand_as, M.new_zeros, M.new_ones, M.new_full
     )  # fmt: skip
@@ -306,11 +307,11 @@ class Tensor:
 
     def sum(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         """Sum over `dim` (all dims when None) (`tg.reduce_sum`); a mask counts its trues."""
-        return Tensor(B.reduce(tg.ReduceSumOp, M.numeric(self.value), dim, keepdim))
+        return Tensor(B.reduce(tg.ReduceSumOp, K.numeric(self.value), dim, keepdim))
 
     def mean(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         """Mean over `dim` (all dims when None) (`tg.reduce_mean`, a composite)."""
-        return Tensor(B.reduce(tg.ReduceMeanOp, M.numeric(self.value), dim, keepdim))
+        return Tensor(B.reduce(tg.ReduceMeanOp, K.numeric(self.value), dim, keepdim))
 
     max, min = reduce_.max_, reduce_.min_
     amax, amin, argmax, argmin = reduce_.amax, reduce_.amin, reduce_.argmax, reduce_.argmin
@@ -360,7 +361,7 @@ class Tensor:
         """The number of dims (`ndim`)."""
         return self.ndim
 
-    masked_fill = M.masked_fill
+    masked_fill = K.masked_fill
 
     def broadcast_to(self, shape: Sequence[int]) -> Tensor:
         """Repeated to `shape` by NumPy's rules."""
@@ -370,7 +371,7 @@ class Tensor:
         keys = key if isinstance(key, tuple) else (key,)
         if any(not isinstance(k, int | slice | Step) and k is not None and k is not ...
                for k in keys):  # fmt: skip
-            return M.advanced_index(self, keys)
+            return K.advanced_index(self, keys)
         at = [d for d, k in enumerate(keys) if isinstance(k, Step)]
         if not at:
             return Tensor(B.getitem(self.value, key))
