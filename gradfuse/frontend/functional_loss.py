@@ -171,13 +171,16 @@ def binary_cross_entropy_with_logits(
 
 
 def _at_targets(
-    input: Tensor, target: Tensor, what: str, of: Callable[[Tensor], Tensor] | None = None
-) -> tuple[Tensor, Tensor]:
+    input: Tensor, target: Tensor, what: str, of: Callable[[Tensor], Tensor] | None = None,
+    ignore_index: int | None = None,
+) -> tuple[Tensor, Tensor, Tensor | None]:  # fmt: skip
     """`of(input)` (`input` itself by default) [N, C, ...] gathered along its class dim 1
     at the class indices `target` [N, ...] (floats holding integers), in the shape of
-    `target`; and `of(input)`. Targets read from a `Feeder` (through views) are checked
-    on the host at each call: one that is not an integer in [0, C) stops the run with an
-    error naming the feeder (`gradfuse.frontend.id_ranges`); other targets are not."""
+    `target`; `of(input)`; and, with an `ignore_index`, the mask of the targets that are
+    not it (an ignored target gathers class 0, which the caller masks). Targets read
+    from a `Feeder` (through views) are checked on the host at each call: one that is
+    not an integer in [0, C) (or the ignore_index) stops the run with an error naming
+    the feeder (`gradfuse.frontend.id_ranges`); other targets are not."""
     if input.ndim == 1:
         input, target = input.reshape(1, -1), target.reshape(1)
     if input.ndim < 2:
@@ -189,11 +192,28 @@ def _at_targets(
             f" {fmt_shape(input.shape)} without its class dim 1: {fmt_shape(want)}"
         )
     index = target.reshape(want[:1] + (1,) + want[1:])
+    classes = input.shape[1]
+    check_fed_ids(
+        index, classes, "class index", f"{what} over {classes} classes", "targets", ignore_index
+    )
+    keep = None
+    if ignore_index is not None:
+        keep = target != float(ignore_index)
+        index = where(index != float(ignore_index), index, 0.0)
     values = of(input) if of is not None else input
     picked = gather(values, 1, index).reshape(want)
-    classes = input.shape[1]
-    check_fed_ids(index, classes, "class index", f"{what} over {classes} classes", "targets")
-    return picked, values
+    return picked, values, keep
+
+
+def _reduce_kept(loss: Tensor, keep: Tensor | None, reduction: str, what: str) -> Tensor:
+    """`_reduce` over the targets `keep` holds (all without an ignore_index): the
+    others count 0, and the mean divides by how many are kept (NaN if none, as PyTorch)."""
+    if keep is None:
+        return _reduce(loss, reduction, what)
+    loss = where(keep, loss, 0.0)
+    if reduction == "mean":
+        return loss.sum() / keep.float().sum()
+    return _reduce(loss, reduction, what)
 
 
 def nll_loss(
@@ -207,32 +227,39 @@ def nll_loss(
 ) -> Tensor:
     """The negative log-likelihood of log-probabilities `input` [N, C, ...] (from
     `log_softmax` along dim 1) at class indices `target` [N, ...], as PyTorch's
-    `F.nll_loss` (no `weight`, `ignore_index`, or the legacy `size_average`/`reduce`).
+    `F.nll_loss` (no `weight`, or the legacy `size_average`/`reduce`); targets equal to
+    an `ignore_index` given other than the default count nothing (the default -100
+    keeps targets in [0, C): a -100 fed is an error naming the feeder).
     `F.nll_loss(F.log_softmax(x, dim=1), labels)`"""
     for name, value, default in [
-        ("weight", weight, None), ("size_average", size_average, None),
-        ("ignore_index", ignore_index, -100), ("reduce", reduce, None),
+        ("weight", weight, None), ("size_average", size_average, None), ("reduce", reduce, None),
     ]:  # fmt: skip
         if value != default:
             raise error(f"nll_loss: {name}={value!r} is not supported (only {default!r})")
-    return _reduce(-_at_targets(input, target, "nll_loss")[0], reduction, "nll_loss")
+    ignore = None if ignore_index == -100 else int(ignore_index)
+    picked, _, keep = _at_targets(input, target, "nll_loss", ignore_index=ignore)
+    return _reduce_kept(-picked, keep, reduction, "nll_loss")
 
 
 def cross_entropy(
-    input: Tensor, target: Tensor, reduction: str = "mean", label_smoothing: float = 0.0
-) -> Tensor:
+    input: Tensor, target: Tensor, reduction: str = "mean", label_smoothing: float = 0.0,
+    ignore_index: int = -100,
+) -> Tensor:  # fmt: skip
     """Cross-entropy of logits `input` [N, C, ...] and class indices `target` [N, ...]:
     the log-softmax along the class dim 1 at the targets (see `_at_targets`);
-    `label_smoothing` mixes in the mean over classes as PyTorch does.
-    `cross_entropy(logits, labels)`
+    `label_smoothing` mixes in the mean over classes as PyTorch does; `ignore_index` as
+    `nll_loss`'s. `cross_entropy(logits, labels)`
     """
     if not 0.0 <= label_smoothing <= 1.0:
         raise error(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
-    picked, logp = _at_targets(input, target, "cross_entropy", lambda x: log_softmax(x, 1))
+    ignore = None if ignore_index == -100 else int(ignore_index)
+    picked, logp, keep = _at_targets(
+        input, target, "cross_entropy", lambda x: log_softmax(x, 1), ignore
+    )
     loss = -picked
     if label_smoothing:
         loss = loss * (1.0 - label_smoothing) - logp.mean(1) * label_smoothing
-    return _reduce(loss, reduction, "cross_entropy")
+    return _reduce_kept(loss, keep, reduction, "cross_entropy")
 
 
 __all__ = [

@@ -53,6 +53,8 @@ class IdRange:
     owner: str
     plural: str
     positions: tuple[int, ...] | None = None
+    also: int | None = None
+    """One more valid id outside the range (a loss's `ignore_index`)."""
 
     def problem(self, arr: np.ndarray) -> str | None:
         """Why `arr` (one fed array) breaks this range, or None when it does not."""
@@ -63,6 +65,8 @@ class IdRange:
         with np.errstate(invalid="ignore"):
             integral = np.floor(vals) == vals
             ok = integral & (vals >= self.low) & (vals < self.high)
+            if self.also is not None:
+                ok |= vals == self.also
         if ok.all():
             return None
         first = int(np.argmin(ok))
@@ -74,6 +78,7 @@ class IdRange:
         return (
             f"{self.noun} {shown} at {index} {reason} for {self.owner}:"
             f" {self.plural} must be integers in [{self.low}, {self.high})"
+            + ("" if self.also is None else f" or {self.also} (ignore_index)")
         )
 
 
@@ -171,7 +176,9 @@ def _check_array(key: str, source: Any, shape: tuple[int, ...], rng: IdRange) ->
             raise error(f"{where}: {message}")
 
 
-def check_fed_ids(index: Tensor, high: int, noun: str, owner: str, plural: str) -> None:
+def check_fed_ids(
+    index: Tensor, high: int, noun: str, owner: str, plural: str, also: int | None = None
+) -> None:
     """Registers `[0, high)` as the valid ids of the feeder `index` comes from, if any.
 
     `check_fed_ids(ids, 8, "token id", "Embedding(8, 32)", "ids")`; see the module doc.
@@ -184,7 +191,7 @@ def check_fed_ids(index: Tensor, high: int, noun: str, owner: str, plural: str) 
     feeders = program().feeders
     if key not in feeders:
         return
-    rng = IdRange(0, high, noun, owner, plural, positions)
+    rng = IdRange(0, high, noun, owner, plural, positions, also)
     source = feeders[key]
     shape = shape_of(op.result)
     if isinstance(source, CheckedFeeder):

@@ -127,8 +127,8 @@ class BCEWithLogitsLoss(_Loss):
 
 
 class _ClassLoss(_Loss):
-    """A loss of class ids (`NLLLoss`, `CrossEntropyLoss`): PyTorch's `weight` and
-    `ignore_index` must keep their defaults (an error says so)."""
+    """A loss of class ids (`NLLLoss`, `CrossEntropyLoss`): PyTorch's `weight` must keep
+    its default (an error says so); targets equal to `ignore_index` count nothing."""
 
     def __init__(
         self,
@@ -139,8 +139,8 @@ class _ClassLoss(_Loss):
         reduction: str = "mean",
     ):
         only(type(self).__name__, "weight", weight, None)
-        only(type(self).__name__, "ignore_index", ignore_index, -100)
         super().__init__(size_average, reduce, reduction)
+        self.ignore_index = ignore_index
 
 
 class NLLLoss(_ClassLoss):
@@ -148,7 +148,7 @@ class NLLLoss(_ClassLoss):
     (floats holding integers) (`F.nll_loss`). `NLLLoss()(F.log_softmax(x, dim=1), labels)`"""
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        return F.nll_loss(input, target, reduction=self.reduction)
+        return F.nll_loss(input, target, ignore_index=self.ignore_index, reduction=self.reduction)
 
 
 class CrossEntropyLoss(_ClassLoss):
@@ -171,4 +171,6 @@ class CrossEntropyLoss(_ClassLoss):
         self.label_smoothing = label_smoothing
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
-        return F.cross_entropy(input, target, self.reduction, self.label_smoothing)
+        return F.cross_entropy(
+            input, target, self.reduction, self.label_smoothing, self.ignore_index
+        )

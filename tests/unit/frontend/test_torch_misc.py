@@ -96,3 +96,39 @@ def test_rand_dtype_device_is_cuda_and_item_assignment() -> None:
     assert x.dtype == np.float64 and x.is_cuda == (x.device.type == "cuda")
     with pytest.raises(GradfuseError, match="tensors are values"):
         x[:, 0] = 1.0
+
+
+@pytest.mark.parametrize("backend", ["reference", "c"])
+def test_ignore_index_counts_nothing_as_pytorchs(backend: str) -> None:
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(13)
+    logits0 = rng.normal(size=(6, 5)).astype(np.float32)
+    labels = np.array([3, 0, 0, 4, 1, 0], np.int64)  # 0: padding, ignored
+    gradfuse.reset()
+    logits = gradfuse.Parameter(logits0.copy(), name="logits")
+    y = Feeder(lambda: labels, shape=[6], dtype=np.int64, name="labels")
+    losses = [
+        nn.CrossEntropyLoss(ignore_index=0)(logits, y),
+        F.cross_entropy(logits, y, label_smoothing=0.1, ignore_index=0),
+        F.nll_loss(F.log_softmax(logits, 1), y, ignore_index=0, reduction="sum"),
+        nn.NLLLoss(ignore_index=0, reduction="none")(F.log_softmax(logits, 1), y),
+    ]
+    (losses[0] + losses[1] * 2.0 + losses[2] * 0.5).backward()
+    got = received([*losses, logits.grad], backend)
+    t = torch.tensor(logits0, dtype=torch.float64, requires_grad=True)
+    ty = torch.tensor(labels)
+    want = [
+        torch.nn.CrossEntropyLoss(ignore_index=0)(t, ty),
+        torch.nn.functional.cross_entropy(t, ty, label_smoothing=0.1, ignore_index=0),
+        torch.nn.functional.nll_loss(torch.log_softmax(t, 1), ty, ignore_index=0, reduction="sum"),
+        torch.nn.NLLLoss(ignore_index=0, reduction="none")(torch.log_softmax(t, 1), ty),
+    ]
+    (want[0] + want[1] * 2.0 + want[2] * 0.5).backward()
+    for k, (g, w) in enumerate(zip(got, [*want, t.grad], strict=True)):
+        # float32 against float64: log-softmax over 5 classes and sums of 6 rows, within
+        # 1.8e-7 relative here (2026-12-07, reference and c); the ignored rows' gradients are 0
+        np.testing.assert_allclose(g, w.detach().numpy(), rtol=2e-6, atol=1e-7, err_msg=str(k))
+    gradfuse.reset()
+    y = Feeder(lambda: np.array([1, 7]), shape=[2], dtype=np.int64, name="labels")
+    with pytest.raises(GradfuseError, match=r"\[0, 5\) or 0 \(ignore_index\)"):
+        received([F.cross_entropy(gradfuse.zeros(2, 5), y, ignore_index=0)])
