@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Block, SSAValue
 
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.dialects import tg
@@ -43,7 +43,7 @@ from gradfuse.frontend.dtypes import element_for
 from gradfuse.frontend.eager import host_value
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import RECORDING as B
-from gradfuse.frontend.recorder import emit_before, error, program
+from gradfuse.frontend.recorder import defined_in, emit_before, error, program, within
 from gradfuse.frontend.tensor import Tensor
 
 
@@ -187,10 +187,9 @@ def restore(before: list[Held]) -> None:
         h.slot.set(h.value)
 
 
-def _inside(value: SSAValue, loop: Operation) -> bool:
-    owner = value.owner
-    op = owner.parent_op() if isinstance(owner, Block) else owner
-    return op is not None and loop.is_ancestor(op)
+def _inside(value: SSAValue, loop: tg.ForOp) -> bool:
+    """Whether `value` is computed in the body of `loop` (at any depth)."""
+    return within(defined_in(value), loop.body.block)
 
 
 def carry(before: list[Held], loop: tg.ForOp) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from xdsl.dialects.builtin import Float16Type, Float32Type, Float64Type, IntegerType
 from xdsl.ir import Attribute
@@ -31,3 +33,18 @@ def numpy_dtype(element: Attribute) -> np.dtype:
         if el == element:
             return np.dtype(name)
     raise TypeError(f"no NumPy dtype for {element}")
+
+
+def dtype_named(args: tuple[Any, ...], kwargs: dict[str, Any]) -> np.dtype | None:
+    """The dtype among the arguments of PyTorch's `to(...)` (`dtype=`, a dtype, or a
+    tensor's: `x.to(other)`), else None; a string or a device names a device.
+    `dtype_named(("cuda", np.float64), {})` is float64."""
+    found = kwargs.get("dtype")
+    for arg in args:
+        if arg is None or isinstance(arg, str):
+            continue
+        try:
+            found = np.dtype(arg)
+        except TypeError:
+            continue
+    return None if found is None else np.dtype(found)

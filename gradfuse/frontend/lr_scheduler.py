@@ -35,14 +35,14 @@ class LRScheduler:
         self.last_epoch = last_epoch
         self._set(last_epoch + 1)
 
-    def factor(self, epoch: int, base_lr: float) -> float:
-        """The rate of epoch `epoch` for a group that started at `base_lr`."""
+    def factor(self, epoch: int, base_lr: float, group: int) -> float:
+        """The rate of epoch `epoch` for group `group`, which started at `base_lr`."""
         raise NotImplementedError
 
     def _set(self, epoch: int) -> None:
         self.last_epoch = epoch
-        for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
-            group["lr"] = self.factor(epoch, base)
+        for k, (group, base) in enumerate(zip(self.optimizer.param_groups, self.base_lrs, strict=True)):  # fmt: skip
+            group["lr"] = self.factor(epoch, base, k)
 
     def step(self, epoch: int | None = None) -> None:
         """The next epoch's rates (between `ir_for` loops, not inside one)."""
@@ -69,7 +69,7 @@ class StepLR(LRScheduler):
         self.step_size, self.gamma = step_size, gamma
         super().__init__(optimizer, last_epoch)
 
-    def factor(self, epoch: int, base_lr: float) -> float:
+    def factor(self, epoch: int, base_lr: float, group: int) -> float:
         return base_lr * self.gamma ** (epoch // self.step_size)
 
 
@@ -80,7 +80,7 @@ class MultiStepLR(LRScheduler):
         self.milestones, self.gamma = sorted(milestones), gamma
         super().__init__(optimizer, last_epoch)
 
-    def factor(self, epoch: int, base_lr: float) -> float:
+    def factor(self, epoch: int, base_lr: float, group: int) -> float:
         return base_lr * self.gamma ** sum(1 for m in self.milestones if m <= epoch)
 
 
@@ -91,7 +91,7 @@ class ExponentialLR(LRScheduler):
         self.gamma = gamma
         super().__init__(optimizer, last_epoch)
 
-    def factor(self, epoch: int, base_lr: float) -> float:
+    def factor(self, epoch: int, base_lr: float, group: int) -> float:
         return base_lr * self.gamma**epoch
 
 
@@ -102,7 +102,7 @@ class CosineAnnealingLR(LRScheduler):
         self.T_max, self.eta_min = T_max, eta_min
         super().__init__(optimizer, last_epoch)
 
-    def factor(self, epoch: int, base_lr: float) -> float:
+    def factor(self, epoch: int, base_lr: float, group: int) -> float:
         cos = math.cos(math.pi * epoch / self.T_max)
         return self.eta_min + (base_lr - self.eta_min) * (1 + cos) / 2
 
@@ -115,10 +115,5 @@ class LambdaLR(LRScheduler):
         self.lambdas = list(lr_lambda) if isinstance(lr_lambda, Sequence) else [lr_lambda] * n
         super().__init__(optimizer, last_epoch)
 
-    def _set(self, epoch: int) -> None:
-        self.last_epoch = epoch
-        for group, base, fn in zip(self.optimizer.param_groups, self.base_lrs, self.lambdas, strict=True):  # fmt: skip
-            group["lr"] = base * fn(epoch)
-
-    def factor(self, epoch: int, base_lr: float) -> float:
-        return base_lr * self.lambdas[0](epoch)  # (`_set` gives each group its own)
+    def factor(self, epoch: int, base_lr: float, group: int) -> float:
+        return base_lr * self.lambdas[group](epoch)

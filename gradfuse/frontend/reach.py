@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from xdsl.dialects.builtin import AnyFloat, TensorType
 from xdsl.ir import Block, OpResult, SSAValue
 
 from gradfuse.dialects import tg
-from gradfuse.frontend.recorder import insertion_block, program
+from gradfuse.frontend.recorder import carries_gradient, insertion_block, program
 from gradfuse.passes.lib.backprop import free_values
 
 if TYPE_CHECKING:
@@ -34,12 +33,6 @@ def _enclosing_blocks(block: Block) -> list[Block]:
     return out
 
 
-def _carries_gradient(value: SSAValue) -> bool:
-    """Whether a gradient can flow through `value`: float tensors only (not masks)."""
-    ty = value.type
-    return not isinstance(ty, TensorType) or isinstance(ty.element_type, AnyFloat)
-
-
 def _ancestors(value: SSAValue) -> dict[SSAValue, list[SSAValue]]:
     """The values a gradient of `value` flows back through, each with those it is computed
     from. As in PyTorch, none flows through `detach()` or a mask (a comparison, an
@@ -48,7 +41,7 @@ def _ancestors(value: SSAValue) -> dict[SSAValue, list[SSAValue]]:
     todo = [value]
     while todo:
         v = todo.pop()
-        if v in operands or not _carries_gradient(v):
+        if v in operands or not carries_gradient(v):
             continue
         owner = v.owner
         if not isinstance(v, OpResult) or isinstance(owner, tg.StopGradientOp):

@@ -299,13 +299,16 @@ def set_grad_mode(enabled: bool) -> bool:
     return old
 
 
+def carries_gradient(value: SSAValue) -> bool:
+    """Whether a gradient can flow through `value`: float tensors only (not masks)."""
+    ty = value.type
+    return not isinstance(ty, TensorType) or isinstance(ty.element_type, AnyFloat)
+
+
 def _no_gradient(value: SSAValue) -> bool:
     """Whether no gradient can flow through `value` anyway: recorded under `no_grad()`,
     detached, a constant, a feeder's input, random numbers or a mask."""
-    if value in _program.no_grad_values:
-        return True
-    ty = value.type
-    if isinstance(ty, TensorType) and not isinstance(ty.element_type, AnyFloat):
+    if value in _program.no_grad_values or not carries_gradient(value):
         return True
     return isinstance(value.owner, _NO_GRADIENT)
 

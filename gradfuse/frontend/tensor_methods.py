@@ -26,7 +26,7 @@ from xdsl.dialects.builtin import Float32Type
 
 from gradfuse.dialects.tg_base import tensor
 from gradfuse.dialects.tg_builder import element_type
-from gradfuse.frontend.dtypes import element_for
+from gradfuse.frontend.dtypes import dtype_named, element_for
 from gradfuse.frontend.eager import host_value
 from gradfuse.frontend.recorder import RECORDING as B
 from gradfuse.frontend.recorder import error
@@ -152,23 +152,8 @@ def to(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
     """`self` as the dtype named (`x.to(gradfuse.float64)`, `x.to(other)`), else `self`:
     a device (`x.to("cuda")`, `x.to(device)`) changes nothing, since `execute()` chooses
     where the whole program runs."""
-    dtype = kwargs.get("dtype")
-    for arg in args:
-        if _is_dtype(arg):
-            dtype = arg
-        elif hasattr(arg, "dtype") and hasattr(arg, "value"):  # x.to(other): its dtype
-            dtype = arg.dtype
+    dtype = dtype_named(args, kwargs)
     return self if dtype is None else type_(self, dtype)
-
-
-def _is_dtype(arg: object) -> bool:
-    if isinstance(arg, str):
-        return False
-    try:
-        np.dtype(arg)  # type: ignore[call-overload]
-    except TypeError:
-        return False
-    return True
 
 
 def type_(self: Tensor, dtype: Any = None, **_: Any) -> Tensor | str:
@@ -180,7 +165,8 @@ def type_(self: Tensor, dtype: Any = None, **_: Any) -> Tensor | str:
     if isinstance(dtype, str):  # "torch.FloatTensor"
         kinds = {"Float": np.float32, "Double": np.float64, "Half": np.float16, "Long": np.int64}
         dtype = kinds.get(dtype.removeprefix("torch.").removesuffix("Tensor"), dtype)
-    if _is_dtype(dtype) and np.dtype(dtype).kind in "iu":
+    named = dtype_named((dtype,), {})
+    if named is not None and named.kind in "iu":
         return long(self)  # integers held as floats
     target = element_for(dtype)
     if target == element_type(self.value):

@@ -102,9 +102,7 @@ def topk(
     d = B.normalize_dims(dim, x.ndim, "topk")[0]
     if not isinstance(k, int) or not 0 < k <= x.shape[d]:
         raise error(f"topk: k must be in [1, {x.shape[d]}] (the size of dim {d}), got {k!r}")
-    n = x.shape[d]
-    shape = [n if j == d else 1 for j in range(x.ndim)]
-    positions = x._new(B.dense(np.arange(n, dtype=np.float32).reshape(shape), Float32Type()))
+    n, positions = x.shape[d], _positions(x, d)
     rest, taken, hits = x if largest else -x, [], None
     for _ in range(k):  # the first best position not taken yet (-inf values included)
         best = rest == amax(rest, d, keepdim=True)
@@ -150,9 +148,14 @@ def _arg(x: Tensor, dim: int | None, keepdim: bool, which: str) -> Tensor:
     d = B.normalize_dims(dim, x.ndim, which)[0]
     extreme = amax(x, d, keepdim=True) if which == "argmax" else amin(x, d, keepdim=True)
     n = x.shape[d]
+    return amin(x._where(x == extreme, _positions(x, d), float(n)), d, keepdim)
+
+
+def _positions(x: Tensor, d: int) -> Tensor:
+    """0, 1, ... along dim `d` of `x` (f32), of size 1 in the other dims."""
+    n = x.shape[d]
     shape = [n if k == d else 1 for k in range(x.ndim)]
-    positions = x._new(B.dense(np.arange(n, dtype=np.float32).reshape(shape), Float32Type()))
-    return amin(x._where(x == extreme, positions, float(n)), d, keepdim)
+    return x._new(B.dense(np.arange(n, dtype=np.float32).reshape(shape), Float32Type()))
 
 
 def var(

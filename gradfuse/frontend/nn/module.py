@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from gradfuse.diagnostics import GradfuseError
+from gradfuse.frontend.dtypes import dtype_named
 from gradfuse.frontend.nn.buffer import Buffer
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import error, module_scope
@@ -260,13 +261,7 @@ class Module:
         """The parameters and buffers in the dtype named (`model.to(gradfuse.float64)`);
         a device (`model.to("cuda")`, `model.to(device)`) changes nothing, since
         `execute()` chooses where the whole program runs. Returns self."""
-        dtype = kwargs.get("dtype")
-        for arg in args:
-            if not isinstance(arg, str) and arg is not None:
-                try:
-                    dtype = np.dtype(arg)
-                except TypeError:
-                    continue  # a device
+        dtype = dtype_named(args, kwargs)
         if dtype is not None:
             for _, p in self._state_entries():
                 p.data = p.data.astype(dtype)
