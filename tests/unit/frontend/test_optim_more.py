@@ -78,6 +78,10 @@ CASES = {
                       lr=0.1, momentum=0.9)),
         o.lr_scheduler.CosineAnnealingLR(opt, T_max=4),
     ),
+    "groups_lambda": lambda o, m: (
+        (opt := o.SGD([{"params": m[0].parameters()}, {"params": m[2].parameters()}], lr=0.2)),
+        o.lr_scheduler.LambdaLR(opt, [lambda e: 0.5**e, lambda e: 1.0 + e]),
+    ),
     "adam_multistep": lambda o, m: (
         (opt := o.Adam(m.parameters(), lr=0.01)), o.lr_scheduler.MultiStepLR(opt, [1], 0.5)
     ),
