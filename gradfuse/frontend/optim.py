@@ -231,13 +231,14 @@ class Adam(Optimizer):
         0.999 and t = 1 it is 0.001 with 6e-5 relative error, which scales every
         step. Kahan's `expm1` form `(1 - u) * y / log2(u)` cancels u's rounding
         (W. Kahan, via Higham, Accuracy and Stability, 1.14.1); where u rounds to 1,
-        `1 - beta ** t = -y ln 2` to float32 precision.
+        `1 - beta ** t = -y ln 2` to float32 precision. (With beta in (0, 1), u <= 1:
+        `u < 1` is `u != 1`, one comparison.)
         """
         if beta == 0.0:
             return t * 0.0 + 1.0
         y = t * math.log2(beta)
         u = y.exp2()
-        return where(u == 1.0, y * -math.log(2.0), (1.0 - u) * y / u.log2())
+        return where(u < 1.0, (1.0 - u) * y / u.log2(), y * -math.log(2.0))
 
     def update(self, p: Parameter, grad: Tensor) -> None:
         assert self._step is not None, "begin_step() records the step count first"
