@@ -113,9 +113,33 @@ class TgBuilder(ShapeBuilder):
         return self.emit(C.CastOp.create(operands=[x], result_types=[ty]))
 
     def compare_ne(self, a: Operand, b: Operand, element: Attribute) -> SSAValue:
-        """The mask `a != b`: `0.5 < cast(a < b) + cast(b < a)` (casts to `element`)."""
-        lt, gt = self.cmplt(a, b), self.cmplt(b, a)
-        return self.cmplt(0.5, self.add(self.cast(lt, element), self.cast(gt, element)))
+        """The mask `a != b`, true where either is NaN (IEEE's, PyTorch's):
+        `0.5 < cast(a < b) + cast(b < a) + cast(nan(a)) + cast(nan(b))` (casts to
+        `element`; a number's term only if it is NaN)."""
+        return self.cmplt(0.5, self._count([self.cmplt(a, b), self.cmplt(b, a)], a, b, element))
+
+    def compare_le(self, a: Operand, b: Operand, element: Attribute) -> SSAValue:
+        """The mask `a <= b`, false where either is NaN (IEEE's, PyTorch's):
+        `cast(b < a) + cast(nan(a)) + cast(nan(b)) < 0.5`."""
+        return self.cmplt(self._count([self.cmplt(b, a)], a, b, element), 0.5)
+
+    def _count(
+        self, masks: list[SSAValue], a: Operand, b: Operand, element: Attribute
+    ) -> SSAValue:
+        """The sum of `masks` (cast to `element`) and of the NaN masks of `a` and `b`: a
+        tensor's `cast(x < inf) + cast(-inf < x) < 0.5` (neither holds for NaN alone),
+        a NaN number's 1."""
+        total = self.cast(masks[0], element)
+        for mask in masks[1:]:
+            total = self.add(total, self.cast(mask, element))
+        for x in (a, b):
+            if isinstance(x, SSAValue):
+                below, above = self.cmplt(x, math.inf), self.cmplt(-math.inf, x)
+                ordered = self.add(self.cast(below, element), self.cast(above, element))
+                total = self.add(total, self.cast(self.cmplt(ordered, 0.5), element))
+            elif math.isnan(x):
+                total = self.add(total, 1.0)
+        return total
 
     def logical_not(self, mask: SSAValue, element: Attribute) -> SSAValue:
         """`not mask` for an i1 mask: `cast(mask) < 0.5` (the cast to `element`)."""

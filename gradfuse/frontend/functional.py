@@ -199,7 +199,7 @@ def _dropout(x: Tensor, p: float, training: bool, mask: Sequence[int], what: str
         return x
     if p == 1.0:
         return x * 0.0
-    keep = rand(mask) >= p
+    keep = ~(rand(mask) < p)  # (rand is never NaN: `>=` would test for it)
     return where(keep, x * (1.0 / (1.0 - p)), 0.0)
 
 

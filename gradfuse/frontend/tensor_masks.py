@@ -63,24 +63,24 @@ def gt_(self: Tensor, other: object) -> Tensor:
 
 
 def le_(self: Tensor, other: object) -> Tensor:
-    """The mask `self <= other`: not `other < self`."""
-    x, y = promoted(self.value, self._operand(other))
-    return self._new(B.logical_not(B.cmplt(y, x), F32))
+    """The mask `self <= other` (false where either is NaN)."""
+    return self._new(B.compare_le(*promoted(self.value, self._operand(other)), F32))
 
 
 def ge_(self: Tensor, other: object) -> Tensor:
-    """The mask `self >= other`: not `self < other`."""
-    return self._new(B.logical_not(B.cmplt(*promoted(self.value, self._operand(other))), F32))
+    """The mask `self >= other` (false where either is NaN)."""
+    x, y = promoted(self.value, self._operand(other))
+    return self._new(B.compare_le(y, x, F32))
 
 
 def eq_(self: Tensor, other: object) -> Tensor:
-    """The mask `self == other`: not `self != other`."""
+    """The mask `self == other`: not `self != other` (false where either is NaN)."""
     ne_mask = B.compare_ne(*promoted(self.value, self._operand(other)), F32)
     return self._new(B.logical_not(ne_mask, F32))
 
 
 def ne_(self: Tensor, other: object) -> Tensor:
-    """The mask `self != other`."""
+    """The mask `self != other` (true where either is NaN)."""
     return self._new(B.compare_ne(*promoted(self.value, self._operand(other)), F32))
 
 
