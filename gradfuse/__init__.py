@@ -61,6 +61,7 @@ from gradfuse.frontend.tensor_reduce import min_ as min  # noqa: A004
 from gradfuse.frontend.torch_functions import (
     abs,
     add,
+    argsort,
     bmm,
     ceil,
     chunk,
@@ -84,6 +85,7 @@ from gradfuse.frontend.torch_functions import (
     mean,
     minimum,
     mm,
+    msort,
     mul,
     ne,
     neg,
@@ -99,6 +101,7 @@ from gradfuse.frontend.torch_functions import (
     sigmoid,
     sin,
     softmax,
+    sort,
     split,
     sqrt,
     square,
@@ -141,7 +144,7 @@ __all__ = [
     "minimum", "mm", "mul", "ne", "neg", "norm", "numel", "permute", "pow", "reciprocal",
     "relu", "reshape", "rsqrt", "sigmoid", "sin", "softmax", "split", "sqrt", "square",
     "std", "sub", "sum", "t", "tanh", "transpose", "var", "round", "floor", "ceil", "trunc",
-    "topk", "save", "load",
+    "topk", "sort", "argsort", "msort", "save", "load",
     # torch's dtype names, and its submodules as attributes (`torch.nn.Linear`)
     "float16", "half", "float32", "float", "float64", "double", "int32", "int64", "long",
     "bool", "nn", "optim", "cuda", "accelerator", "device",

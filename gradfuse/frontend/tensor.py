@@ -25,6 +25,7 @@ from gradfuse.frontend import tensor_masks as K
 from gradfuse.frontend import tensor_methods as M
 from gradfuse.frontend import tensor_reduce as reduce_
 from gradfuse.frontend import tensor_shape as shape_
+from gradfuse.frontend import tensor_sort as sort_
 from gradfuse.frontend.device import default_device, device
 from gradfuse.frontend.dtypes import numpy_dtype
 from gradfuse.frontend.recorder import RECORDING as B
@@ -317,6 +318,7 @@ class Tensor:
     amax, amin, argmax, argmin = reduce_.amax, reduce_.amin, reduce_.argmax, reduce_.argmin
     clamp = clip = reduce_.clamp
     var, std, norm, topk = reduce_.var, reduce_.std, reduce_.norm, reduce_.topk
+    sort, argsort, msort = sort_.sort, sort_.argsort, sort_.msort
 
     def detach(self) -> Tensor:
         """The same values, through which no gradient flows (`tg.stop_gradient`), as in

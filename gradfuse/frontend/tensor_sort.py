@@ -1,0 +1,75 @@
+"""PyTorch's `sort`, `argsort` and `msort`, composed of tg ops (no op of their own):
+each element's rank is the count of the elements that sort before it (a comparison of
+every pair along the dim, NaN after every number as in PyTorch, ties in index order),
+the index at each sorted position is the one whose rank it is, and the values are
+gathered there, so their gradient reaches the element each came from:
+
+    values, indices = x.sort(dim=1, descending=True)
+    order = gradfuse.argsort(scores)          # indices only
+
+    %before = tg.or(tg.lt(x_j, x_i), tg.and(tg.eq(x_j, x_i), j < i))   [.., n, n, ..]
+    %rank = tg.reduce_sum %before [d + 1]                              (a mask's count)
+    %index = tg.reduce_sum(tg.where(%rank == p, i, 0)) [d + 1]
+    %values = tg.gather x, %index, d
+
+The pairs take n^2 elements a row: meant for the short dims that models sort (a
+decoder's candidates, a batch's lengths), as tensors of indices are f32 (exact below
+2^24). Ties come out in index order, PyTorch's `stable=True` order.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from xdsl.dialects.builtin import Float32Type, TensorType
+
+from gradfuse.frontend.recorder import RECORDING as B
+from gradfuse.frontend.recorder import error
+from gradfuse.frontend.tensor_reduce import ValuesIndices, _positions
+
+if TYPE_CHECKING:
+    from gradfuse.frontend.tensor import Tensor
+
+
+def sort(
+    x: Tensor, dim: int = -1, descending: bool = False, *, stable: bool = False
+) -> ValuesIndices:
+    """The values along `dim` in ascending (or descending) order and the indices they
+    came from, as PyTorch's `sort`: NaN sorts as the largest, ties keep index order.
+    `lengths, order = lengths.sort(0, descending=True)`"""
+    if not isinstance(descending, bool) or not isinstance(stable, bool):
+        raise error("sort: descending and stable must be bools")
+    if not x.ndim:  # PyTorch: a 0-dim tensor is its own sort, index 0
+        B.normalize_dims(dim, 1, "sort")
+        return ValuesIndices(x, x._new(B.const(0.0, TensorType(Float32Type(), []))))
+    d = B.normalize_dims(dim, x.ndim, "sort")[0]
+    indices = _order(x, d, descending)
+    return ValuesIndices(x.gather(d, indices), indices)
+
+
+def argsort(
+    x: Tensor, dim: int = -1, descending: bool = False, *, stable: bool = False
+) -> Tensor:
+    """The indices that sort `x` along `dim` (`sort`'s second result), as PyTorch's."""
+    return sort(x, dim, descending, stable=stable).indices
+
+
+def msort(x: Tensor) -> Tensor:
+    """`x` sorted along dim 0 (the values), as PyTorch's `msort`."""
+    return sort(x, 0).values
+
+
+def _order(x: Tensor, d: int, descending: bool) -> Tensor:
+    """The index at each sorted position along dim `d`: a position `p` takes the `i`
+    whose rank (the count of the `j` that sort before it) is `p`."""
+    xi, xj = x.detach().unsqueeze(d + 1), x.detach().unsqueeze(d)  # i at d, j at d + 1
+    nan_i, nan_j = xi != xi, xj != xj
+    if descending:  # NaN first, as PyTorch's descending sort
+        ahead = (xj > xi) | (nan_j & ~nan_i)
+    else:  # NaN last
+        ahead = (xj < xi) | (nan_i & ~nan_j)
+    i, j = _positions(x, d).unsqueeze(d + 1), _positions(x, d).unsqueeze(d)
+    tied = (xj == xi) | (nan_i & nan_j)
+    rank = (ahead | (tied & (j < i))).sum(d + 1)  # each i's sorted position, along d
+    taken = rank.unsqueeze(d) == i  # [p at d, i at d + 1]: i's rank is p
+    return x._where(taken, j, 0.0).sum(d + 1)
