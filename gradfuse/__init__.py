@@ -28,6 +28,7 @@ from gradfuse.frontend.creation import (
     zeros_like,
 )
 from gradfuse.frontend.device import device
+from gradfuse.frontend.einsum import einsum
 from gradfuse.frontend.functional import (
     cat,
     concat,
@@ -144,7 +145,7 @@ __all__ = [
     "minimum", "mm", "mul", "ne", "neg", "norm", "numel", "permute", "pow", "reciprocal",
     "relu", "reshape", "rsqrt", "sigmoid", "sin", "softmax", "split", "sqrt", "square",
     "std", "sub", "sum", "t", "tanh", "transpose", "var", "round", "floor", "ceil", "trunc",
-    "topk", "sort", "argsort", "msort", "save", "load",
+    "topk", "sort", "argsort", "msort", "save", "load", "einsum",
     # torch's dtype names, and its submodules as attributes (`torch.nn.Linear`)
     "float16", "half", "float32", "float", "float64", "double", "int32", "int64", "long",
     "bool", "nn", "optim", "cuda", "accelerator", "device",
