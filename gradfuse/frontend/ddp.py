@@ -76,7 +76,7 @@ class DistributedDataParallel(Module):
         unknown = sorted(set(options) - set(OPTIONS))
         if unknown:
             raise GradfuseError(f"DistributedDataParallel: no option {', '.join(unknown)}")
-        entries = [p.data for p in module.parameters()] + [b.data for b in module.buffers()]
+        entries = [p.host for p in module.parameters()] + [b.host for b in module.buffers()]
         if world.size > 1:
             mpi.broadcast_arrays(iter(entries))
         for p in module.parameters():

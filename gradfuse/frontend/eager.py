@@ -74,7 +74,7 @@ def host_value(value: SSAValue, what: str, loop: Operation | None = None) -> np.
     module = ModuleOp([func.FuncOp("main", ((), ()), Region(body))])
     prog = program()
     params = {
-        op.key.data: prog.params[op.key.data].data for op in ops if isinstance(op, tg.ParamOp)
+        op.key.data: prog.params[op.key.data].host for op in ops if isinstance(op, tg.ParamOp)
     }
     got: list[np.ndarray] = []
     compile_module(module, "reference").run(receivers={"value": got.append}, params=params)

@@ -77,7 +77,7 @@ class Optimizer:
         """The state `name` of `p` (zeros at first), a param keyed `"<p's key>.<name>"`."""
         slots = self.state.setdefault(id(p), {})
         if name not in slots:
-            buf = Parameter(np.zeros(p.shape if shape is None else shape, p.data.dtype))
+            buf = Parameter(np.zeros(p.shape if shape is None else shape, p.host.dtype))
             buf._hint = lambda: f"{program().key_of(p)}.{name}"
             slots[name] = buf
         return slots[name]
@@ -113,7 +113,7 @@ class Optimizer:
         out = {}
         for i, p in enumerate(self.params):
             for name, buf in self.state.get(id(p), {}).items():
-                out[f"{i}.{name}"] = buf.data.copy()
+                out[f"{i}.{name}"] = buf.host.copy()
         return out
 
 
@@ -269,7 +269,7 @@ class Adam(Optimizer):
     def state_dict(self) -> dict[str, np.ndarray]:
         """The moments by parameter index (`"0.exp_avg"`, `"0.exp_avg_sq"`) and `"step"`."""
         out = super().state_dict()
-        out["step"] = self.step_count.data.copy()
+        out["step"] = self.step_count.host.copy()
         return out
 
 

@@ -1,6 +1,7 @@
 """`Parameter`: a named persistent tensor whose reads record `tg.param`.
 
 w = Parameter(np.zeros((4, 4), np.float32), name="w")
+w.data.normal_()     # its host array, drawn now (host_data.py)
 y = x @ w            # %w = tg.param "w" : tensor<4x4xf32> (once per block)
 w.assign(w - 0.1)    # tg.assign "w", %new
 """
@@ -16,6 +17,7 @@ from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import tensor
 from gradfuse.frontend.dtypes import element_for
 from gradfuse.frontend.eager import host_value
+from gradfuse.frontend.host_data import HostData
 from gradfuse.frontend.recorder import (
     defined_in,
     emit,
@@ -38,13 +40,14 @@ gradient the new one added to what `.grad` held (as PyTorch's DDP reduces `.grad
 
 
 class Parameter(Tensor):
-    """A named persistent tensor: its host value is `data`; reading it records `tg.param`.
+    """A named persistent tensor: its host value is `host` (`data` views it with
+    PyTorch's in-place methods); reading it records `tg.param`.
 
     `w = Parameter(np.zeros((4, 4), np.float32), name="w"); y = x @ w` records
     `%w = tg.param "w"` at the point of first use in each block.
     """
 
-    __slots__ = ("data", "_grad", "cleared_in", "name", "_hint", "_reducer", "_trainable")
+    __slots__ = ("host", "_grad", "cleared_in", "name", "_hint", "_reducer", "_trainable")
     TRAINABLE = True
     """Whether a new one requires grad (a `Buffer`'s never does)."""
 
@@ -54,7 +57,7 @@ class Parameter(Tensor):
         arr = np.array(data)
         if arr.dtype.kind != "f":
             arr = arr.astype(np.float32)
-        self.data: np.ndarray = arr
+        self.host: np.ndarray = arr  # its value before the program (after execute(): after)
         self._grad: Tensor | None = None
         self.cleared_in: Block | None = None  # where `.grad` was last set to None
         self._trainable = self.TRAINABLE
@@ -81,7 +84,7 @@ class Parameter(Tensor):
         block = insertion_block()
         current = prog.current.get((id(block), key))
         if current is None:
-            ty = tensor(self.data.shape, element_for(self.data.dtype))
+            ty = tensor(self.host.shape, element_for(self.host.dtype))
             loops = traced_loops()
             if not loops:
                 current = emit(tg.ParamOp(key, ty)).result
@@ -97,7 +100,30 @@ class Parameter(Tensor):
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self.data.shape)
+        return tuple(self.host.shape)
+
+    @property
+    def data(self) -> HostData:
+        """The host array, as PyTorch's `.data`: NumPy's array with PyTorch's in-place
+        methods (`m.weight.data.normal_(0.0, 0.02)`, `p.data.add_(p.grad, alpha=-lr)`,
+        recorded where they must be: `host_data.py`)."""
+        view = self.host.view(HostData)
+        view.owner = self
+        return view
+
+    @data.setter
+    def data(self, value: object) -> None:
+        """`p.data = t`: a traced tensor is assigned (recorded), an array replaces the
+        host value (cast to its dtype where numbers)."""
+        if isinstance(value, HostData) and value.owner is self:
+            return  # `p.data -= t`: Python assigns what __isub__ returned
+        if isinstance(value, Tensor) and not isinstance(value, Parameter):
+            if value.shape != self.shape:
+                raise error(f"data: a value of shape {list(value.shape)} for a parameter of shape {list(self.shape)}")  # fmt: skip
+            self.data.copy_(value)
+            return
+        arr = np.asarray(value.host if isinstance(value, Parameter) else value)
+        self.host = arr if arr.dtype.kind == "f" else arr.astype(self.host.dtype)
 
     @property
     def grad(self) -> Tensor | None:
@@ -129,7 +155,7 @@ class Parameter(Tensor):
 
     @property
     def dtype(self) -> np.dtype:
-        return self.data.dtype
+        return self.host.dtype
 
     def assign(self, new: Tensor) -> None:
         """Records `tg.assign` of `new` to this parameter; later reads see `new`, through
@@ -204,20 +230,20 @@ class Parameter(Tensor):
 
     def item(self) -> float:
         """The host value of a one-element parameter (after `execute()`, its trained value)."""
-        if self.data.size != 1:
-            raise error(f"item(): the parameter has {self.data.size} elements, not one")
-        return float(self.data.reshape(()))
+        if self.host.size != 1:
+            raise error(f"item(): the parameter has {self.host.size} elements, not one")
+        return float(self.host.reshape(()))
 
     def __deepcopy__(self, memo: dict[int, object]) -> Parameter:
         """A new parameter with a copy of the data, no gradient and no key yet."""
-        new = Parameter(self.data.copy(), self.name)
+        new = Parameter(self.host.copy(), self.name)
         new._trainable = self._trainable
         memo[id(self)] = new
         return new
 
     def numpy(self) -> np.ndarray:
         """A copy of the host value."""
-        return self.data.copy()
+        return self.host.copy()
 
     def __repr__(self) -> str:
         return f"Parameter({self.key_hint()!r}, shape={list(self.shape)}, dtype={self.dtype})"

@@ -13,6 +13,9 @@ import os
 import pickle
 from typing import IO, Any
 
+import numpy as np
+
+from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import error
 from gradfuse.frontend.tensor import Tensor
 
@@ -21,7 +24,7 @@ Target = str | os.PathLike[str] | IO[bytes]
 
 def _check(obj: Any, where: str) -> None:
     """An error for a traced tensor anywhere in `obj` (a Parameter is saved as its data)."""
-    if isinstance(obj, Tensor) and not hasattr(obj, "data"):
+    if isinstance(obj, Tensor) and not isinstance(obj, Parameter):
         raise error(
             f"save: {where} is a traced tensor, which has no value until the program runs;"
             " save state_dict()s (NumPy arrays), or what a Receiver received"
@@ -36,8 +39,10 @@ def _check(obj: Any, where: str) -> None:
 
 def _plain(obj: Any) -> Any:
     """`obj` with each Parameter replaced by a copy of its host value."""
-    if isinstance(obj, Tensor):
-        return obj.data.copy()  # type: ignore[attr-defined]
+    if isinstance(obj, Parameter):
+        return obj.host.copy()
+    if isinstance(obj, np.ndarray):  # (a parameter's `.data`: a plain array)
+        return np.asarray(obj)
     if isinstance(obj, dict):
         return type(obj)((k, _plain(v)) for k, v in obj.items())
     if isinstance(obj, list | tuple):

@@ -325,6 +325,12 @@ class Tensor:
         PyTorch: `net_d(fake.detach())` trains the discriminator, not the generator."""
         return Tensor(B.unary(tg.StopGradientOp, self.value))
 
+    @property
+    def data(self) -> Tensor:
+        """`detach()`, as PyTorch's `.data` of a computed tensor (`w.grad.data`); a
+        `Parameter`'s is its host array."""
+        return self.detach()
+
     # --- movement -------------------------------------------------------------------------
 
     def reshape(self, *shape: int | Sequence[int]) -> Tensor:

@@ -170,7 +170,7 @@ def _write_back(params: dict[str, Parameter], values: dict[str, np.ndarray]) -> 
     as `model.state_dict()` in PyTorch, a result's params share memory with the model's."""
     for key, param in params.items():
         if key in values:
-            param.data = np.asarray(values[key], dtype=param.data.dtype)
+            param.host = np.asarray(values[key], dtype=param.host.dtype)
 
 
 class Compiled:
@@ -243,7 +243,7 @@ class Compiled:
             if self.origin.version == self.version:
                 new_program()
             self.origin = None
-        initial = {key: p.data for key, p in self.params.items()}
+        initial = {key: p.host for key, p in self.params.items()}
         extra: dict[str, Any] = {"dtype": self.dtype} if self.dtype is not None else {}
         if extra and self.backend != "reference":
             raise GradfuseError("execute(dtype=...) needs backend='reference'")

@@ -29,6 +29,6 @@ class Buffer(Parameter):
 
     def __deepcopy__(self, memo: dict[int, object]) -> Buffer:
         """A new buffer with a copy of the data and no key yet."""
-        new = Buffer(self.data.copy(), self.name)
+        new = Buffer(self.host.copy(), self.name)
         memo[id(self)] = new
         return new

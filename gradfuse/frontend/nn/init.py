@@ -49,7 +49,7 @@ def _fill(tensor: Any, what: str, draw: Callable[[tuple[int, ...]], np.ndarray])
             f"nn.init.{what}: expected a Parameter (a module's weight or bias), got a"
             f" {type(tensor).__name__}: a traced tensor has no value to initialise"
         )
-    tensor.data[...] = draw(tensor.shape)
+    tensor.host[...] = draw(tensor.shape)
     return tensor
 
 

@@ -200,7 +200,7 @@ class Module:
     def state_dict(self) -> dict[str, np.ndarray]:
         """Copies of the parameter and persistent buffer values by PyTorch name, in
         PyTorch's order (Linear weight is [out, in])."""
-        return {name: p.data.copy() for name, p in self._state_entries()}
+        return {name: p.host.copy() for name, p in self._state_entries()}
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
         """Sets parameter and buffer values from `state` (NumPy arrays, torch tensors or
@@ -227,17 +227,17 @@ class Module:
             arr = np.asarray(value.detach().cpu().numpy() if hasattr(value, "detach") else value)
             if arr.dtype.kind not in "biuf":
                 problems.append(f"{name} holds {arr.dtype} data, not numbers")
-            elif arr.shape != p.data.shape:
+            elif arr.shape != p.host.shape:
                 problems.append(
                     f"{name} has shape {list(arr.shape)} in the state dict and"
-                    f" {list(p.data.shape)} in the model"
+                    f" {list(p.host.shape)} in the model"
                 )
             else:
-                arrays[name] = arr.astype(p.data.dtype)
+                arrays[name] = arr.astype(p.host.dtype)
         if problems:
             raise GradfuseError(f"load_state_dict: {'; '.join(problems)} (nothing was loaded)")
         for name, arr in arrays.items():
-            params[name].data = arr
+            params[name].host = arr
 
     def zero_grad(self) -> None:
         """Forgets the gradients (records nothing)."""
@@ -264,7 +264,7 @@ class Module:
         dtype = dtype_named(args, kwargs)
         if dtype is not None:
             for _, p in self._state_entries():
-                p.data = p.data.astype(dtype)
+                p.host = p.host.astype(dtype)
         return self
 
     def cuda(self, device: Any = None) -> Module:
@@ -344,7 +344,7 @@ def _as_buffer(name: str, value: Any) -> Buffer:
     if isinstance(value, Buffer):
         return value
     if isinstance(value, Parameter):
-        return Buffer(value.data.copy())
+        return Buffer(value.host.copy())
     if isinstance(value, Tensor):
         raise error(
             f"register_buffer: buffer {name!r} needs host data (a NumPy array), not a traced"
