@@ -30,6 +30,7 @@ from gradfuse.frontend.device import default_device, device
 from gradfuse.frontend.dtypes import numpy_dtype
 from gradfuse.frontend.recorder import RECORDING as B
 from gradfuse.frontend.recorder import Step, emit, error
+from gradfuse.frontend.tensor_setitem import setitem
 from gradfuse.frontend.tensor_shape import dims_arg
 
 Scalar = float | int
@@ -133,11 +134,8 @@ class Tensor:
         return self.device.type == "cuda"
 
     def __setitem__(self, key: object, value: object) -> None:
-        raise error(
-            "x[...] = value: gradfuse's tensors are values, not memory; build the new one"
-            " (gradfuse.where(mask, value, x), gradfuse.cat), or compute a constant table in"
-            " NumPy and keep it with register_buffer"
-        )
+        """`x[key] = value`: `x` stands for the new value (tensor_setitem.py)."""
+        setitem(self, key, value)
 
     def numel(self) -> int:
         """The number of elements."""

@@ -19,6 +19,7 @@ import numpy as np
 
 from gradfuse.diagnostics import GradfuseError
 from gradfuse.frontend.dtypes import dtype_named
+from gradfuse.frontend.eager import host_value
 from gradfuse.frontend.nn.buffer import Buffer
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import error, module_scope
@@ -340,16 +341,14 @@ class Module:
 
 
 def _as_buffer(name: str, value: Any) -> Buffer:
-    """`value` as a `Buffer`: itself, or one holding a copy of its host data."""
+    """`value` as a `Buffer`: itself, or one holding a copy of its host data (a traced
+    tensor's computed now, when it depends on constants only)."""
     if isinstance(value, Buffer):
         return value
     if isinstance(value, Parameter):
         return Buffer(value.host.copy())
-    if isinstance(value, Tensor):
-        raise error(
-            f"register_buffer: buffer {name!r} needs host data (a NumPy array), not a traced"
-            " Tensor; assign() a traced value to a registered buffer instead"
-        )
+    if isinstance(value, Tensor):  # computed from constants (a positional table): its value
+        return Buffer(host_value(value.value, f"register_buffer: buffer {name!r} needs host data"))
     arr = np.asarray(value.detach().cpu().numpy() if hasattr(value, "detach") else value)
     if arr.dtype.kind not in "biuf":
         raise error(f"register_buffer: buffer {name!r} holds {arr.dtype} data, not numbers")
