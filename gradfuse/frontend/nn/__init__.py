@@ -60,6 +60,11 @@ from gradfuse.frontend.nn.transformer import (
     TransformerEncoder,
     TransformerEncoderLayer,
 )
+from gradfuse.frontend.nn.transformer_decoder import (
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+)
 from gradfuse.frontend.optim import SGD, Adam, AdamW, Optimizer
 from gradfuse.frontend.parameter import Parameter
 
@@ -70,6 +75,7 @@ __all__ = [
     "GroupNorm", "InstanceNorm2d", "LayerNorm", "BatchNorm1d", "BatchNorm2d", "SyncBatchNorm",
     "Conv1d", "Conv2d", "ConvTranspose2d", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d",
     "Embedding", "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "RNN",
+    "TransformerDecoderLayer", "TransformerDecoder", "Transformer",
     "GRU", "LSTM", "RNNCell", "GRUCell", "LSTMCell", "MSELoss", "CrossEntropyLoss", "NLLLoss",
     "BCELoss", "BCEWithLogitsLoss", "Optimizer", "SGD", "Adam", "AdamW", "functional", "utils",
     "init", "ReLU6", "Hardswish", "Mish", "Softsign", "LogSigmoid", "Unflatten", "L1Loss",

@@ -47,6 +47,11 @@ def _additive(mask: Mask, what: str) -> Tensor | None:
     return F.constant(arr.astype(np.float32))
 
 
+def _like(mask: Tensor | None, scores: Tensor) -> Tensor | None:
+    """`mask` in the dtype of `scores` (a float32 mask added to a float64 model's)."""
+    return mask if mask is None or mask.dtype == scores.dtype else mask.to(scores.dtype)
+
+
 def _check_heads(what: str, dim_name: str, dim: int, heads_name: str, heads: int) -> None:
     """Raises at the user's line unless `dim` is a positive multiple of `heads` > 0."""
     if dim <= 0 or heads <= 0:
@@ -155,12 +160,12 @@ class MultiheadAttention(Module):
         scores = self._heads(q * (1.0 / math.sqrt(self.head_dim))) @ self._heads(k).transpose(
             -2, -1
         )
-        mask = _additive(attn_mask, "attn_mask")
+        mask = _like(_additive(attn_mask, "attn_mask"), scores)
         if mask is not None:
             if mask.ndim == 3:
                 mask = mask.reshape(n, self.num_heads, length, source)
             scores = scores + mask
-        padding = _additive(key_padding_mask, "key_padding_mask")
+        padding = _like(_additive(key_padding_mask, "key_padding_mask"), scores)
         if padding is not None:
             scores = scores + padding.reshape(padding.shape[0] if batched else 1, 1, 1, source)
         attn = F.dropout(scores.softmax(-1), self.dropout, self.training)
