@@ -75,6 +75,9 @@ from gradfuse.frontend.torch_functions import (
     floor,
     ge,
     gt,
+    isfinite,
+    isinf,
+    isnan,
     le,
     log,
     log1p,
@@ -145,7 +148,7 @@ __all__ = [
     "minimum", "mm", "mul", "ne", "neg", "norm", "numel", "permute", "pow", "reciprocal",
     "relu", "reshape", "rsqrt", "sigmoid", "sin", "softmax", "split", "sqrt", "square",
     "std", "sub", "sum", "t", "tanh", "transpose", "var", "round", "floor", "ceil", "trunc",
-    "topk", "sort", "argsort", "msort", "save", "load", "einsum",
+    "topk", "sort", "argsort", "msort", "isnan", "isinf", "isfinite", "save", "load", "einsum",
     # torch's dtype names, and its submodules as attributes (`torch.nn.Linear`)
     "float16", "half", "float32", "float", "float64", "double", "int32", "int64", "long",
     "bool", "nn", "optim", "cuda", "accelerator", "device",

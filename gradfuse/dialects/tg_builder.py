@@ -127,19 +127,23 @@ class TgBuilder(ShapeBuilder):
         self, masks: list[SSAValue], a: Operand, b: Operand, element: Attribute
     ) -> SSAValue:
         """The sum of `masks` (cast to `element`) and of the NaN masks of `a` and `b`: a
-        tensor's `cast(x < inf) + cast(-inf < x) < 0.5` (neither holds for NaN alone),
-        a NaN number's 1."""
+        tensor's `finite_count(x) < 0.5`, a NaN number's 1."""
         total = self.cast(masks[0], element)
         for mask in masks[1:]:
             total = self.add(total, self.cast(mask, element))
         for x in (a, b):
             if isinstance(x, SSAValue):
-                below, above = self.cmplt(x, math.inf), self.cmplt(-math.inf, x)
-                ordered = self.add(self.cast(below, element), self.cast(above, element))
-                total = self.add(total, self.cast(self.cmplt(ordered, 0.5), element))
+                nan = self.cmplt(self.finite_count(x, element), 0.5)
+                total = self.add(total, self.cast(nan, element))
             elif math.isnan(x):
                 total = self.add(total, 1.0)
         return total
+
+    def finite_count(self, x: SSAValue, element: Attribute) -> SSAValue:
+        """`cast(x < inf) + cast(-inf < x)`: 2 where `x` is finite, 1 where infinite, 0
+        where NaN (for which no comparison holds)."""
+        below, above = self.cmplt(x, math.inf), self.cmplt(-math.inf, x)
+        return self.add(self.cast(below, element), self.cast(above, element))
 
     def logical_not(self, mask: SSAValue, element: Attribute) -> SSAValue:
         """`not mask` for an i1 mask: `cast(mask) < 0.5` (the cast to `element`)."""

@@ -220,6 +220,7 @@ class Tensor:
     __lt__, __gt__, __le__, __ge__ = K.lt_, K.gt_, K.le_, K.ge_
     __eq__, __ne__ = K.eq_, K.ne_  # type: ignore[assignment]
     eq, ne, gt, ge, lt, le = K.eq, K.ne, K.gt, K.ge, K.lt, K.le
+    isnan, isinf, isfinite = K.isnan, K.isinf, K.isfinite
     add, sub, mul, div, neg, square, cos, mm, bmm = (
         M.add, M.sub, M.mul, M.div, M.neg, M.square, M.cos, M.mm, M.bmm
     )  # fmt: skip

@@ -84,6 +84,22 @@ def ne_(self: Tensor, other: object) -> Tensor:
     return self._new(B.compare_ne(*promoted(self.value, self._operand(other)), F32))
 
 
+def isnan(self: Tensor) -> Tensor:
+    """The mask of NaN elements: no comparison holds for them (`finite_count` 0)."""
+    return self._new(B.cmplt(B.finite_count(numeric(self.value), F32), 0.5))
+
+
+def isinf(self: Tensor) -> Tensor:
+    """The mask of infinite elements (`finite_count` 1)."""
+    count = self._new(B.finite_count(numeric(self.value), F32))
+    return (count > 0.5) & (count < 1.5)
+
+
+def isfinite(self: Tensor) -> Tensor:
+    """The mask of finite elements (`finite_count` 2)."""
+    return self._new(B.cmplt(1.5, B.finite_count(numeric(self.value), F32)))
+
+
 def eq(self: Tensor, other: Tensor | Scalar) -> Tensor:
     """The mask `self == other`."""
     return self == other

@@ -7,7 +7,7 @@ gathered there, so their gradient reaches the element each came from:
     values, indices = x.sort(dim=1, descending=True)
     order = gradfuse.argsort(scores)          # indices only
 
-    %before = tg.or(tg.lt(x_j, x_i), tg.and(tg.eq(x_j, x_i), j < i))   [.., n, n, ..]
+    %before = x_j < x_i, or neither x_i < x_j and j < i (NaN last)    [.., n, n, ..]
     %rank = tg.reduce_sum %before [d + 1]                              (a mask's count)
     %index = tg.reduce_sum(tg.where(%rank == p, i, 0)) [d + 1]
     %values = tg.gather x, %index, d
@@ -61,15 +61,18 @@ def msort(x: Tensor) -> Tensor:
 
 def _order(x: Tensor, d: int, descending: bool) -> Tensor:
     """The index at each sorted position along dim `d`: a position `p` takes the `i`
-    whose rank (the count of the `j` that sort before it) is `p`."""
-    xi, xj = x.detach().unsqueeze(d + 1), x.detach().unsqueeze(d)  # i at d, j at d + 1
-    nan_i, nan_j = xi != xi, xj != xj
-    if descending:  # NaN first, as PyTorch's descending sort
-        ahead = (xj > xi) | (nan_j & ~nan_i)
-    else:  # NaN last
-        ahead = (xj < xi) | (nan_i & ~nan_j)
+    whose rank (the count of the `j` that sort before it) is `p`. The sort key is
+    (NaN or not, value, index), negated for `descending` (NaN then comes first)."""
+    key = x.detach()
+    nan = key.isnan().float()
+    if descending:
+        key, nan = -key, -nan
+    xi, xj = key.unsqueeze(d + 1), key.unsqueeze(d)  # i along d, j along d + 1
+    ci, cj = nan.unsqueeze(d + 1), nan.unsqueeze(d)
     i, j = _positions(x, d).unsqueeze(d + 1), _positions(x, d).unsqueeze(d)
-    tied = (xj == xi) | (nan_i & nan_j)
-    rank = (ahead | (tied & (j < i))).sum(d + 1)  # each i's sorted position, along d
-    taken = rank.unsqueeze(d) == i  # [p at d, i at d + 1]: i's rank is p
+    # (two NaNs compare neither way: tied, as two equal numbers)
+    same_class = ~(cj < ci) & ~(ci < cj)
+    ahead = (cj < ci) | (same_class & ((xj < xi) | (~(xi < xj) & (j < i))))
+    rank = ahead.sum(d + 1)  # each i's sorted position, along d
+    taken = (rank.unsqueeze(d) - i).abs() < 0.5  # [p along d, i along d + 1]: i's rank is p
     return x._where(taken, j, 0.0).sum(d + 1)

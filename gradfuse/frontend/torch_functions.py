@@ -39,6 +39,7 @@ matmul, mm, bmm = map(_function, ("matmul", "mm", "bmm"))
 transpose, permute, reshape, t = map(_function, ("transpose", "permute", "reshape", "t"))
 add, sub, mul, div = map(_function, ("add", "sub", "mul", "div"))
 eq, ne, gt, ge, lt, le = map(_function, ("eq", "ne", "gt", "ge", "lt", "le"))
+isnan, isinf, isfinite = map(_function, ("isnan", "isinf", "isfinite"))
 numel, chunk, split = map(_function, ("numel", "chunk", "split"))
 topk, sort, argsort, msort = map(_function, ("topk", "sort", "argsort", "msort"))
 round, floor, ceil, trunc = map(_function, ("round", "floor", "ceil", "trunc"))  # noqa: A001

@@ -1,6 +1,6 @@
-"""`sort`, `argsort`, `msort` (tensor_sort.py) and NaN in comparisons (tg_builder's
-compare_ne and compare_le) against PyTorch's float64 or NumPy: values, indices,
-gradients."""
+"""`sort`, `argsort`, `msort` (tensor_sort.py), NaN in comparisons (tg_builder's
+compare_ne and compare_le) and `isnan`/`isinf`/`isfinite` against PyTorch's float64
+or NumPy: values, indices, gradients."""
 
 from __future__ import annotations
 
@@ -24,11 +24,13 @@ def test_comparisons_with_nan_are_ieees(backend: str) -> None:
     def build(p: Tensor):  # noqa: ANN202
         q = p.gather(1, gradfuse.tensor(REVERSED))  # each row reversed
         masks = [p == q, p != q, p <= q, p >= q, p < q, p > q, p == 1.0, p != float("nan")]
+        masks += [p.isnan(), gradfuse.isinf(p), p.isfinite()]
         return p.sum(), [m.float() for m in masks]
 
     *got, _ = run(backend, build, NAN)
     q = NAN[:, ::-1]
     want = [NAN == q, NAN != q, NAN <= q, NAN >= q, NAN < q, NAN > q, NAN == 1.0, NAN != np.nan]
+    want += [np.isnan(NAN), np.isinf(NAN), np.isfinite(NAN)]
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w.astype(np.float32))
 
