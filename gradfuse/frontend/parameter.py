@@ -247,3 +247,6 @@ class Parameter(Tensor):
 
     def __repr__(self) -> str:
         return f"Parameter({self.key_hint()!r}, shape={list(self.shape)}, dtype={self.dtype})"
+
+
+Tensor.LEAF = Parameter  # `tensor.requires_grad_()` makes one of its host value

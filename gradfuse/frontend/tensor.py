@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
+from typing import ClassVar
 
 import numpy as np
 from xdsl.dialects.builtin import Float32Type, TensorType
@@ -21,6 +22,7 @@ from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of, tensor
 from gradfuse.dialects.tg_builder import LN_2, LOG2_E, element_type
 from gradfuse.frontend import tensor_backward as backward_
+from gradfuse.frontend import tensor_index as index_
 from gradfuse.frontend import tensor_masks as K
 from gradfuse.frontend import tensor_methods as M
 from gradfuse.frontend import tensor_reduce as reduce_
@@ -29,8 +31,7 @@ from gradfuse.frontend import tensor_sort as sort_
 from gradfuse.frontend.device import default_device, device
 from gradfuse.frontend.dtypes import numpy_dtype
 from gradfuse.frontend.recorder import RECORDING as B
-from gradfuse.frontend.recorder import Step, emit, error
-from gradfuse.frontend.tensor_setitem import setitem
+from gradfuse.frontend.recorder import emit, error
 from gradfuse.frontend.tensor_shape import dims_arg
 
 Scalar = float | int
@@ -75,10 +76,13 @@ class Tensor:
     `(x * 2.0).sum()` records `tg.constant`, `tg.mul` and `tg.reduce_sum`.
     """
 
-    __slots__ = ("_value",)
+    __slots__ = ("_value", "_leaf")
+    LEAF: ClassVar[Callable[[np.ndarray], Tensor] | None] = None
+    """Makes a trainable leaf of a host value: `Parameter`, set where it is defined."""
 
     def __init__(self, value: SSAValue):
         self._value = value
+        self._leaf: Tensor | None = None  # after requires_grad_(): the Parameter it reads
 
     @staticmethod
     def _new(value: SSAValue) -> Tensor:
@@ -98,7 +102,7 @@ class Tensor:
     @property
     def value(self) -> SSAValue:
         """The SSA value this tensor stands for."""
-        return self._value
+        return self._value if self._leaf is None else self._leaf.value
 
     # --- type ---------------------------------------------------------------------------
 
@@ -132,10 +136,6 @@ class Tensor:
     def is_cuda(self) -> bool:
         """Whether the program runs on a GPU by default (`execute()` chooses)."""
         return self.device.type == "cuda"
-
-    def __setitem__(self, key: object, value: object) -> None:
-        """`x[key] = value`: `x` stands for the new value (tensor_setitem.py)."""
-        setitem(self, key, value)
 
     def numel(self) -> int:
         """The number of elements."""
@@ -225,6 +225,7 @@ class Tensor:
         M.add, M.sub, M.mul, M.div, M.neg, M.square, M.cos, M.mm, M.bmm
     )  # fmt: skip
     __rpow__, item, requires_grad_ = M.rpow, M.item, M.requires_grad_
+    grad = property(M.leaf_grad, M.set_leaf_grad)
     numpy, tolist, __format__ = M.numpy, M.tolist, M.format_
     __float__ = M.item
     __invert__, __and__, __or__ = K.logical_not, K.logical_and, K.logical_or
@@ -239,9 +240,12 @@ class Tensor:
     add_, sub_, mul_, div_, copy_, fill_, zero_, clamp_ = (
         M.add_, M.sub_, M.mul_, M.div_, M.copy_, M.fill_, M.zero_, M.clamp_
     )  # fmt: skip
+    __iadd__, __isub__, __imul__, __itruediv__ = add_, sub_, mul_, div_  # in place, as torch's
 
     def _set(self, new: Tensor, what: str) -> None:
         """An in-place update (`add_`, `zero_`, ...): this tensor now stands for `new`."""
+        if self._leaf is not None:
+            return self._leaf._set(new, what)
         self._value = new.value
 
     __hash__ = object.__hash__  # a tracer is hashed by identity, as torch.Tensor is
@@ -374,19 +378,7 @@ class Tensor:
         """Repeated to `shape` by NumPy's rules."""
         return Tensor(B.broadcast(self.value, list(shape)))
 
-    def __getitem__(self, key: object) -> Tensor:
-        keys = key if isinstance(key, tuple) else (key,)
-        if any(not isinstance(k, int | slice | Step) and k is not None and k is not ...
-               for k in keys):  # fmt: skip
-            return K.advanced_index(self, keys)
-        at = [d for d, k in enumerate(keys) if isinstance(k, Step)]
-        if not at:
-            return Tensor(B.getitem(self.value, key))
-        if len(at) > 1:
-            raise error("x[...]: index with one loop step at most")
-        step = keys[at[0]]
-        assert isinstance(step, Step)
-        return Tensor(B.getitem_step(self.value, keys, at[0], step.counter, step.count))
+    __getitem__, __setitem__ = index_.getitem, index_.setitem
 
     # --- autodiff (gradfuse/frontend/tensor_backward.py) ---------------------------------
 

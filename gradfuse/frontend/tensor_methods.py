@@ -233,12 +233,29 @@ def same(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
 
 
 def requires_grad_(self: Tensor, requires_grad: bool = True) -> Tensor:
-    """Only a `Parameter` is trained: a traced tensor is computed by the program."""
-    raise error(
-        "requires_grad_(): a traced tensor is computed by the program and cannot become a"
-        " trainable leaf; make one with gradfuse.nn.Parameter(array) or a creation"
-        " function's requires_grad=True (gradfuse.randn(784, 10, requires_grad=True))"
-    )
+    """`weights = gradfuse.randn(784, 10) / 28; weights.requires_grad_()` ("What is
+    torch.nn really?"): a tensor the host computes now (`eager.host_value`: from
+    constants and draws) becomes a trainable leaf, a `Parameter` holding that value,
+    which this tensor stands for from here on (its reads, `.grad`, in-place updates)."""
+    if requires_grad and self._leaf is None:
+        make = type(self).LEAF
+        assert make is not None  # (parameter.py sets it)
+        self._leaf = make(host_value(self.value, "requires_grad_()"))
+    elif not requires_grad and self._leaf is not None:
+        self._leaf.requires_grad = False
+    return self
+
+
+def leaf_grad(self: Tensor) -> Tensor | None:
+    """`.grad` of a tensor made a leaf by `requires_grad_()` (else None, as PyTorch's
+    non-leaf tensors)."""
+    return None if self._leaf is None else self._leaf.grad
+
+
+def set_leaf_grad(self: Tensor, value: Tensor | None) -> None:
+    if self._leaf is None:
+        raise error(".grad: only a leaf (a Parameter, or a tensor after requires_grad_()) has one")
+    self._leaf.grad = value
 
 
 def item(self: Tensor) -> float:

@@ -1,4 +1,4 @@
-"""`x[key] = value` (tensor_setitem.py) against PyTorch: slices, ints, ..., masks, the
+"""`x[key] = value` (tensor_index.py) against PyTorch: slices, ints, ..., masks, the
 gradients of both sides, word_language_model's PositionalEncoding as written, and
 its errors."""
 

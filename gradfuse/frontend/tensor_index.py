@@ -1,4 +1,5 @@
-"""`x[key] = value`, as PyTorch's, composed of tg ops (no op of its own): the tensor
+"""`x[key]` (`tg.slice`, `tg.reshape`; a loop step's slot; `x[range(n), target]`) and
+`x[key] = value`, as PyTorch's, composed of tg ops (no op of its own): the tensor
 then stands for a new value (as its in-place methods make it; a `Parameter` assigns it,
 under `no_grad()`), where the elements `key` selects are `value`'s:
 
@@ -27,13 +28,31 @@ from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of
 from gradfuse.dialects.tg_builder import element_type
 from gradfuse.frontend.recorder import RECORDING as B
-from gradfuse.frontend.recorder import emit, error
+from gradfuse.frontend.recorder import Step, emit, error
+from gradfuse.frontend.tensor_masks import advanced_index
 from gradfuse.frontend.tensor_methods import _in_place
 
 if TYPE_CHECKING:
     from gradfuse.frontend.tensor import Tensor
 
 WHAT = "x[...] = value"
+
+
+def getitem(x: Tensor, key: object) -> Tensor:
+    """`x[key]`: ints, slices, None and ... as NumPy's basic indexing; one `Step` (a
+    `gradfuse.steps` counter) takes that iteration's slot; see `advanced_index`."""
+    keys = key if isinstance(key, tuple) else (key,)
+    if any(not isinstance(k, int | slice | Step) and k is not None and k is not ...
+           for k in keys):  # fmt: skip
+        return advanced_index(x, keys)
+    at = [d for d, k in enumerate(keys) if isinstance(k, Step)]
+    if not at:
+        return x._new(B.getitem(x.value, key))
+    if len(at) > 1:
+        raise error("x[...]: index with one loop step at most")
+    step = keys[at[0]]
+    assert isinstance(step, Step)
+    return x._new(B.getitem_step(x.value, keys, at[0], step.counter, step.count))
 
 
 def setitem(x: Tensor, key: object, value: object) -> None:
