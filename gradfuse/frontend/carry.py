@@ -15,7 +15,9 @@ attributes of the modules and objects among them) before and after tracing. A sl
 whose tensors the body read and then replaced with tensors it computed is carried: its
 state becomes a param (`"carry.hidden.0"`) assigned before the loop, read where the
 body read the old tensor, and assigned at the body's end; after the loop the slot holds
-that param, so code after it reads the last iteration's state:
+that param, so code after it reads the last iteration's state. A tensor the body
+updates in place (`total += loss`) is carried alike, and every name for it then reads
+the state:
 
     tg.assign "carry.hidden.0" %h0
     tg.for %i = 0 to 10 step 1 {
@@ -70,6 +72,7 @@ class Held:
     slot: Slot
     value: Any
     tensors: list[Tensor]
+    values: list[SSAValue | None]  # each tensor's own value (None: a param's, read anew)
 
 
 def _leaves(value: Any) -> list[Tensor] | None:
@@ -149,8 +152,15 @@ def held(fn: Callable[..., Any]) -> list[Held]:
             isinstance(t, Parameter) and not isinstance(t, Carried) for t in tensors
         ):
             continue
-        out.append(Held(slot, value, tensors or []))
+        tensors = tensors or []
+        out.append(Held(slot, value, tensors, [_own_value(t) for t in tensors]))
     return out
+
+
+def _own_value(t: Tensor) -> SSAValue | None:
+    """The value a plain tensor holds (`x += 1` changes it in place); None for a
+    parameter or a leaf, whose reads are recorded anew in each block."""
+    return None if isinstance(t, Parameter) or t._leaf is not None else t._value
 
 
 def hoist(before: list[Held], loop: tg.ForOp) -> None:
@@ -179,6 +189,9 @@ def hoist(before: list[Held], loop: tg.ForOp) -> None:
 def restore(before: list[Held]) -> None:
     """Sets the slots of `before` back to what they held (after a failed trace)."""
     for h in before:
+        for t, v in zip(h.tensors, h.values, strict=True):
+            if v is not None:
+                t._value = v  # (an update in place)
         try:
             if h.slot.get() is h.value:
                 continue
@@ -204,28 +217,33 @@ def carry(before: list[Held], loop: tg.ForOp) -> None:
             now = h.slot.get()
         except (KeyError, ValueError):
             continue
-        if now is h.value:
+        moved = [v is not None and t._value is not v for t, v in zip(h.tensors, h.values, strict=True)]  # fmt: skip
+        if now is h.value and not any(moved):
             continue
+        olds = [Tensor(v) if m and v is not None else t for t, v, m in zip(h.tensors, h.values, moved, strict=True)]  # fmt: skip
         read = [
-            t for t in h.tensors
+            t for t in olds
             if isinstance(t, Carried) or any(loop.is_ancestor(u.operation) for u in t.value.uses)
         ]  # fmt: skip
         if not read:
             continue
         new = _leaves(now)
-        if new is None or len(new) != len(h.tensors):
+        if new is None or len(new) != len(olds):
             raise error(
                 f"ir_for: the loop body reads `{h.slot.name}` and sets it to another kind of"
                 " value, which the next iteration would read: keep the same tensors (shapes)"
                 " in it, or keep the state in a gradfuse.nn.Buffer and assign it"
             )
-        pairs = list(zip(h.tensors, new, strict=True))
+        pairs = list(zip(olds, new, strict=True))
         for old, t in pairs:
             _check(h.slot.name, old, t, loop)
-        plans.append((h.slot, now, pairs))
-    for slot, now, pairs in plans:
+        plans.append((h.slot, now, pairs, moved))
+    for slot, now, pairs, moved in plans:
         states = [_carried(slot.name, i, old, t, loop) for i, (old, t) in enumerate(pairs)]
         slot.set(_rebuilt(now, iter(states)))
+        for (_, t), state, in_place in zip(pairs, states, moved, strict=True):
+            if in_place and state is not t:
+                t._leaf = state  # (updated in place: other names for it read the state too)
 
 
 def check_gradients(loop: tg.ForOp) -> None:

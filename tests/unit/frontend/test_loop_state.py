@@ -142,6 +142,37 @@ def test_a_global_state_is_carried_and_read_after_the_loop() -> None:
     np.testing.assert_array_equal(np.array(seen)[:, 0], [1, 2, 3, 4, 5, 50])
 
 
+def test_a_state_updated_in_place_is_carried_and_its_other_names_follow() -> None:
+    gradfuse.reset()
+    total = gradfuse.constant(np.zeros(2, np.float32))
+    alias = total  # PyTorch's `+=` updates the one tensor both names hold
+    seen: list[np.ndarray] = []
+
+    def step() -> None:
+        nonlocal total
+        total += gradfuse.constant([1.0, 2.0])
+        Receiver(lambda v: seen.append(v), total * 1.0)
+
+    ir_for(range(3), step)
+    Receiver(lambda v: seen.append(v), alias * 10.0)  # after the loop: the last state
+    execute(backend="reference")
+    np.testing.assert_array_equal(np.array(seen)[:, 1], [2.0, 4.0, 6.0, 60.0])
+
+
+def test_a_failed_body_undoes_its_updates_in_place() -> None:
+    gradfuse.reset()
+    h = gradfuse.constant(np.zeros(2, np.float32))
+    before = h.value
+
+    def fail() -> None:
+        h.add_(1.0)
+        h.sum().item()  # a value computed in the body: an error
+
+    with pytest.raises(GradfuseError, match="computed in an ir_for body"):
+        ir_for(range(2), fail)
+    assert h.value is before
+
+
 class Counter(nn.Module):
     def __init__(self):
         super().__init__()
