@@ -16,7 +16,11 @@ from gradfuse import Feeder, execute
 from gradfuse.diagnostics import GradfuseError
 
 NOT_TORCH_CLASSES = {"Module", "Parameter", "Buffer", "Optimizer"}  # other kinds of object
-DEFAULTS_THAT_DIFFER = {("TransformerEncoderLayer", "activation")}  # "relu" for F.relu
+DEFAULTS_THAT_DIFFER = {  # "relu" for F.relu
+    ("TransformerEncoderLayer", "activation"),
+    ("TransformerDecoderLayer", "activation"),
+    ("Transformer", "activation"),
+}
 
 
 def torch_class(torch: Any, name: str) -> Any:

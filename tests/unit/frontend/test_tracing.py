@@ -14,7 +14,7 @@ from gradfuse.nn import SGD, Linear
 
 
 def test_tensor_holds_only_an_ssa_value() -> None:
-    assert Tensor.__slots__ == ("_value",)
+    assert Tensor.__slots__ == ("_value", "_leaf")  # (or the Parameter of requires_grad_())
     x = Feeder(lambda: np.zeros(3, np.float32), shape=[3])
     assert str(x.value.type) == "tensor<3xf32>" and x.shape == (3,)
 
