@@ -187,13 +187,13 @@ class MultiheadAttention(Module):
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": Tensor.relu, "gelu": F.gelu}
 
 
-class TransformerEncoderLayer(Module):
-    """Self-attention and a feed-forward block, each with a residual and a LayerNorm.
+class TransformerLayer(Module):
+    """What PyTorch's encoder and decoder layers share: their arguments, and their
+    submodules in PyTorch's order for `BLOCKS` residual blocks (2: `self_attn`; 3: and
+    `multihead_attn`), `linear1`, `dropout`, `linear2`, `norm1`..., `dropout1`...;
+    the self-attention block and the feed-forward block."""
 
-    PyTorch's arguments, submodules (`self_attn`, `linear1`, `dropout`, `linear2`,
-    `norm1`, `norm2`, `dropout1`, `dropout2`) and post-norm default (`norm_first=False`).
-    `TransformerEncoderLayer(16, 2, dim_feedforward=32, batch_first=True)(x)`
-    """
+    BLOCKS = 2
 
     def __init__(
         self,
@@ -210,24 +210,24 @@ class TransformerEncoderLayer(Module):
         dtype: Any = None,
     ):
         super().__init__()
-        device_and_dtype("TransformerEncoderLayer", device, dtype)
+        what = type(self).__name__
+        device_and_dtype(what, device, dtype)
         if isinstance(activation, str) and activation not in _ACTIVATIONS:
-            raise error(
-                f"TransformerEncoderLayer: activation should be relu or gelu, not {activation!r}"
-            )
-        _check_heads("TransformerEncoderLayer", "d_model", d_model, "nhead", nhead)
+            raise error(f"{what}: activation should be relu or gelu, not {activation!r}")
+        _check_heads(what, "d_model", d_model, "nhead", nhead)
         self.d_model = d_model
-        self.self_attn = MultiheadAttention(
-            d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first
-        )
+        attention = {"dropout": dropout, "bias": bias, "batch_first": batch_first}
+        self.self_attn = MultiheadAttention(d_model, nhead, **attention)
+        if self.BLOCKS == 3:
+            self.multihead_attn = MultiheadAttention(d_model, nhead, **attention)
         self.linear1 = Linear(d_model, dim_feedforward, bias=bias)
         self.dropout = Dropout(dropout)
         self.linear2 = Linear(dim_feedforward, d_model, bias=bias)
         self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
+        for k in range(1, self.BLOCKS + 1):
+            setattr(self, f"norm{k}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias))
+        for k in range(1, self.BLOCKS + 1):
+            setattr(self, f"dropout{k}", Dropout(dropout))
         self.activation: Any = (
             _ACTIVATIONS[activation] if isinstance(activation, str) else activation
         )
@@ -240,7 +240,17 @@ class TransformerEncoderLayer(Module):
         return self.dropout1(out)
 
     def _ff_block(self, x: Tensor) -> Tensor:
-        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+        last = getattr(self, f"dropout{self.BLOCKS}")
+        return last(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+
+class TransformerEncoderLayer(TransformerLayer):
+    """Self-attention and a feed-forward block, each with a residual and a LayerNorm.
+
+    PyTorch's arguments, submodules (`self_attn`, `linear1`, `dropout`, `linear2`,
+    `norm1`, `norm2`, `dropout1`, `dropout2`) and post-norm default (`norm_first=False`).
+    `TransformerEncoderLayer(16, 2, dim_feedforward=32, batch_first=True)(x)`
+    """
 
     def forward(
         self,
@@ -258,6 +268,15 @@ class TransformerEncoderLayer(Module):
         return self.norm2(x + self._ff_block(x))
 
 
+def stack_layers(stack: Module, layer: Module, num_layers: int, norm: Module | None) -> None:
+    """`stack.layers`: `num_layers` deep copies of `layer` (`layers.0`, ...); `stack.norm`."""
+    if num_layers < 1:
+        raise error(f"{type(stack).__name__}: num_layers must be >= 1, got {num_layers}")
+    stack.layers = ModuleList(copy.deepcopy(layer) for _ in range(num_layers))
+    stack.num_layers = num_layers
+    stack.norm = norm
+
+
 class TransformerEncoder(Module):
     """`num_layers` deep copies of `encoder_layer` (`layers.0`, `layers.1`, ...), then `norm`.
 
@@ -273,11 +292,7 @@ class TransformerEncoder(Module):
         mask_check: bool = True,
     ):
         super().__init__()
-        if num_layers < 1:
-            raise error(f"TransformerEncoder: num_layers must be >= 1, got {num_layers}")
-        self.layers = ModuleList(copy.deepcopy(encoder_layer) for _ in range(num_layers))
-        self.num_layers = num_layers
-        self.norm = norm
+        stack_layers(self, encoder_layer, num_layers, norm)
 
     def forward(
         self,

@@ -14,84 +14,36 @@ feed-forward, with its dropout, a residual and a LayerNorm (after, or before wit
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from gradfuse.frontend import functional as F
-from gradfuse.frontend.nn.activation import Dropout
 from gradfuse.frontend.nn.init import xavier_uniform_
-from gradfuse.frontend.nn.layers import Linear, ModuleList
 from gradfuse.frontend.nn.module import Module
 from gradfuse.frontend.nn.normalization import LayerNorm
 from gradfuse.frontend.nn.options import device_and_dtype
 from gradfuse.frontend.nn.transformer import (
-    _ACTIVATIONS,
     Mask,
-    MultiheadAttention,
     TransformerEncoder,
     TransformerEncoderLayer,
-    _check_heads,
+    TransformerLayer,
     _check_input,
+    stack_layers,
 )
 from gradfuse.frontend.recorder import error
 from gradfuse.frontend.tensor import Tensor
 
 
-class TransformerDecoderLayer(Module):
+class TransformerDecoderLayer(TransformerLayer):
     """Self-attention, attention to the encoder's output (`memory`) and a feed-forward
     block, each with a residual and a LayerNorm. PyTorch's arguments and submodules
     (`self_attn`, `multihead_attn`, `linear1`, `dropout`, `linear2`, `norm1`-`norm3`,
     `dropout1`-`dropout3`). `TransformerDecoderLayer(16, 2, 32, batch_first=True)(t, m)`
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        nhead: int,
-        dim_feedforward: int = 2048,
-        dropout: float = 0.1,
-        activation: str | Callable[[Tensor], Tensor] = "relu",
-        layer_norm_eps: float = 1e-5,
-        batch_first: bool = False,
-        norm_first: bool = False,
-        bias: bool = True,
-        device: Any = None,
-        dtype: Any = None,
-    ):
-        super().__init__()
-        device_and_dtype("TransformerDecoderLayer", device, dtype)
-        if isinstance(activation, str) and activation not in _ACTIVATIONS:
-            raise error(
-                f"TransformerDecoderLayer: activation should be relu or gelu, not {activation!r}"
-            )
-        _check_heads("TransformerDecoderLayer", "d_model", d_model, "nhead", nhead)
-        self.d_model = d_model
-        attention = {"dropout": dropout, "bias": bias, "batch_first": batch_first}
-        self.self_attn = MultiheadAttention(d_model, nhead, **attention)
-        self.multihead_attn = MultiheadAttention(d_model, nhead, **attention)
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias)
-        self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-        self.dropout3 = Dropout(dropout)
-        self.activation: Any = (
-            _ACTIVATIONS[activation] if isinstance(activation, str) else activation
-        )
-
-    def _sa_block(self, x: Tensor, mask: Mask, padding: Mask, is_causal: bool) -> Tensor:
-        out, _ = self.self_attn(
-            x, x, x, attn_mask=mask, key_padding_mask=padding, need_weights=False,
-            is_causal=is_causal,
-        )  # fmt: skip
-        return self.dropout1(out)
+    BLOCKS = 3
 
     def _mha_block(
         self, x: Tensor, memory: Tensor, mask: Mask, padding: Mask, is_causal: bool
@@ -101,9 +53,6 @@ class TransformerDecoderLayer(Module):
             is_causal=is_causal,
         )  # fmt: skip
         return self.dropout2(out)
-
-    def _ff_block(self, x: Tensor) -> Tensor:
-        return self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))
 
     def forward(
         self,
@@ -139,11 +88,7 @@ class TransformerDecoder(Module):
 
     def __init__(self, decoder_layer: TransformerDecoderLayer, num_layers: int, norm: Module | None = None):  # fmt: skip
         super().__init__()
-        if num_layers < 1:
-            raise error(f"TransformerDecoder: num_layers must be >= 1, got {num_layers}")
-        self.layers = ModuleList(copy.deepcopy(decoder_layer) for _ in range(num_layers))
-        self.num_layers = num_layers
-        self.norm = norm
+        stack_layers(self, decoder_layer, num_layers, norm)
 
     def forward(
         self,
