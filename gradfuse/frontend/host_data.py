@@ -4,6 +4,7 @@ runs as written:
 
     m.weight.data.normal_(0.0, 0.02)      # before the program: the host array, drawn now
     m.bias.data.fill_(0)
+    m.weight.data[0] = 0.0                # (an index: as `x[key] = value`)
     p.data.add_(p.grad, alpha=-lr)        # a traced operand: tg.assign "w", %new
     w.data -= lr * w.grad                 # the same
 
@@ -146,17 +147,36 @@ class HostData(np.ndarray):
             _no_draw("uniform_"),
         )  # fmt: skip
 
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """`p.data[0] = t`, `p.data[mask] = 0.0`: recorded as `x[key] = value` is, or
+        written now, as the methods decide."""
+        if self.owner is None:
+            return super().__setitem__(key, value)
+
+        def traced(p: Tensor, v: list[Any]) -> Tensor:
+            p[key] = v[0]
+            return p
+
+        self._update("__setitem__", [value], lambda: super(HostData, self).__setitem__(key, _host(value)), traced)  # fmt: skip
+
+    def _operator(self, method: Callable[[Any], HostData], other: Any, plain: Any) -> Any:
+        """`p.data -= x`: the method (recorded or not, as it decides); for a copy or slice
+        of `.data`, NumPy's operator on its host memory (`plain`)."""
+        if self.owner is None and not isinstance(other, Tensor):
+            return plain(other)
+        return method(other)
+
     def __iadd__(self, other: Any) -> Any:
-        return self.add_(other) if isinstance(other, Tensor) else super().__iadd__(other)
+        return self._operator(self.add_, other, super().__iadd__)
 
     def __isub__(self, other: Any) -> Any:
-        return self.sub_(other) if isinstance(other, Tensor) else super().__isub__(other)
+        return self._operator(self.sub_, other, super().__isub__)
 
     def __imul__(self, other: Any) -> Any:
-        return self.mul_(other) if isinstance(other, Tensor) else super().__imul__(other)
+        return self._operator(self.mul_, other, super().__imul__)
 
     def __itruediv__(self, other: Any) -> Any:
-        return self.div_(other) if isinstance(other, Tensor) else super().__itruediv__(other)
+        return self._operator(self.div_, other, super().__itruediv__)
 
 
 def _recording(owner: Parameter) -> bool:

@@ -157,3 +157,22 @@ def test_a_draw_in_the_program_names_what_to_write() -> None:
     with pytest.raises(GradfuseError, match=r"copy_\(gradfuse.randn\(p.shape\) \* std \+ mean\)"):
         ir_for(range(2), step)
     np.testing.assert_array_equal(p.host, [1.0, 1.0, 1.0])  # the host value is kept
+
+
+def test_indexing_and_operators_on_data_follow_the_same_rule() -> None:
+    gradfuse.reset()
+    p = Parameter(np.ones((2, 3), np.float32), name="p")
+    p.data[0] = 5.0  # before any read: the host array, now
+    p.data *= 2.0
+    np.testing.assert_array_equal(p.host, [[10.0] * 3, [2.0] * 3])
+    got: list[np.ndarray] = []
+    Receiver(lambda v: got.append(v), p * 1.0)
+    p.data *= 3.0  # after the read: recorded, in order
+    p.data[1, 1:] = -1.0
+    Receiver(lambda v: got.append(v), p * 1.0)
+    np.testing.assert_array_equal(p.host, [[10.0] * 3, [2.0] * 3])
+    execute(backend="reference")
+    np.testing.assert_array_equal(got[1], [[30.0] * 3, [6.0, -1.0, -1.0]])
+    row = p.data[0]  # a slice: a view of the host memory, as PyTorch's
+    row += 1.0
+    np.testing.assert_array_equal(p.host[0], [31.0] * 3)
