@@ -37,6 +37,14 @@ def _dtype(dtype: Any, default: Any = np.float32) -> np.dtype:
     return np.dtype(np.float32) if d.kind in "iub" else d
 
 
+def _integral(values: np.ndarray, dtype: Any) -> np.ndarray:
+    """`values` truncated toward zero where `dtype` is an integer dtype (as PyTorch's
+    `tensor([2.7], dtype=torch.long)` is 2), else as they are."""
+    if dtype is not None and np.dtype(dtype).kind in "iu" and values.dtype.kind == "f":
+        return np.trunc(values)
+    return values
+
+
 def _made(values: np.ndarray, requires_grad: bool) -> Tensor:
     """`values` as a constant, or as a trainable `Parameter` where `requires_grad`."""
     if requires_grad:
@@ -55,7 +63,7 @@ def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool
         raise error(f"tensor(): expected numbers, got an array of {arr.dtype}")
     if dtype is None:  # Python numbers: PyTorch's default float32; an array keeps its dtype
         dtype = arr.dtype if isinstance(data, np.ndarray | np.generic) else np.float32
-    return _made(arr.astype(_dtype(dtype)), requires_grad)
+    return _made(_integral(arr, dtype).astype(_dtype(dtype)), requires_grad)
 
 
 as_tensor = tensor
@@ -71,7 +79,8 @@ def full(
     requires_grad: bool = False, **_: Any,
 ) -> Tensor:  # fmt: skip
     """A tensor of `size` filled with `fill_value`."""
-    return _made(np.full(tuple(size), fill_value, _dtype(dtype)), requires_grad)
+    values = _integral(np.full(tuple(size), fill_value, np.float64), dtype)
+    return _made(values.astype(_dtype(dtype)), requires_grad)
 
 
 def zeros(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False, **_: Any) -> Tensor:

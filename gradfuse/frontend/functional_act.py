@@ -146,8 +146,10 @@ def softsign(input: Tensor) -> Tensor:
 
 
 def logsigmoid(input: Tensor) -> Tensor:
-    """`log(sigmoid(x))`, stable for any x: `min(x, 0) - log1p(exp(-|x|))`."""
-    return input.clamp(max=0.0) - (-input.abs()).exp().log1p()
+    """`log(sigmoid(x))`, stable for any x: `min(x, 0) - log1p(exp(-|x|))`, the minimum
+    written `(x - |x|) / 2` so that the gradient at 0 is 1/2 (|x|'s there is 0)."""
+    magnitude = input.abs()
+    return (input - magnitude) * 0.5 - (-magnitude).exp().log1p()
 
 
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:

@@ -279,8 +279,11 @@ class Tensor:
     sin = _unary(tg.SinOp, "`sin(self)` (`tg.sin`).")
 
     def abs(self) -> Tensor:
-        """`|self|`, recorded as `max(self, -self)`."""
-        return Tensor(B.binary(tg.MaxOp, self.value, B.unary(tg.NegOp, self.value)))
+        """`|self|`, recorded as `0 - self * m` with `m = (self < 0) - (self > 0)`, minus
+        its sign (`0 - ...` makes -0 +0): its gradient is the sign, 0 at 0 (PyTorch's)."""
+        x = self.value
+        minus = B.sub(B.cast(B.cmplt(x, 0.0), F32), B.cast(B.cmplt(0.0, x), F32))
+        return Tensor(B.sub(0.0, B.mul(x, B.cast(minus, element_type(x)))))
 
     maximum = _binary(tg.MaxOp)
     maximum.__doc__ = "Elementwise maximum (`tg.max`)."

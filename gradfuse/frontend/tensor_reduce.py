@@ -196,9 +196,12 @@ def std(
 
 def norm(x: Tensor, p: float | str = "fro", dim: Dims = None, keepdim: bool = False) -> Tensor:
     """The vector norm over `dim` (all dims when None): `p` 2 or "fro" (the square root
-    of the sum of squares), 1 (the sum of |x|) or inf (the largest |x|)."""
-    if p in (2, 2.0, "fro"):
-        return (x * x).sum(dim, keepdim).sqrt()
+    of the sum of squares), 1 (the sum of |x|) or inf (the largest |x|); a zero vector's
+    gradient is 0, as PyTorch's (its subgradient)."""
+    if p in (2, 2.0, "fro"):  # 0, with gradient 0, where all are 0 (sqrt's is infinite)
+        squares = (x * x).sum(dim, keepdim)
+        zero = squares <= 0.0
+        return x._where(zero, 0.0, x._where(zero, 1.0, squares).sqrt())
     if p in (1, 1.0):
         return x.abs().sum(dim, keepdim)
     if p == float("inf"):

@@ -74,5 +74,5 @@ def _order(x: Tensor, d: int, descending: bool) -> Tensor:
     same_class = ~(cj < ci) & ~(ci < cj)
     ahead = (cj < ci) | (same_class & ((xj < xi) | (~(xi < xj) & (j < i))))
     rank = ahead.sum(d + 1)  # each i's sorted position, along d
-    taken = (rank.unsqueeze(d) - i).abs() < 0.5  # [p along d, i along d + 1]: i's rank is p
+    taken = (rank.unsqueeze(d) - i).square() < 0.25  # [p along d, i along d + 1]: i's rank is p
     return x._where(taken, j, 0.0).sum(d + 1)

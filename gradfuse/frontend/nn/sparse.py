@@ -85,10 +85,18 @@ def _lookup(ids: Tensor, weight: Tensor, what: str) -> Tensor:
     return rows.reshape(list(ids.shape) + [dim])
 
 
-def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, **_: Any) -> Tensor:
-    """`F.embedding`: the rows of the table `weight` [N, D] at the ids `input`."""
+def embedding(
+    input: Tensor, weight: Tensor, padding_idx: int | None = None,
+    max_norm: float | None = None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+) -> Tensor:  # fmt: skip
+    """`F.embedding`: the rows of the table `weight` [N, D] at the ids `input` (PyTorch's
+    arguments; those that change the result other than the defaults are an error)."""
     if padding_idx is not None:
         raise error("embedding: padding_idx is not supported by gradfuse")
+    only("embedding", "max_norm", max_norm, None)
+    only("embedding", "scale_grad_by_freq", scale_grad_by_freq, False)
+    only("embedding", "sparse", sparse, False)
     if weight.ndim != 2:
         raise error(f"embedding: weight must be a matrix, got shape {list(weight.shape)}")
     return _lookup(input, weight, f"embedding({weight.shape[0]}, {weight.shape[1]})")
