@@ -182,10 +182,21 @@ def round_(self: Tensor, decimals: int = 0) -> Tensor:
     if decimals:
         scale = 10.0**decimals
         return round_(self * scale) / scale
-    big = 2.0**52 if self.dtype == np.float64 else 2.0**23
     x = self.detach()
-    c = (x < 0.0).float().to(self.dtype) * (-2.0 * big) + big  # -big or big
+    big: Tensor | float = 2.0**52 if self.dtype == np.float64 else _spacing_one(x)
+    c = (x < 0.0).float().to(self.dtype) * -2.0 * big + big  # -big or big
     return self._where(x.abs() < big, (x + c) - c, x)
+
+
+def _spacing_one(x: Tensor) -> Tensor:
+    """2**23, from where float32's spacing is 1, computed in the program so that a run in
+    float64 (`execute(dtype=np.float64)`) gets 2**52: `(2**23 + 0.5) - 2**23` is 0 in
+    float32 (the tie rounds to even) and 0.5 in float64. Each element's `x * 0 + 2**23`
+    keeps the canonicalizer from folding it in Python's float64 (NaN where x is not
+    finite, which rounding leaves as it is)."""
+    low = x * 0.0 + 2.0**23
+    half = (low + 0.5) - low
+    return low + half * (2.0 * (2.0**52 - 2.0**23))
 
 
 def floor(self: Tensor) -> Tensor:

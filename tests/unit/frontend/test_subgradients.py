@@ -68,3 +68,16 @@ def test_integer_dtypes_truncate_and_embedding_refuses_what_it_cannot_do() -> No
     for option in ({"max_norm": 1.0}, {"scale_grad_by_freq": True}, {"sparse": True}):
         with pytest.raises(GradfuseError, match=f"embedding: {next(iter(option))}="):
             F.embedding(ids, table, **option)
+
+
+@pytest.mark.parametrize(("backend", "dtype"), [("reference", None), ("c", None), ("reference", np.float64)])  # fmt: skip
+def test_rounding_holds_in_float64_runs_too(backend: str, dtype) -> None:  # noqa: ANN001
+    x = np.array([-7.5, -1.25, 0.5, 1.5, 2.5, -0.5, -2.5, 3.7, 8388607.5, 1e9, np.inf, np.nan])
+    x = x.astype(np.float32)
+    gradfuse.reset()
+    p = Parameter(x.copy(), name="p")
+    got: list[np.ndarray] = []
+    Receiver(lambda *v: got.extend(v), [p.round(), p.floor(), p.ceil(), p.trunc(), p.long()])
+    execute(backend=backend, dtype=dtype)  # (float64: the program's float32 run in float64)
+    for g, want in zip(got, [np.round(x), np.floor(x), np.ceil(x), np.trunc(x), np.trunc(x)], strict=True):  # fmt: skip
+        np.testing.assert_array_equal(g, want)
