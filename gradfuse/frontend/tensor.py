@@ -375,7 +375,7 @@ class Tensor:
         """The number of dims (`ndim`)."""
         return self.ndim
 
-    masked_fill = K.masked_fill
+    masked_fill, masked_select, nonzero = K.masked_fill, K.masked_select, K.nonzero
 
     def broadcast_to(self, shape: Sequence[int]) -> Tensor:
         """Repeated to `shape` by NumPy's rules."""

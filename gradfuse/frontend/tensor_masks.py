@@ -130,6 +130,24 @@ def le(self: Tensor, other: Tensor | Scalar) -> Tensor:
     return self <= other
 
 
+def data_dependent(name: str) -> Any:
+    """`x.masked_select(mask)`, `x.nonzero()`: results whose shape depends on the data,
+    which a recorded program (static shapes) cannot hold; one error naming what to use."""
+
+    def method(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        raise error(
+            f"{name}(): its result's shape depends on the data, which a gradfuse program"
+            " does not have while it is recorded; keep the shape: gradfuse.where(mask, x, 0.0)"
+            " or x.masked_fill(~mask, 0.0), and (mask).sum() to count"
+        )
+
+    method.__name__ = name
+    return method
+
+
+masked_select, nonzero = data_dependent("masked_select"), data_dependent("nonzero")
+
+
 def masked_fill(self: Tensor, mask: Tensor, value: Tensor | Scalar) -> Tensor:
     """`value` where the boolean `mask` holds, else `self` (`tg.where`, broadcast as
     PyTorch); no gradient reaches the filled positions. `value` is a number or a

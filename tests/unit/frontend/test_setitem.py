@@ -114,3 +114,11 @@ def test_bad_assignments_are_one_error(assign, message: str) -> None:  # noqa: A
     y = p * 1.0
     with pytest.raises(GradfuseError, match=message):
         assign(y, p)
+
+
+def test_results_of_data_dependent_shape_are_one_error() -> None:
+    gradfuse.reset()
+    x = gradfuse.tensor([1.0, -2.0, 3.0])
+    for call in (lambda: x.masked_select(x > 0), lambda: gradfuse.nonzero(x), lambda: x[x > 0]):
+        with pytest.raises(GradfuseError, match=r"gradfuse.where\(mask, x, 0.0\)"):
+            call()
