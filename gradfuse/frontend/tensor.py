@@ -22,6 +22,7 @@ from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of, tensor
 from gradfuse.dialects.tg_builder import LN_2, LOG2_E, element_type
 from gradfuse.frontend import tensor_backward as backward_
+from gradfuse.frontend import tensor_cumulative as cumulative_
 from gradfuse.frontend import tensor_index as index_
 from gradfuse.frontend import tensor_masks as K
 from gradfuse.frontend import tensor_methods as M
@@ -325,6 +326,7 @@ class Tensor:
     clamp = clip = reduce_.clamp
     var, std, norm, topk = reduce_.var, reduce_.std, reduce_.norm, reduce_.topk
     sort, argsort, msort = sort_.sort, sort_.argsort, sort_.msort
+    cumsum, flip, roll = cumulative_.cumsum, cumulative_.flip, cumulative_.roll
 
     def detach(self) -> Tensor:
         """The same values, through which no gradient flows (`tg.stop_gradient`), as in

@@ -41,6 +41,7 @@ add, sub, mul, div = map(_function, ("add", "sub", "mul", "div"))
 eq, ne, gt, ge, lt, le = map(_function, ("eq", "ne", "gt", "ge", "lt", "le"))
 isnan, isinf, isfinite = map(_function, ("isnan", "isinf", "isfinite"))
 masked_select, nonzero = map(_function, ("masked_select", "nonzero"))
+cumsum, flip, roll = map(_function, ("cumsum", "flip", "roll"))
 numel, chunk, split = map(_function, ("numel", "chunk", "split"))
 topk, sort, argsort, msort = map(_function, ("topk", "sort", "argsort", "msort"))
 round, floor, ceil, trunc = map(_function, ("round", "floor", "ceil", "trunc"))  # noqa: A001

@@ -1,0 +1,76 @@
+"""PyTorch's `cumsum`, `flip` and `roll`, composed of tg ops (no op of their own):
+
+    x.cumsum(1)      # log2(n) rounds of y + (y shifted by 1, 2, 4, ... along dim 1,
+                     # zeros shifted in): tg.slice, tg.concat, tg.add
+    x.flip(0)        # tg.gather at n-1, ..., 0 along dim 0 (a broadcast index)
+    x.roll(2, 1)     # tg.concat of the last 2 along dim 1 and the rest
+
+Each is exact where PyTorch's is (the scan adds what the running sum adds, grouped
+differently: within float32 rounding of the sum), and an infinity or NaN stays where
+PyTorch's does (no product by 0, as a triangular matmul would make).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+from xdsl.dialects.builtin import Float32Type, TensorType
+
+from gradfuse.dialects.tg_builder import element_type
+from gradfuse.frontend.recorder import RECORDING as B
+from gradfuse.frontend.recorder import error
+
+if TYPE_CHECKING:
+    from gradfuse.frontend.tensor import Tensor
+
+
+def cumsum(x: Tensor, dim: int) -> Tensor:
+    """The running sum along `dim` (Hillis and Steele's scan: log2(n) shifted adds)."""
+    d = B.normalize_dims(dim, x.ndim, "cumsum")[0]
+    n, y, k = x.shape[d], x, 1
+    while k < n:
+        y = y + _shifted(y, d, k)
+        k *= 2
+    return y
+
+
+def _shifted(y: Tensor, d: int, k: int) -> Tensor:
+    """`y` moved `k` along dim `d`, zeros in front: `[0] * k + y[:n - k]`."""
+    n = y.shape[d]
+    front = [k if j == d else size for j, size in enumerate(y.shape)]
+    zeros = B.const(0.0, TensorType(element_type(y.value), front))
+    rest = y[(*[slice(None)] * d, slice(0, n - k))]
+    return y._new(B.concat([zeros, rest.value], d))
+
+
+def flip(x: Tensor, dims: int | Sequence[int]) -> Tensor:
+    """`x` reversed along each of `dims`."""
+    out = x
+    for d in B.normalize_dims(dims if not isinstance(dims, int) else [dims], x.ndim, "flip"):
+        n = x.shape[d]
+        shape = [n if k == d else 1 for k in range(x.ndim)]
+        reverse = np.arange(n - 1, -1, -1, dtype=np.float32).reshape(shape)
+        index = B.broadcast(B.dense(reverse, Float32Type()), list(x.shape))
+        out = out.gather(d, out._new(index))
+    return out
+
+
+def roll(x: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:  # fmt: skip
+    """`x` shifted `shifts` along `dims`, wrapping around (flattened when `dims` is None)."""
+    if dims is None:
+        return roll(x.reshape(-1), shifts, 0).reshape(list(x.shape))
+    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    if len(shifts) != len(dims):
+        raise error(f"roll: {len(shifts)} shifts for {len(dims)} dims")
+    out = x
+    for s, d in zip(shifts, B.normalize_dims(dims, x.ndim, "roll"), strict=True):
+        n = x.shape[d]
+        s %= n
+        if s:
+            head = [slice(None)] * d
+            tail, rest = out[(*head, slice(n - s, n))], out[(*head, slice(0, n - s))]
+            out = out._new(B.concat([tail.value, rest.value], d))
+    return out
