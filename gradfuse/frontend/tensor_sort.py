@@ -69,7 +69,8 @@ def _order(x: Tensor, d: int, descending: bool) -> Tensor:
         key, nan = -key, -nan
     xi, xj = key.unsqueeze(d + 1), key.unsqueeze(d)  # i along d, j along d + 1
     ci, cj = nan.unsqueeze(d + 1), nan.unsqueeze(d)
-    i, j = _positions(x, d).unsqueeze(d + 1), _positions(x, d).unsqueeze(d)
+    positions = _positions(x, d)
+    i, j = positions.unsqueeze(d + 1), positions.unsqueeze(d)
     # (two NaNs compare neither way: tied, as two equal numbers)
     same_class = ~(cj < ci) & ~(ci < cj)
     ahead = (cj < ci) | (same_class & ((xj < xi) | (~(xi < xj) & (j < i))))
