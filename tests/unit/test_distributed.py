@@ -300,12 +300,18 @@ def test_two_ranks_train_dcgan_with_sync_batch_norm_as_one_process(tmp_path, bac
     on both ranks. Without the sync each rank normalises its own 4 samples, and the
     generator's first weights end 15 % (in norm) from one process's.
 
-    Per tensor, in norm: measured against PyTorch's float64 run of the same two steps,
-    the float32 runs here are within 3.2e-6 (c, one process), 2.3e-6 (c, two ranks),
-    1.1e-6 and 1.4e-6 (reference) of it, PyTorch's own float32 within 2.6e-6: float32's
-    rounding, whose order another CPU's vector width changes and not its size. The two
-    runs differ by 4.5e-6 on c and 1.3e-6 on reference; 2e-5 is 3.6 times the sum of
-    c's two drifts. The data (seed 9) keeps every ReLU and LeakyReLU input at least
+    Per tensor, in norm, measured against PyTorch's float64 run of the same two steps
+    (the worst tensor of each run; PyTorch's own float32 is within 2.6e-6 of it):
+    - Zen 3 (AVX2): c one process 3.2e-6, two ranks 2.3e-6, 4.5e-6 apart; reference
+      1.1e-6 and 1.4e-6;
+    - Sapphire Rapids, c: 1.65e-5 and 5.5e-6 (2.2e-5 apart) with -march=native, whose
+      `omp simd` sums gcc vectorises 16 lanes wide; 4.2e-6 and 3.0e-6 with x86-64-v3,
+      3.5e-6 and 1.9e-6 with the portable flags.
+    float32's rounding, whose order another CPU's vector width changes: a batch norm's
+    backward kernel alone, on the same inputs, is 1.0e-6 from its float64 at 16 lanes
+    and 5.8e-7 at 8, and two steps of training amplify that about 16 times. 1e-4 is 4.6
+    times the worst distance apart measured, and 1,500 times below the 15 % of a run
+    without the sync. The data (seed 9) keeps every ReLU and LeakyReLU input at least
     9e-6 of its layer's mean magnitude from 0 in float64 (the best of seeds 1-59; seed
     1 had one at 2.7e-7): a float32 run that rounds such an input to the other side of
     0 flips its mask, and gradients that are nearly cancelling sums (the bias of a batch
@@ -318,7 +324,7 @@ def test_two_ranks_train_dcgan_with_sync_batch_norm_as_one_process(tmp_path, bac
     assert "g.main.1.running_var" in alone
     for key in alone:
         apart = np.linalg.norm(ranks[0][key] - alone[key])
-        assert apart <= 2e-5 * np.linalg.norm(alone[key]), (key, apart)
+        assert apart <= 1e-4 * np.linalg.norm(alone[key]), (key, apart)
 
 
 @needs_mpi
