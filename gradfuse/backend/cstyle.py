@@ -321,7 +321,7 @@ class Renderer:
         elif isinstance(op, CASTS):
             self.emit(f"{decl}({ctype(op.results[0].type)})({a[0]});", depth)
         elif type(op) in self.t.math:
-            self.emit(f"{decl}{_width(self.t.math[type(op)], op)}({a[0]});", depth)
+            self.emit(f"{decl}{_width(self.t.math[type(op)], op)}({', '.join(a)});", depth)
         elif (
             isinstance(op, gpu.ThreadIdOp | gpu.BlockIdOp | gpu.BlockDimOp | gpu.GridDimOp)
             and self.t.ids

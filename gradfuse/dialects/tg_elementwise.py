@@ -182,6 +182,15 @@ class ErfOp(UnaryOp):
     name = "tg.erf"
 
 
+@irdl_op_definition
+class Atan2Op(BinaryOp):
+    """The angle of the point (x, y) from the x axis, in [-pi, pi], as C's `atan2(y, x)`:
+    its first operand is y. `atan(t)` is `atan2(t, 1)`, `asin(t)` `atan2(t, sqrt(1 - t^2))`.
+    `%z = tg.atan2 %y, %x : tensor<4xf32>`"""
+
+    name = "tg.atan2"
+
+
 # --- what each op means ------------------------------------------------------------
 
 
@@ -253,6 +262,7 @@ SEMANTICS: dict[type[Operation], Semantics] = {
     RecipOp: Semantics(np.reciprocal, arith.DivfOp, lambda a: 1.0 / a if a else math.inf, first=1.0),
     SinOp: Semantics(np.sin, xmath.SinOp, _finite(math.sin), "sinf"),
     ErfOp: Semantics(erf, xmath.ErfOp, None, "erff"),
+    Atan2Op: Semantics(np.arctan2, xmath.Atan2Op, math.atan2, "atan2f"),
 }  # fmt: skip
 """Every elementwise arithmetic op of tg, by class (see the module docstring)."""
 

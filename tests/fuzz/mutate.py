@@ -41,7 +41,7 @@ ELEMENTS = ["f32", "f64", "f16", "bf16", "i1", "i8", "i32", "i64"]
 DIMS = ["0", "1", "2", "3", "4", "255", "1000000", "99999999999999999999", "4294967296"]
 OP_NAMES = [
     "tg.add", "tg.sub", "tg.mul", "tg.div", "tg.max", "tg.cmplt", "tg.neg", "tg.exp2",
-    "tg.log2", "tg.sqrt", "tg.recip", "tg.sin", "tg.erf", "tg.where", "tg.cast", "tg.dot",
+    "tg.log2", "tg.sqrt", "tg.recip", "tg.sin", "tg.erf", "tg.atan2", "tg.where", "tg.cast", "tg.dot",
     "tg.reduce_sum", "tg.reduce_max", "tg.sigmoid", "tg.tanh", "tg.relu", "tg.softmax",
     "tg.reduce_mean", "tg.stop_gradient", "tg.constant", "tg.reshape", "tg.permute",
     "tg.broadcast", "tg.slice", "tg.pad", "tg.concat", "tg.view", "tg.param", "tg.assign",

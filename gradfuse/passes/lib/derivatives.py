@@ -112,6 +112,13 @@ def erf_rule(e: Emitter, op: tg.ErfOp, g: SSAValue) -> Cotangents:
     return (e.mul(g, e.scale(bell, 2.0 / math.sqrt(math.pi))),)
 
 
+def atan2_rule(e: Emitter, op: tg.Atan2Op, g: SSAValue) -> Cotangents:
+    """z = atan2(y, x): (g x / (x^2 + y^2), -g y / (x^2 + y^2))."""
+    y, x = op.lhs, op.rhs
+    over = e.div(g, e.add(e.mul(x, x), e.mul(y, y)))
+    return e.mul(over, x), e.neg(e.mul(over, y))
+
+
 def gather_rule(e: Emitter, op: tg.GatherOp, g: SSAValue) -> Cotangents:
     """z = gather(x, idx): x gets g scattered back (added where indices repeat). With
     one index per row, varying (idx of size 1 along dim: cross-entropy's targets), it is
@@ -343,6 +350,7 @@ RULES: dict[type[Operation], Rule] = {
     tg.RecipOp: recip_rule,
     tg.SinOp: sin_rule,
     tg.ErfOp: erf_rule,
+    tg.Atan2Op: atan2_rule,
     tg.GatherOp: gather_rule,
     tg.ScatterAddOp: scatter_add_rule,
     tg.RandomOp: random_rule,

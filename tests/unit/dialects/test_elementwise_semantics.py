@@ -90,6 +90,7 @@ TORCH = {  # the row's op as PyTorch code, on gradfuse's Tensor and on torch.Ten
     "tg.exp2": lambda a: a.exp2(), "tg.expm1": lambda a: a.expm1(), "tg.log2": lambda a: a.log2(),
     "tg.log1p": lambda a: a.log1p(), "tg.sqrt": lambda a: a.sqrt(),
     "tg.recip": lambda a: a.reciprocal(), "tg.sin": lambda a: a.sin(), "tg.erf": lambda a: a.erf(),
+    "tg.atan2": lambda a, b: a.atan2(b),
 }  # fmt: skip
 
 
