@@ -20,11 +20,12 @@ from xdsl.ir import Operation, SSAValue
 
 from gradfuse.dialects import tg
 from gradfuse.dialects.tg_base import shape_of, tensor
-from gradfuse.dialects.tg_builder import LN_2, LOG2_E, element_type
+from gradfuse.dialects.tg_builder import element_type
 from gradfuse.frontend import tensor_backward as backward_
 from gradfuse.frontend import tensor_cumulative as cumulative_
 from gradfuse.frontend import tensor_index as index_
 from gradfuse.frontend import tensor_masks as K
+from gradfuse.frontend import tensor_math as A
 from gradfuse.frontend import tensor_methods as M
 from gradfuse.frontend import tensor_reduce as reduce_
 from gradfuse.frontend import tensor_shape as shape_
@@ -260,34 +261,18 @@ class Tensor:
     exp2 = _unary(tg.Exp2Op, "`2 ** self` (`tg.exp2`).")
     log2 = _unary(tg.Log2Op, "`log2(self)` (`tg.log2`).")
 
-    def exp(self) -> Tensor:
-        """`e ** self`, recorded as `exp2(self * log2(e))`."""
-        return (self * LOG2_E).exp2()
-
-    def log(self) -> Tensor:
-        """Natural log, recorded as `log2(self) * ln(2)`."""
-        return self.log2() * LN_2
-
     expm1 = _unary(tg.Expm1Op, "`e ** self - 1` (`tg.expm1`), exact for small `self`.")
     log1p = _unary(tg.Log1pOp, "`ln(1 + self)` (`tg.log1p`), exact for small `self`.")
     sqrt = _unary(tg.SqrtOp, "`sqrt(self)` (`tg.sqrt`).")
 
-    def rsqrt(self) -> Tensor:
-        """`1 / sqrt(self)`."""
-        return self.sqrt().reciprocal()
-
     reciprocal = _unary(tg.RecipOp, "`1 / self` (`tg.recip`).")
     sin = _unary(tg.SinOp, "`sin(self)` (`tg.sin`).")
-
-    def abs(self) -> Tensor:
-        """`|self|`, recorded as `0 - self * m` with `m = (self < 0) - (self > 0)`, minus
-        its sign (`0 - ...` makes -0 +0): its gradient is the sign, 0 at 0 (PyTorch's)."""
-        x = self.value
-        minus = B.sub(B.cast(B.cmplt(x, 0.0), F32), B.cast(B.cmplt(0.0, x), F32))
-        return Tensor(B.sub(0.0, B.mul(x, B.cast(minus, element_type(x)))))
+    exp, log, rsqrt, abs = A.exp, A.log, A.rsqrt, A.abs_
 
     maximum = _binary(tg.MaxOp)
     maximum.__doc__ = "Elementwise maximum (`tg.max`)."
+    atan2 = arctan2 = _binary(tg.Atan2Op)
+    atan2.__doc__ = "The angle of (other, self) from the x axis, in [-pi, pi] (`tg.atan2`)."
 
     relu = _unary(tg.ReluOp, "`max(self, 0)` (the `tg.relu` composite).")
     sigmoid = _unary(tg.SigmoidOp, "`1 / (1 + exp(-self))` (the `tg.sigmoid` composite).")
@@ -326,7 +311,18 @@ class Tensor:
     clamp = clip = reduce_.clamp
     var, std, norm, topk = reduce_.var, reduce_.std, reduce_.norm, reduce_.topk
     sort, argsort, msort = sort_.sort, sort_.argsort, sort_.msort
-    cumsum, flip, roll = cumulative_.cumsum, cumulative_.flip, cumulative_.roll
+    cumsum, cumprod, prod = cumulative_.cumsum, cumulative_.cumprod, cumulative_.prod
+    flip, roll = cumulative_.flip, cumulative_.roll
+    # elementwise composites (tensor_math.py)
+    atan, asin, acos, tan, sinh, cosh, asinh, acosh, atanh = (
+        A.atan, A.asin, A.acos, A.tan, A.sinh, A.cosh, A.asinh, A.acosh, A.atanh
+    )  # fmt: skip
+    arctan, arcsin, arccos, arcsinh, arccosh, arctanh = atan, asin, acos, asinh, acosh, atanh
+    logsumexp, logaddexp, hypot, xlogy = A.logsumexp, A.logaddexp, A.hypot, A.xlogy
+    remainder, fmod, floor_divide, frac, sign = A.remainder, A.fmod, A.floor_divide, A.frac, A.sign
+    __mod__, __rmod__, __floordiv__, __rfloordiv__ = remainder, A.rremainder, floor_divide, A.rfloor_divide  # fmt: skip
+    lerp, addcmul, addcdiv, clamp_min, clamp_max = A.lerp, A.addcmul, A.addcdiv, A.clamp_min, A.clamp_max  # fmt: skip
+    nan_to_num, sgn, true_divide = A.nan_to_num, A.sign, M.div
 
     def detach(self) -> Tensor:
         """The same values, through which no gradient flows (`tg.stop_gradient`), as in

@@ -1,7 +1,11 @@
-"""PyTorch's `cumsum`, `flip` and `roll`, composed of tg ops (no op of their own):
+"""PyTorch's `cumsum`, `cumprod`, `prod`, `flip` and `roll`, composed of tg ops (no op
+of their own):
 
     x.cumsum(1)      # log2(n) rounds of y + (y shifted by 1, 2, 4, ... along dim 1,
                      # zeros shifted in): tg.slice, tg.concat, tg.add
+    x.cumprod(1)     # the same rounds of y * (y shifted, ones shifted in)
+    x.prod(1)        # log2(n) rounds of (first half) * (second half): no division, so
+                     # the gradient is right where an element is 0, as PyTorch's
     x.flip(0)        # tg.gather at n-1, ..., 0 along dim 0 (a broadcast index)
     x.roll(2, 1)     # tg.concat of the last 2 along dim 1 and the rest
 
@@ -31,18 +35,44 @@ def cumsum(x: Tensor, dim: int) -> Tensor:
     d = B.normalize_dims(dim, x.ndim, "cumsum")[0]
     n, y, k = x.shape[d], x, 1
     while k < n:
-        y = y + _shifted(y, d, k)
+        y = y + _shifted(y, d, k, 0.0)
         k *= 2
     return y
 
 
-def _shifted(y: Tensor, d: int, k: int) -> Tensor:
-    """`y` moved `k` along dim `d`, zeros in front: `[0] * k + y[:n - k]`."""
+def cumprod(x: Tensor, dim: int) -> Tensor:
+    """The running product along `dim` (the scan of `cumsum` with products)."""
+    d = B.normalize_dims(dim, x.ndim, "cumprod")[0]
+    n, y, k = x.shape[d], x, 1
+    while k < n:
+        y = y * _shifted(y, d, k, 1.0)
+        k *= 2
+    return y
+
+
+def prod(x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    """The product along `dim` (of all elements when None): halves multiplied pairwise,
+    an odd last element carried to the next round."""
+    if dim is None:
+        out = prod(x.reshape(-1), 0)
+        return out.reshape([1] * x.ndim) if keepdim else out
+    d = B.normalize_dims(dim, x.ndim, "prod")[0]
+    y, head = x, [slice(None)] * d
+    while (n := y.shape[d]) > 1:
+        half = n // 2
+        pairs = y[(*head, slice(0, half))] * y[(*head, slice(half, 2 * half))]
+        odd = [y[(*head, slice(2 * half, n))].value] if n % 2 else []
+        y = y._new(B.concat([pairs.value, *odd], d)) if odd else pairs
+    return y if keepdim else y.squeeze(d)
+
+
+def _shifted(y: Tensor, d: int, k: int, fill: float) -> Tensor:
+    """`y` moved `k` along dim `d`, `fill` in front: `[fill] * k + y[:n - k]`."""
     n = y.shape[d]
     front = [k if j == d else size for j, size in enumerate(y.shape)]
-    zeros = B.const(0.0, TensorType(element_type(y.value), front))
+    filled = B.const(fill, TensorType(element_type(y.value), front))
     rest = y[(*[slice(None)] * d, slice(0, n - k))]
-    return y._new(B.concat([zeros, rest.value], d))
+    return y._new(B.concat([filled, rest.value], d))
 
 
 def flip(x: Tensor, dims: int | Sequence[int]) -> Tensor:

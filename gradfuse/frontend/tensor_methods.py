@@ -56,9 +56,12 @@ def mul(self: Tensor, other: Tensor | Scalar) -> Tensor:
     return self * other
 
 
-def div(self: Tensor, other: Tensor | Scalar) -> Tensor:
-    """`self / other`."""
-    return self / other
+def div(self: Tensor, other: Tensor | Scalar, *, rounding_mode: str | None = None) -> Tensor:
+    """`self / other`, rounded as `rounding_mode` says: None (not), "trunc" or "floor"."""
+    if rounding_mode not in (None, "trunc", "floor"):
+        raise error(f'div: rounding_mode must be None, "trunc" or "floor", got {rounding_mode!r}')
+    q = self / other
+    return q if rounding_mode is None else trunc(q) if rounding_mode == "trunc" else floor(q)
 
 
 def neg(self: Tensor) -> Tensor:

@@ -45,6 +45,19 @@ cumsum, flip, roll = map(_function, ("cumsum", "flip", "roll"))
 numel, chunk, split = map(_function, ("numel", "chunk", "split"))
 topk, sort, argsort, msort = map(_function, ("topk", "sort", "argsort", "msort"))
 round, floor, ceil, trunc = map(_function, ("round", "floor", "ceil", "trunc"))  # noqa: A001
+atan, asin, acos, tan, atan2 = map(_function, ("atan", "asin", "acos", "tan", "atan2"))
+sinh, cosh, asinh, acosh, atanh = map(_function, ("sinh", "cosh", "asinh", "acosh", "atanh"))
+arctan, arcsin, arccos, arctan2 = map(_function, ("arctan", "arcsin", "arccos", "arctan2"))
+logsumexp, logaddexp, hypot, xlogy = map(_function, ("logsumexp", "logaddexp", "hypot", "xlogy"))
+remainder, fmod, floor_divide, frac = map(_function, ("remainder", "fmod", "floor_divide", "frac"))
+sign, sgn, lerp, addcmul, addcdiv = map(_function, ("sign", "sgn", "lerp", "addcmul", "addcdiv"))
+clamp_min, clamp_max, nan_to_num = map(_function, ("clamp_min", "clamp_max", "nan_to_num"))
+true_divide, cumprod, prod = map(_function, ("true_divide", "cumprod", "prod"))
+
+
+def rsub(input: Tensor, other: Tensor | float, *, alpha: float = 1) -> Tensor:
+    """`other - alpha * input`, as torch.rsub."""
+    return other - (input * alpha if alpha != 1 else input)  # type: ignore[no-any-return]
 
 
 def minimum(input: Tensor, other: Tensor) -> Tensor:
