@@ -26,7 +26,7 @@ from gradfuse.frontend.functional import rand
 from gradfuse.frontend.parameter import Parameter
 from gradfuse.frontend.recorder import RECORDING as B
 from gradfuse.frontend.recorder import error, rng
-from gradfuse.frontend.tensor import Tensor, where
+from gradfuse.frontend.tensor import Tensor
 from gradfuse.frontend.tensor_shape import dims_arg
 
 
@@ -133,22 +133,14 @@ def eye(n: int, m: int | None = None, *, dtype: Any = None, **kwargs: Any) -> Te
     return tensor(np.eye(n, m), dtype=dtype or np.float32, requires_grad=kwargs.get("requires_grad", False))  # fmt: skip
 
 
-def _triangle(input: Tensor, diagonal: int, upper: bool) -> Tensor:
-    if input.ndim < 2:
-        raise error(f"{'triu' if upper else 'tril'}: expects a matrix (rank >= 2), got shape {list(input.shape)}")  # fmt: skip
-    n, m = input.shape[-2:]
-    keep = np.triu(np.ones((n, m)), diagonal) if upper else np.tril(np.ones((n, m)), diagonal)
-    return where(tensor(keep) > 0.5, input, 0.0)
-
-
 def triu(input: Tensor, diagonal: int = 0) -> Tensor:
     """`input` on and above the `diagonal`, 0 below (a mask's zeros stay 0, -inf too)."""
-    return _triangle(input, diagonal, upper=True)
+    return input.triu(diagonal)
 
 
 def tril(input: Tensor, diagonal: int = 0) -> Tensor:
     """`input` on and below the `diagonal`, 0 above."""
-    return _triangle(input, diagonal, upper=False)
+    return input.tril(diagonal)
 
 
 def randn(*size: Any, dtype: Any = None, requires_grad: bool = False, **_: Any) -> Tensor:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -127,11 +128,19 @@ def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
     return x.gather(dim, index)
 
 
-def scatter_add(index: Tensor, src: Tensor, dim: int, shape: Sequence[int]) -> Tensor:
-    """Zeros of `shape`, then `out[i with i[dim] := index[i]] += src[i]` (`tg.scatter_add`).
+def scatter_add(*args: Any) -> Tensor:
+    """PyTorch's `scatter_add(input, dim, index, src)`: `input` plus `src` added at
+    `index` along `dim`; or gradfuse's `scatter_add(index, src, dim, shape)`: zeros of
+    `shape`, then `out[i with i[dim] := index[i]] += src[i]` (`tg.scatter_add`).
 
     `scatter_add(ids, rows, 0, [vocab, dim])` sums rows per id.
     """
+    if len(args) == 4 and isinstance(args[1], int):
+        x, dim, index, src = args
+        return x.scatter_add(dim, index, src)  # type: ignore[no-any-return]
+    if len(args) != 4:
+        raise error("scatter_add: expects (input, dim, index, src) or (index, src, dim, shape)")
+    index, src, dim, shape = args
     d = B.normalize_dims(dim, len(shape), "tg.scatter_add")[0]
     return Tensor(emit(tg.ScatterAddOp(index.value, src.value, d, list(shape))).result)
 

@@ -24,6 +24,7 @@ from gradfuse.dialects.tg_builder import element_type
 from gradfuse.frontend import tensor_backward as backward_
 from gradfuse.frontend import tensor_cumulative as cumulative_
 from gradfuse.frontend import tensor_index as index_
+from gradfuse.frontend import tensor_linalg as L
 from gradfuse.frontend import tensor_masks as K
 from gradfuse.frontend import tensor_math as A
 from gradfuse.frontend import tensor_methods as M
@@ -323,6 +324,12 @@ class Tensor:
     __mod__, __rmod__, __floordiv__, __rfloordiv__ = remainder, A.rremainder, floor_divide, A.rfloor_divide  # fmt: skip
     lerp, addcmul, addcdiv, clamp_min, clamp_max = A.lerp, A.addcmul, A.addcdiv, A.clamp_min, A.clamp_max  # fmt: skip
     nan_to_num, sgn, true_divide = A.nan_to_num, A.sign, M.div
+    # products, diagonals, index selections (tensor_linalg.py)
+    outer = ger = L.outer
+    dot, inner, mv, addmm, addmv, baddbmm, addbmm = L.dot, L.dot, L.mv, L.addmm, L.addmv, L.baddbmm, L.addbmm  # fmt: skip
+    kron, cross, diagonal, diag, trace, triu, tril = L.kron, L.cross, L.diagonal, L.diag, L.trace, L.triu, L.tril  # fmt: skip
+    index_select, take_along_dim, scatter_add, index_add = L.index_select, L.take_along_dim, L.scatter_add, L.index_add  # fmt: skip
+    repeat_interleave = L.repeat_interleave
 
     def detach(self) -> Tensor:
         """The same values, through which no gradient flows (`tg.stop_gradient`), as in

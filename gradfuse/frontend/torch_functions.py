@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from gradfuse.frontend import tensor_linalg as L
 from gradfuse.frontend.recorder import error
 from gradfuse.frontend.tensor import Tensor
 
@@ -53,6 +54,21 @@ remainder, fmod, floor_divide, frac = map(_function, ("remainder", "fmod", "floo
 sign, sgn, lerp, addcmul, addcdiv = map(_function, ("sign", "sgn", "lerp", "addcmul", "addcdiv"))
 clamp_min, clamp_max, nan_to_num = map(_function, ("clamp_min", "clamp_max", "nan_to_num"))
 true_divide, cumprod, prod = map(_function, ("true_divide", "cumprod", "prod"))
+outer, ger, dot, inner, mv = map(_function, ("outer", "ger", "dot", "inner", "mv"))
+addmm, addmv, baddbmm, addbmm = map(_function, ("addmm", "addmv", "baddbmm", "addbmm"))
+kron, cross, diagonal, diag, trace = map(_function, ("kron", "cross", "diagonal", "diag", "trace"))
+index_select, index_add = map(_function, ("index_select", "index_add"))
+take_along_dim, repeat_interleave = map(_function, ("take_along_dim", "repeat_interleave"))
+
+
+def tensordot(a: Tensor, b: Tensor, dims: Any = 2) -> Tensor:
+    """The sum over `dims` of a's and b's (see `tensor_linalg.tensordot`)."""
+    return L.tensordot(a, b, dims)
+
+
+def cdist(x1: Tensor, x2: Tensor, p: float = 2.0) -> Tensor:
+    """The `p`-norm distance of each row of x1 to each row of x2 (`tensor_linalg.cdist`)."""
+    return L.cdist(x1, x2, p)
 
 
 def rsub(input: Tensor, other: Tensor | float, *, alpha: float = 1) -> Tensor:
