@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from gradfuse.dialects.tg_builder import element_type
+from gradfuse.frontend.nn.options import legacy_softmax_dim
 from gradfuse.frontend.recorder import RECORDING as B
 from gradfuse.frontend.recorder import error
 from gradfuse.frontend.tensor import Tensor, where
@@ -58,14 +59,17 @@ def pad(
     input: Tensor, pad: Sequence[int], mode: str = "constant", value: float | None = None
 ) -> Tensor:
     """`input` padded with `value` (0): `pad` holds (before, after) pairs from the last
-    dim backwards, as PyTorch's `F.pad` (`tg.pad`). Only `mode="constant"`, and no
-    negative pads (cropping: slice instead)."""
-    if mode != "constant":
-        raise error(f"pad: only mode='constant' is supported, got {mode!r}")
+    dim backwards, as PyTorch's `F.pad` (`tg.pad`); modes "reflect", "replicate" and
+    "circular" gather (`functional_spatial.gathered_pad`). No negative pads (cropping:
+    slice instead)."""
     if len(pad) % 2 or len(pad) // 2 > input.ndim:
         raise error(
             f"pad: needs (before, after) pairs for at most {input.ndim} dims, got {list(pad)}"
         )
+    if mode != "constant":
+        from gradfuse.frontend.functional_spatial import gathered_pad  # (it imports this)
+
+        return gathered_pad(input, pad, mode)
     if any(p < 0 for p in pad):
         raise error(f"pad: negative pads are not supported, got {list(pad)} (slice instead)")
     low, high = [0] * input.ndim, [0] * input.ndim
@@ -152,6 +156,34 @@ def logsigmoid(input: Tensor) -> Tensor:
     return (input - magnitude) * 0.5 - (-magnitude).exp().log1p()
 
 
+def glu(input: Tensor, dim: int = -1) -> Tensor:
+    """`a * sigmoid(b)` of the two halves of `dim`."""
+    n = input.shape[dim]
+    if n % 2:
+        raise error(f"glu: dim {dim} has odd size {n}")
+    a, b = input.split(n // 2, dim)
+    return a * b.sigmoid()
+
+
+SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+
+
+def selu(input: Tensor, inplace: bool = False) -> Tensor:
+    """`scale * elu(x, alpha)` with SELU's constants."""
+    return elu(input, SELU_ALPHA) * SELU_SCALE
+
+
+def celu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
+    """`x` where `x > 0`, else `alpha * (exp(x / alpha) - 1)`."""
+    negative = (input.clamp(max=0.0) * (1.0 / alpha)).expm1() * alpha
+    return where(input > 0.0, input, negative)
+
+
+def softmin(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: object = None) -> Tensor:  # noqa: E501
+    """`softmax(-x, dim)` (without `dim`, PyTorch's legacy choice)."""
+    return (-input).softmax(legacy_softmax_dim(dim, input.ndim))
+
+
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     """1.0 at each class index of `tensor` (integers held as floats), 0.0 elsewhere, in a
     new last dim of `num_classes` (given: the data decide no shape while tracing)."""
@@ -166,5 +198,5 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
 
 __all__ = [
     "elu", "hardtanh", "interpolate", "pad", "prelu", "silu", "softplus", "relu6", "hardswish",
-    "mish", "softsign", "logsigmoid", "one_hot",
+    "mish", "softsign", "logsigmoid", "one_hot", "glu", "selu", "celu", "softmin",
 ]  # fmt: skip

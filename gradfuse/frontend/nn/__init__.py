@@ -5,8 +5,11 @@ from gradfuse.nn import Linear, Sequential, Sigmoid, SGD
 
 from gradfuse.frontend.nn import functional, init, utils
 from gradfuse.frontend.nn.activation import (
+    CELU,
     ELU,
     GELU,
+    GLU,
+    SELU,
     Dropout,
     Dropout2d,
     Hardswish,
@@ -19,6 +22,7 @@ from gradfuse.frontend.nn.activation import (
     ReLU6,
     SiLU,
     Softmax2d,
+    Softmin,
     Softplus,
     Softsign,
     Unflatten,
@@ -27,6 +31,7 @@ from gradfuse.frontend.nn.activation import (
 from gradfuse.frontend.nn.batchnorm import BatchNorm1d, BatchNorm2d, SyncBatchNorm
 from gradfuse.frontend.nn.buffer import Buffer
 from gradfuse.frontend.nn.conv import Conv1d, Conv2d, ConvTranspose2d
+from gradfuse.frontend.nn.distance import Bilinear, CosineSimilarity, PairwiseDistance
 from gradfuse.frontend.nn.layers import (
     Flatten,
     Identity,
@@ -49,12 +54,42 @@ from gradfuse.frontend.nn.loss import (
     NLLLoss,
     SmoothL1Loss,
 )
+from gradfuse.frontend.nn.loss_margin import (
+    CosineEmbeddingLoss,
+    GaussianNLLLoss,
+    HingeEmbeddingLoss,
+    MarginRankingLoss,
+    MultiLabelSoftMarginLoss,
+    MultiMarginLoss,
+    PoissonNLLLoss,
+    SoftMarginLoss,
+    TripletMarginLoss,
+)
 from gradfuse.frontend.nn.module import Module
 from gradfuse.frontend.nn.normalization import GroupNorm, InstanceNorm2d, LayerNorm
 from gradfuse.frontend.nn.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from gradfuse.frontend.nn.recurrent import GRU, LSTM, RNN
 from gradfuse.frontend.nn.recurrent_cells import GRUCell, LSTMCell, RNNCell
 from gradfuse.frontend.nn.sparse import Embedding
+from gradfuse.frontend.nn.spatial import (
+    AdaptiveAvgPool1d,
+    AdaptiveMaxPool1d,
+    AdaptiveMaxPool2d,
+    AvgPool1d,
+    CircularPad1d,
+    CircularPad2d,
+    ConstantPad1d,
+    ConstantPad2d,
+    MaxPool1d,
+    PixelShuffle,
+    PixelUnshuffle,
+    ReflectionPad1d,
+    ReflectionPad2d,
+    ReplicationPad1d,
+    ReplicationPad2d,
+    ZeroPad1d,
+    ZeroPad2d,
+)
 from gradfuse.frontend.nn.transformer import (
     MultiheadAttention,
     TransformerEncoder,
@@ -80,4 +115,11 @@ __all__ = [
     "BCELoss", "BCEWithLogitsLoss", "Optimizer", "SGD", "Adam", "AdamW", "functional", "utils",
     "init", "ReLU6", "Hardswish", "Mish", "Softsign", "LogSigmoid", "Unflatten", "L1Loss",
     "SmoothL1Loss", "HuberLoss", "KLDivLoss", "Softmax2d",
+    "SELU", "CELU", "GLU", "Softmin", "Bilinear", "CosineSimilarity", "PairwiseDistance",
+    "MarginRankingLoss", "HingeEmbeddingLoss", "CosineEmbeddingLoss", "SoftMarginLoss",
+    "TripletMarginLoss", "PoissonNLLLoss", "GaussianNLLLoss", "MultiLabelSoftMarginLoss",
+    "MultiMarginLoss", "PixelShuffle", "PixelUnshuffle", "ReflectionPad1d", "ReflectionPad2d",
+    "ReplicationPad1d", "ReplicationPad2d", "CircularPad1d", "CircularPad2d", "ZeroPad1d",
+    "ZeroPad2d", "ConstantPad1d", "ConstantPad2d", "MaxPool1d", "AvgPool1d",
+    "AdaptiveAvgPool1d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
 ]  # fmt: skip

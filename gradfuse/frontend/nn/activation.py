@@ -13,7 +13,9 @@ import numpy as np
 
 from gradfuse.frontend import functional as F
 from gradfuse.frontend.functional_act import (
+    celu,
     elu,
+    glu,
     hardswish,
     hardtanh,
     interpolate,
@@ -21,7 +23,9 @@ from gradfuse.frontend.functional_act import (
     mish,
     prelu,
     relu6,
+    selu,
     silu,
+    softmin,
     softplus,
     softsign,
 )
@@ -290,3 +294,44 @@ class Softmax2d(Module):
         if x.ndim not in (3, 4):
             raise error(f"Softmax2d: expects a tensor of rank 3 or 4, got shape {list(x.shape)}")
         return x.softmax(-3)
+
+
+class SELU(_Elementwise):
+    """`scale * elu(x, alpha)` with SELU's constants (`F.selu`)."""
+
+    FN = selu
+
+
+class CELU(ELU):
+    """`x` where positive, else `alpha * (exp(x / alpha) - 1)` (`F.celu`)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return celu(x, self.alpha)
+
+
+class GLU(Module):
+    """`a * sigmoid(b)` of the two halves of `dim` (`F.glu`)."""
+
+    def __init__(self, dim: int = -1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return glu(x, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class Softmin(Module):
+    """`softmax(-x, dim)` (`F.softmin`)."""
+
+    def __init__(self, dim: int | None = None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return softmin(x, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"

@@ -145,3 +145,22 @@ def kaiming_normal_(
 ) -> Parameter:  # fmt: skip
     """He's normal: std gain / sqrt(fan)."""
     return normal_(tensor, 0.0, _kaiming_std(tensor, a, mode, nonlinearity, "kaiming_normal_"))
+
+
+def orthogonal_(tensor: Any, gain: float = 1.0, generator: Any = None) -> Parameter:
+    """A (semi-)orthogonal matrix of the tensor flattened to [rows, rest], times `gain`,
+    as PyTorch's: the Q of a normal matrix's QR, its columns' signs those of R's diagonal."""
+
+    def draw(shape: tuple[int, ...]) -> np.ndarray:
+        if len(shape) < 2:
+            raise error(f"nn.init.orthogonal_: needs a tensor of rank >= 2, got {list(shape)}")
+        rows = shape[0]
+        cols = math.prod(shape) // rows
+        flat = rng().standard_normal((rows, cols))
+        flat = flat.T if rows < cols else flat
+        q, r = np.linalg.qr(flat)
+        q = q * np.sign(np.diag(r))
+        q = q.T if rows < cols else q
+        return (q * gain).reshape(shape)
+
+    return _fill(tensor, "orthogonal_", draw)
