@@ -17,14 +17,21 @@ from collections.abc import Sequence
 import numpy as np
 from xdsl.dialects.builtin import Float32Type
 
-from gradfuse.frontend.functional_conv import adaptive_avg_pool2d, avg_pool2d, max_pool2d
+from gradfuse.frontend.functional_conv import (
+    _check_nchw,
+    _windows,
+    adaptive_avg_pool2d,
+    avg_pool2d,
+    max_pool2d,
+    pair,
+)
 from gradfuse.frontend.recorder import RECORDING as B
 from gradfuse.frontend.recorder import error
 from gradfuse.frontend.tensor import Tensor
 
 __all__ = [
     "pixel_shuffle", "pixel_unshuffle", "max_pool1d", "avg_pool1d", "adaptive_avg_pool1d",
-    "adaptive_max_pool1d", "adaptive_max_pool2d",
+    "adaptive_max_pool1d", "adaptive_max_pool2d", "unfold",
 ]  # fmt: skip
 
 
@@ -57,6 +64,21 @@ def _spatial(what: str, x: Tensor) -> list[int]:
     if x.ndim < 3:
         raise error(f"{what}: expects [*, C, H, W], got shape {list(x.shape)}")
     return list(x.shape)
+
+
+def unfold(
+    input: Tensor, kernel_size: int | Sequence[int], dilation: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0, stride: int | Sequence[int] = 1,
+) -> Tensor:  # fmt: skip
+    """The sliding blocks of an [N, C, H, W] image as columns, [N, C kh kw, L] (im2col):
+    the `tg.windows` view [N, C, oh, ow, kh, kw], permuted and reshaped; its gradient
+    adds each column back into the pixels it came from (PyTorch's `fold`)."""
+    _check_nchw("unfold", input)
+    kernel, dil = pair(kernel_size, "unfold kernel_size"), pair(dilation, "unfold dilation")
+    pad, st = pair(padding, "unfold padding"), pair(stride, "unfold stride")
+    win = _windows(input, kernel, st, pad, dil)
+    n, c, oh, ow, kh, kw = win.shape
+    return win.permute([0, 1, 4, 5, 2, 3]).reshape([n, c * kh * kw, oh * ow])
 
 
 # --- pads by position ---------------------------------------------------------------------------

@@ -299,20 +299,14 @@ class Tensor:
 
     # --- reductions (gradfuse/frontend/tensor_reduce.py) ---------------------------------
 
-    def sum(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        """Sum over `dim` (all dims when None) (`tg.reduce_sum`); a mask counts its trues."""
-        return Tensor(B.reduce(tg.ReduceSumOp, K.numeric(self.value), dim, keepdim))
-
-    def mean(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        """Mean over `dim` (all dims when None) (`tg.reduce_mean`, a composite)."""
-        return Tensor(B.reduce(tg.ReduceMeanOp, K.numeric(self.value), dim, keepdim))
-
+    sum, mean, std_mean, var_mean = reduce_.sum_, reduce_.mean, reduce_.std_mean, reduce_.var_mean
     max, min = reduce_.max_, reduce_.min_
     amax, amin, argmax, argmin = reduce_.amax, reduce_.amin, reduce_.argmax, reduce_.argmin
     clamp = clip = reduce_.clamp
     var, std, norm, topk = reduce_.var, reduce_.std, reduce_.norm, reduce_.topk
     sort, argsort, msort = sort_.sort, sort_.argsort, sort_.msort
     cumsum, cumprod, prod = cumulative_.cumsum, cumulative_.cumprod, cumulative_.prod
+    logcumsumexp, median = cumulative_.logcumsumexp, sort_.median
     flip, roll = cumulative_.flip, cumulative_.roll
     # elementwise composites (tensor_math.py)
     atan, asin, acos, tan, sinh, cosh, asinh, acosh, atanh = (
@@ -329,7 +323,8 @@ class Tensor:
     dot, inner, mv, addmm, addmv, baddbmm, addbmm = L.dot, L.dot, L.mv, L.addmm, L.addmv, L.baddbmm, L.addbmm  # fmt: skip
     kron, cross, diagonal, diag, trace, triu, tril = L.kron, L.cross, L.diagonal, L.diag, L.trace, L.triu, L.tril  # fmt: skip
     index_select, take_along_dim, scatter_add, index_add = L.index_select, L.take_along_dim, L.scatter_add, L.index_add  # fmt: skip
-    repeat_interleave = L.repeat_interleave
+    repeat_interleave, scatter, scatter_ = L.repeat_interleave, L.scatter, L.scatter_
+    scatter_add_, index_add_ = L.scatter_add_, L.index_add_
 
     def detach(self) -> Tensor:
         """The same values, through which no gradient flows (`tg.stop_gradient`), as in

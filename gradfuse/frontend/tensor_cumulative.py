@@ -4,6 +4,7 @@ of their own):
     x.cumsum(1)      # log2(n) rounds of y + (y shifted by 1, 2, 4, ... along dim 1,
                      # zeros shifted in): tg.slice, tg.concat, tg.add
     x.cumprod(1)     # the same rounds of y * (y shifted, ones shifted in)
+    x.logcumsumexp(1)  # and of logaddexp(y, y shifted, -inf shifted in)
     x.prod(1)        # log2(n) rounds of (first half) * (second half): no division, so
                      # the gradient is right where an element is 0, as PyTorch's
     x.flip(0)        # tg.gather at n-1, ..., 0 along dim 0 (a broadcast index)
@@ -46,6 +47,17 @@ def cumprod(x: Tensor, dim: int) -> Tensor:
     n, y, k = x.shape[d], x, 1
     while k < n:
         y = y * _shifted(y, d, k, 1.0)
+        k *= 2
+    return y
+
+
+def logcumsumexp(x: Tensor, dim: int) -> Tensor:
+    """`log(cumsum(exp(x)))` along `dim` without overflow: the scan of `cumsum` with
+    `logaddexp` (-inf shifted in), whose gradient is each prefix's softmax."""
+    d = B.normalize_dims(dim, x.ndim, "logcumsumexp")[0]
+    n, y, k = x.shape[d], x, 1
+    while k < n:
+        y = y.logaddexp(_shifted(y, d, k, float("-inf")))
         k *= 2
     return y
 

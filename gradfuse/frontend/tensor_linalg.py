@@ -23,6 +23,7 @@ from xdsl.dialects.builtin import Float32Type, Float64Type
 from gradfuse.dialects import tg
 from gradfuse.frontend.recorder import RECORDING as B
 from gradfuse.frontend.recorder import emit, error
+from gradfuse.frontend.tensor_methods import _in_place
 
 if TYPE_CHECKING:
     from gradfuse.frontend.tensor import Tensor
@@ -267,3 +268,40 @@ def repeat_interleave(x: Tensor, repeats: int, dim: int | None = None) -> Tensor
     shape = list(x.shape)
     wide = x.unsqueeze(d + 1).expand(*shape[: d + 1], repeats, *shape[d + 1 :])
     return wide.reshape([*shape[:d], shape[d] * repeats, *shape[d + 1 :]])
+
+
+def scatter(
+    x: Tensor, dim: int, index: Tensor, src: Tensor | float | None = None, *,
+    value: float | None = None, reduce: str | None = None,
+) -> Tensor:  # fmt: skip
+    """`x` with `src` (or the number `value`) written at `index` along `dim`, as
+    PyTorch's `scatter` (`zeros(n, c).scatter_(1, labels[:, None], 1)`): a
+    `tg.scatter_add` of ones marks the positions written; where an index repeats, a
+    tensor `src`'s values there are summed (PyTorch picks one of them)."""
+    if reduce is not None:
+        raise error("scatter: reduce= is not supported (use scatter_add for 'add')")
+    src = value if src is None else src
+    if src is None:
+        raise error("scatter: give src (a tensor or a number) or value")
+    d = B.normalize_dims(dim, x.ndim, "scatter")[0]
+    ones = index.float() * 0.0 + 1.0
+    hit = x._new(emit(tg.ScatterAddOp(index.float().value, ones.value, d, list(x.shape))).result)
+    if isinstance(src, int | float):
+        return x._where(hit > 0.5, float(src), x)
+    written = scatter_add(x.new_zeros(x.shape), d, index, src[tuple(slice(0, n) for n in index.shape)])
+    return x._where(hit > 0.5, written, x)
+
+
+def scatter_(x: Tensor, dim: int, index: Tensor, src: Tensor | float | None = None, **kw: object) -> Tensor:  # noqa: E501
+    """`scatter`, in place."""
+    return _in_place(x, scatter(x, dim, index, src, **kw), "scatter_")  # type: ignore[arg-type]
+
+
+def scatter_add_(x: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
+    """`scatter_add`, in place."""
+    return _in_place(x, scatter_add(x, dim, index, src), "scatter_add_")
+
+
+def index_add_(x: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: float = 1) -> Tensor:
+    """`index_add`, in place."""
+    return _in_place(x, index_add(x, dim, index, source, alpha=alpha), "index_add_")

@@ -25,6 +25,7 @@ from xdsl.dialects.builtin import Float32Type, TensorType
 from gradfuse.dialects import tg
 from gradfuse.frontend.recorder import RECORDING as B
 from gradfuse.frontend.recorder import error
+from gradfuse.frontend.tensor_masks import numeric
 
 if TYPE_CHECKING:
     from gradfuse.frontend.tensor import Tensor
@@ -38,6 +39,20 @@ class ValuesIndices(NamedTuple):
 
     values: Tensor
     indices: Tensor
+
+
+def sum_(x: Tensor, dim: Dims = None, keepdim: bool = False, *, dtype: object = None) -> Tensor:
+    """Sum over `dim` (all dims when None) (`tg.reduce_sum`); a mask counts its trues;
+    `dtype` casts x first, as PyTorch's."""
+    x = x if dtype is None else x.to(dtype)
+    return x._new(B.reduce(tg.ReduceSumOp, numeric(x.value), dim, keepdim))
+
+
+def mean(x: Tensor, dim: Dims = None, keepdim: bool = False, *, dtype: object = None) -> Tensor:
+    """Mean over `dim` (all dims when None) (`tg.reduce_mean`, a composite); `dtype`
+    casts x first."""
+    x = x if dtype is None else x.to(dtype)
+    return x._new(B.reduce(tg.ReduceMeanOp, numeric(x.value), dim, keepdim))
 
 
 def amax(x: Tensor, dim: Dims = (), keepdim: bool = False) -> Tensor:
@@ -207,3 +222,21 @@ def norm(x: Tensor, p: float | str = "fro", dim: Dims = None, keepdim: bool = Fa
     if p == float("inf"):
         return amax(x.abs(), dim, keepdim)
     raise error(f"norm: p must be 1, 2, 'fro' or inf, got {p!r}")
+
+
+def var_mean(
+    x: Tensor, dim: Dims | bool = None, unbiased: bool | None = None, keepdim: bool = False,
+    *, correction: float | None = None,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """`(var, mean)` over `dim` (`var`'s arguments), as torch.var_mean."""
+    d = None if isinstance(dim, bool) else dim
+    return var(x, dim, unbiased, keepdim, correction=correction), mean(x, d, keepdim)
+
+
+def std_mean(
+    x: Tensor, dim: Dims | bool = None, unbiased: bool | None = None, keepdim: bool = False,
+    *, correction: float | None = None,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """`(std, mean)` over `dim`, as torch.std_mean."""
+    d = None if isinstance(dim, bool) else dim
+    return std(x, dim, unbiased, keepdim, correction=correction), mean(x, d, keepdim)

@@ -1,4 +1,4 @@
-"""PyTorch's `sort`, `argsort` and `msort`, composed of tg ops (no op of their own):
+"""PyTorch's `sort`, `argsort`, `msort` and `median`, composed of tg ops (no op of their own):
 each element's rank is the count of the elements that sort before it (a comparison of
 every pair along the dim, NaN after every number as in PyTorch, ties in index order),
 the index at each sorted position is the one whose rank it is, and the values are
@@ -57,6 +57,23 @@ def argsort(
 def msort(x: Tensor) -> Tensor:
     """`x` sorted along dim 0 (the values), as PyTorch's `msort`."""
     return sort(x, 0).values
+
+
+def median(x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor | ValuesIndices:
+    """The lower median (sorted position (n - 1) // 2) of all elements, or the values and
+    indices along `dim`, as PyTorch's; NaN where the elements hold a NaN. Its gradient
+    reaches the element taken."""
+    if dim is None:
+        return median(x.reshape(-1), 0).values  # type: ignore[union-attr]
+    d = B.normalize_dims(dim, x.ndim, "median")[0] if x.ndim else 0
+    if not x.ndim:
+        return ValuesIndices(x, x._new(B.const(0.0, TensorType(Float32Type(), []))))
+    k = (x.shape[d] - 1) // 2
+    values, indices = sort(x, d)
+    at = (*[slice(None)] * d, slice(k, k + 1))
+    v, i = values[at], indices[at]
+    v = x._where(x.isnan().float().amax(d, keepdim=True) > 0.5, float("nan"), v)
+    return ValuesIndices(v, i) if keepdim else ValuesIndices(v.squeeze(d), i.squeeze(d))
 
 
 def _order(x: Tensor, d: int, descending: bool) -> Tensor:

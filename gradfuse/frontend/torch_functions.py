@@ -59,6 +59,8 @@ addmm, addmv, baddbmm, addbmm = map(_function, ("addmm", "addmv", "baddbmm", "ad
 kron, cross, diagonal, diag, trace = map(_function, ("kron", "cross", "diagonal", "diag", "trace"))
 index_select, index_add = map(_function, ("index_select", "index_add"))
 take_along_dim, repeat_interleave = map(_function, ("take_along_dim", "repeat_interleave"))
+logcumsumexp, median, scatter = map(_function, ("logcumsumexp", "median", "scatter"))
+std_mean, var_mean = map(_function, ("std_mean", "var_mean"))
 
 
 def tensordot(a: Tensor, b: Tensor, dims: Any = 2) -> Tensor:

@@ -87,6 +87,7 @@ from gradfuse.frontend.nn.spatial import (
     ReflectionPad2d,
     ReplicationPad1d,
     ReplicationPad2d,
+    Unfold,
     ZeroPad1d,
     ZeroPad2d,
 )
@@ -121,5 +122,5 @@ __all__ = [
     "MultiMarginLoss", "PixelShuffle", "PixelUnshuffle", "ReflectionPad1d", "ReflectionPad2d",
     "ReplicationPad1d", "ReplicationPad2d", "CircularPad1d", "CircularPad2d", "ZeroPad1d",
     "ZeroPad2d", "ConstantPad1d", "ConstantPad2d", "MaxPool1d", "AvgPool1d",
-    "AdaptiveAvgPool1d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
+    "AdaptiveAvgPool1d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "Unfold",
 ]  # fmt: skip

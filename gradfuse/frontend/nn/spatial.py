@@ -187,3 +187,21 @@ class AdaptiveMaxPool2d(_Adaptive):
     divide)."""
 
     FN = staticmethod(S.adaptive_max_pool2d)
+
+
+class Unfold(Module):
+    """The sliding blocks of an image as columns, [N, C kh kw, L] (`F.unfold`)."""
+
+    def __init__(
+        self, kernel_size: int | Sequence[int], dilation: int | Sequence[int] = 1,
+        padding: int | Sequence[int] = 0, stride: int | Sequence[int] = 1,
+    ):  # fmt: skip
+        super().__init__()
+        self.kernel_size, self.dilation = kernel_size, dilation
+        self.padding, self.stride = padding, stride
+
+    def forward(self, x: Tensor) -> Tensor:
+        return S.unfold(x, self.kernel_size, self.dilation, self.padding, self.stride)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, dilation={self.dilation}, padding={self.padding}, stride={self.stride}"  # noqa: E501

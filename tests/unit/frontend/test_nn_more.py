@@ -41,6 +41,15 @@ def np_shuffle(x: np.ndarray, r: int) -> np.ndarray:
     return x.reshape(n, c // (r * r), r, r, h, w).transpose(0, 1, 4, 2, 5, 3).reshape(n, c // (r * r), h * r, w * r)  # noqa: E501
 
 
+def np_unfold(x: np.ndarray, k: int, pad: int, stride: int) -> np.ndarray:
+    """im2col: [N, C k k, L], channel-major, then the kernel's rows and columns."""
+    n, c, h, w = x.shape
+    x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    cols = [x[:, :, i : i + stride * oh : stride, j : j + stride * ow : stride] for i in range(k) for j in range(k)]  # noqa: E501
+    return np.stack(cols, 2).reshape(n, c * k * k, oh * ow)
+
+
 # name: (program on either library's F, float64 NumPy of the value, inputs)
 Case = tuple[Callable, Callable, list[np.ndarray]]
 CASES: dict[str, Case] = {
@@ -48,6 +57,7 @@ CASES: dict[str, Case] = {
     "pixel_unshuffle": (
         lambda F, x: F.pixel_unshuffle(F.pixel_shuffle(x, 2), 2), lambda x: x, [IMG],
     ),
+    "unfold": (lambda F, x: F.unfold(x, 2, padding=1, stride=2), lambda x: np_unfold(x, 2, 1, 2), [IMG]),  # noqa: E501
     "reflect": (
         lambda F, x: F.pad(x, (2, 1, 1, 2), mode="reflect"),
         lambda x: np.pad(x, ((0, 0), (0, 0), (1, 2), (2, 1)), mode="reflect"), [IMG],
@@ -211,6 +221,7 @@ def test_bilinear_and_modules_are_pytorchs() -> None:
         (gradfuse.nn.MaxPool1d(2)(gradfuse.tensor(SEQ)), nn.MaxPool1d(2)(torch.tensor(SEQ))),
         (gradfuse.nn.SELU()(x), nn.SELU()(torch.tensor(IMG))),
         (gradfuse.nn.GLU(1)(x), nn.GLU(1)(torch.tensor(IMG))),
+        (gradfuse.nn.Unfold(3, padding=1)(x), nn.Unfold(3, padding=1)(torch.tensor(IMG))),
         (gradfuse.nn.TripletMarginLoss(margin=0.5)(*map(gradfuse.tensor, (A, B, C))), nn.TripletMarginLoss(margin=0.5)(*map(torch.tensor, (A, B, C)))),  # noqa: E501
     ]
     for ours, want in pairs:

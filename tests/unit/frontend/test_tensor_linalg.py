@@ -73,6 +73,23 @@ CASES: dict[str, Case] = {
         lambda lib, ix, a, b: lib.cdist(a, b),
         lambda a, b: np.sqrt(((a[:, None] - b[None]) ** 2).sum(-1)), [A, np.concatenate([A[:1], B.T[:3, :4]])],  # noqa: E501
     ),
+    "scatter_value": (  # the one-hot idiom: zeros(n, c).scatter_(1, labels[:, None], 1)
+        lambda lib, ix, a: a.scatter(1, lib.tensor([[3], [0], [2]]), 1.5),
+        lambda a: np.where(np.arange(4) == np.array([[3], [0], [2]]), 1.5, a), [A],
+    ),
+    "scatter_src": (  # (no index repeats along the dim: PyTorch picks one of repeated ones)
+        lambda lib, ix, a, b: a.scatter(1, lib.tensor([[1, 3]] * 3), b[:3, :2]),
+        lambda a, b: np.where(np.arange(4) == 1, b[:3, :1], np.where(np.arange(4) == 3, b[:3, 1:2], a)),  # noqa: E501
+        [A, B],
+    ),
+    "median": (
+        lambda lib, ix, a: a.median(1).values + lib.median(a[:, :3]),
+        lambda a: np.sort(a, 1)[:, 1] + np.sort(a[:, :3].ravel())[4], [A],
+    ),
+    "std_mean": (
+        lambda lib, ix, a: lib.std_mean(a, 0)[0] * lib.var_mean(a, 0, unbiased=False)[1],
+        lambda a: a.std(0, ddof=1) * a.mean(0), [A],
+    ),
     "vector_norm": (
         lambda lib, ix, a: lib.linalg.vector_norm(a, dim=1), lambda a: np.linalg.norm(a, axis=1), [A],
     ),

@@ -71,6 +71,15 @@ CASES: dict[str, Case] = {
         lambda x: np.log(np.exp(x - x.max(1, keepdims=True)).sum(1)) + x.max(1),
         lambda x: [np.exp(x) / np.exp(x).sum(1, keepdims=True)], [S],
     ),
+    "logcumsumexp": (
+        lambda x: x.logcumsumexp(1), lambda x: np.logaddexp.accumulate(x, 1),
+        lambda x: [np.array([[sum(np.exp(r[j] - np.logaddexp.accumulate(r)[i]) for i in range(j, len(r))) for j in range(len(r))] for r in x])],  # noqa: E501
+        [S],
+    ),
+    "sum_mean_dtype": (
+        lambda x: x.sum(1, dtype=gradfuse.float32) + gradfuse.mean(x, 1, keepdim=False, dtype=gradfuse.float32),  # noqa: E501
+        lambda x: x.sum(1) + x.mean(1), lambda x: [np.ones_like(x) * (1 + 1 / x.shape[1])], [S],
+    ),
     "cumprod": (
         lambda x: x.cumprod(1), lambda x: np.cumprod(x, 1),
         lambda x: [np.array([[sum(np.prod(np.delete(r[: j + 1], i)) for j in range(i, len(r))) for i in range(len(r))] for r in x])],  # noqa: E501
