@@ -1,10 +1,10 @@
 # RUN: python3 %s | filecheck %s
 # pixel_shuffle as reshape, permute, reshape; a reflect pad as one tg.gather at the
 # mirrored positions (2 1 | 0 1 2 3 | 2); max_pool1d as max_pool2d of a 1-row image.
+import gradfuse.nn.functional as F
 import numpy as np
 
 import gradfuse
-import gradfuse.nn.functional as F
 from gradfuse import Parameter
 
 x = Parameter(np.zeros((1, 4, 2, 3), np.float32), name="x")
