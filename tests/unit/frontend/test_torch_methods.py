@@ -139,7 +139,7 @@ def test_shapes_of_the_shape_methods() -> None:
         (lambda x: x.chunk(0), "the number of chunks must be positive"),
         (lambda x: x.var(1, True, correction=0), "give correction or unbiased, not both"),
         (lambda x: x.norm(3), "p must be 1, 2, 'fro' or inf, got 3"),
-        (lambda x: F.pad(x, (1, 1), mode="reflect"), "only mode='constant' is supported"),
+        (lambda x: F.pad(x, (1, 1), mode="mirror"), "pad: mode must be 'constant', 'reflect', 'replicate' or 'circular'"),
         (lambda x: F.pad(x, (1, -1)), "negative pads are not supported"),
         (lambda x: F.pad(x, (1,)), "needs (before, after) pairs for at most 4 dims"),
         (lambda x: F.hardtanh(x, 1.0, -1.0), "min_val 1.0 must not exceed max_val -1.0"),
