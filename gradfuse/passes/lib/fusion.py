@@ -40,6 +40,7 @@ from gradfuse.passes.lib.fusion_graph import (
     Node,
     accumulation,
     bijective,
+    first_op,
     look_through,
     not_lowered,
     one_to_one,
@@ -90,6 +91,9 @@ class Planner:
         stack = [(node, dep.level + 1)]
         while stack:
             n, level = stack.pop()
+            if n is dep:  # dep already runs after node: a planning error, not a hang
+                where = position_of(first_op(node).location)
+                raise GradfuseError("tg-fuse: internal error: two kernels wait for each other", where)
             if n.level < level:
                 n.level = level
                 stack.extend((u, level + 1) for u in n.users)

@@ -80,6 +80,11 @@ class Host(Node):
     op: Operation
 
 
+def first_op(node: Node) -> Operation:
+    """An op of `node` to point an error at: a host op, or a group's first member."""
+    return node.op if isinstance(node, Host) else node.members[0].op  # type: ignore[attr-defined]
+
+
 def inner(value: SSAValue) -> SSAValue:
     """The value inside a `tg.fusion` that `value`, a result of it, is (else `value`)."""
     while isinstance(value.owner, tg.FusionOp):

@@ -51,15 +51,18 @@ def plain(g: Group) -> bool:
 
 def mergeable(planner: Planner, g: Group, h: Group, op: Operation, shape: tuple[int, ...]) -> bool:
     """Whether elementwise group h may merge into g, the group `op` joins: h is a plain
-    elementwise kernel over `shape` that `op` reads at its own point, and neither of
-    the two depends on the other (so the merged kernel closes no cycle)."""
+    elementwise kernel over `shape` that `op` reads at its own point, neither of the
+    two depends on the other, and no other kernel that `op` reads depends on h (g runs
+    after those once `op` joins it: with h's ops in g, such a kernel would both follow
+    and precede g, a cycle; two `x[i] += v` on one tensor made one)."""
     if h.kind != "elementwise" or h.domain != shape or h.id < planner.first_after_barrier:
         return False
     if not plain(h):
         return False
     refs = [v for v in op.operands if planner.producer(v) is h]
+    others = {planner.producer(v) for v in op.operands} - {g, h, None}
     return all(planner.available(h, v, shape) for v in refs) and not (
-        planner.reaches(g, h) or planner.reaches(h, g)
+        planner.reaches(g, h) or planner.reaches(h, g) or planner.reaches(others, h)  # type: ignore[arg-type]
     )
 
 
