@@ -2,7 +2,8 @@
 one state_dict: super_resolution's `Net` (PixelShuffle, `init.orthogonal_`) trained three
 Adam steps, and fast_neural_style's `TransformerNet` (ReflectionPad2d, InstanceNorm2d with
 affine parameters, Upsample, a Gram-matrix style loss through bmm): its losses and
-gradients."""
+gradients; differentiable_physics' mass-spring system (indexed updates in place) trained
+in an `ir_for`."""
 
 from __future__ import annotations
 
