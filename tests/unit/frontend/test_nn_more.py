@@ -11,9 +11,10 @@ from collections.abc import Callable
 import gradfuse.nn.functional as GF
 import numpy as np
 import pytest
+from weighted_sums import assert_near, gradfuse_run, torch_grads
 
 import gradfuse
-from gradfuse import Parameter, Receiver, execute
+from gradfuse import Parameter
 from gradfuse.diagnostics import GradfuseError
 
 RNG = np.random.default_rng(5)
@@ -162,44 +163,30 @@ class Lib:
 TOL = 2e-6
 
 
-def gradfuse_run(name: str, backend: str) -> tuple[np.ndarray, list[np.ndarray]]:
+def run(name: str, backend: str) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The case's value and the gradients of its weighted sum, from gradfuse."""
     f, _, arrays = CASES[name]
-    gradfuse.reset()
-    lib = Lib(GF, lambda a, dtype=None: gradfuse.tensor(np.asarray(a, np.float32)), None)
-    params = [Parameter(a.copy(), name=f"p{k}") for k, a in enumerate(arrays)]
-    y = f(lib, *params)
-    weights = np.linspace(-1, 1, y.numel(), dtype=np.float32).reshape(y.shape)
-    (y * gradfuse.tensor(weights)).sum().backward()
-    got: list[np.ndarray] = []
-    grads = [gradfuse.zeros(*p.shape) if p.grad is None else p.grad for p in params]
-    Receiver(lambda *v: got.extend(v), [y, *grads])
-    execute(backend=backend)
-    return got[0], got[1:]
+    def program(*params: Parameter) -> gradfuse.Tensor:  # (the labels made after reset())
+        lib = Lib(GF, lambda a, dtype=None: gradfuse.tensor(np.asarray(a, np.float32)), None)
+        return f(lib, *params)  # type: ignore[no-any-return]
+
+    return gradfuse_run(program, arrays, backend)
 
 
 @pytest.mark.parametrize("backend", ["reference", "c"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_values_are_float64_numpys(name: str, backend: str) -> None:
     _, value, arrays = CASES[name]
-    got, _ = gradfuse_run(name, backend)
-    want = np.asarray(value(*(a.astype(np.float64) for a in arrays)))
-    assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, rtol=0, atol=TOL * max(1.0, np.abs(want).max()))
+    assert_near(run(name, backend)[0], value(*(a.astype(np.float64) for a in arrays)), TOL)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_gradients_are_pytorchs(name: str) -> None:
     torch = pytest.importorskip("torch")
     f, _, arrays = CASES[name]
-    _, grads = gradfuse_run(name, "c")
     lib = Lib(torch.nn.functional, lambda a, dtype=torch.float64: torch.tensor(a, dtype=dtype), torch.long)  # fmt: skip
-    ts = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in arrays]
-    y = f(lib, *ts)
-    weights = torch.linspace(-1, 1, y.numel(), dtype=torch.float64).reshape(y.shape)
-    (y * weights).sum().backward()
-    for g, t in zip(grads, ts, strict=True):
-        want = np.zeros(t.shape) if t.grad is None else t.grad.numpy()  # (a mask's input)
-        np.testing.assert_allclose(g, want, rtol=0, atol=TOL * max(1.0, np.abs(want).max()))
+    for got, want in zip(run(name, "c")[1], torch_grads(torch, lambda *ts: f(lib, *ts), arrays), strict=True):  # fmt: skip
+        assert_near(got, want, TOL)
 
 
 def test_bilinear_and_modules_are_pytorchs() -> None:

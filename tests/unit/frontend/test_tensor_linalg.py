@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from weighted_sums import assert_near, gradfuse_run, torch_grads
 
 import gradfuse
-from gradfuse import Parameter, Receiver, execute
 from gradfuse.diagnostics import GradfuseError
 
 RNG = np.random.default_rng(11)
@@ -102,28 +102,17 @@ CASES: dict[str, Case] = {
 TOL = 2e-6
 
 
-def gradfuse_run(name: str, backend: str) -> tuple[np.ndarray, list[np.ndarray]]:
-    """The case's value and the gradient of its weighted sum in each input."""
+def run(name: str, backend: str) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The case's value and the gradients of its weighted sum, from gradfuse."""
     f, _, arrays = CASES[name]
-    gradfuse.reset()
-    params = [Parameter(a.copy(), name=f"p{k}") for k, a in enumerate(arrays)]
-    y = f(gradfuse, gradfuse.tensor(IDX), *params)
-    weights = np.linspace(-1, 1, y.numel(), dtype=np.float32).reshape(y.shape)
-    (y * gradfuse.tensor(weights)).sum().backward()
-    got: list[np.ndarray] = []
-    Receiver(lambda *v: got.extend(v), [y, *(p.grad for p in params)])
-    execute(backend=backend)
-    return got[0], got[1:]
+    return gradfuse_run(lambda *ps: f(gradfuse, gradfuse.tensor(IDX), *ps), arrays, backend)
 
 
 @pytest.mark.parametrize("backend", ["reference", "c"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_values_are_float64_numpys(name: str, backend: str) -> None:
     _, value, arrays = CASES[name]
-    got, _ = gradfuse_run(name, backend)
-    want = value(*(a.astype(np.float64) for a in arrays))
-    assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, rtol=0, atol=TOL * max(1.0, np.abs(want).max()))
+    assert_near(run(name, backend)[0], value(*(a.astype(np.float64) for a in arrays)), TOL)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -133,14 +122,10 @@ def test_gradients_are_pytorchs(name: str) -> None:
     equal) is 0, as PyTorch's."""
     torch = pytest.importorskip("torch")
     f, _, arrays = CASES[name]
-    _, grads = gradfuse_run(name, "c")
-    ts = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in arrays]
-    y = f(torch, torch.tensor(IDX, dtype=torch.long), *ts)
-    weights = torch.linspace(-1, 1, y.numel(), dtype=torch.float64).reshape(y.shape)
-    (y * weights).sum().backward()
-    for g, t in zip(grads, ts, strict=True):
-        want = t.grad.numpy()
-        np.testing.assert_allclose(g, want, rtol=0, atol=TOL * max(1.0, np.abs(want).max()))
+    index = torch.tensor(IDX, dtype=torch.long)
+    wants = torch_grads(torch, lambda *ts: f(torch, index, *ts), arrays)
+    for got, want in zip(run(name, "c")[1], wants, strict=True):
+        assert_near(got, want, TOL)
 
 
 def test_what_they_cannot_take_is_a_clear_error() -> None:
