@@ -158,7 +158,7 @@ def logsigmoid(input: Tensor) -> Tensor:
 
 def glu(input: Tensor, dim: int = -1) -> Tensor:
     """`a * sigmoid(b)` of the two halves of `dim`."""
-    n = input.shape[dim]
+    n = input.shape[B.normalize_dims(dim, input.ndim, "glu")[0]]
     if n % 2:
         raise error(f"glu: dim {dim} has odd size {n}")
     a, b = input.split(n // 2, dim)

@@ -57,6 +57,9 @@ def margin_ranking_loss(
     size_average: object = None, reduce: object = None, reduction: str = "mean",
 ) -> Tensor:  # fmt: skip
     """`max(-y (x1 - x2) + margin, 0)`."""
+    if not input1.ndim == input2.ndim == target.ndim:
+        shapes = ", ".join(str(list(t.shape)) for t in (input1, input2, target))
+        raise error(f"margin_ranking_loss: all input tensors should have the same rank, got {shapes}")
     loss = (-target * (input1 - input2) + margin).clamp(min=0.0)
     return _reduce(loss, reduction, "margin_ranking_loss")
 

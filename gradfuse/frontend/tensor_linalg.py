@@ -31,7 +31,17 @@ if TYPE_CHECKING:
 F32 = Float32Type()
 
 
+def _tensors(what: str, *xs: object) -> None:
+    """An error unless each of `xs` is a Tensor (a number or a list where a tensor goes)."""
+    from gradfuse.frontend.tensor import Tensor
+
+    for x in xs:
+        if not isinstance(x, Tensor):
+            raise error(f"{what}: expected a Tensor, got {type(x).__name__}")
+
+
 def _rank(what: str, x: Tensor, *ranks: int) -> None:
+    _tensors(what, x)
     if x.ndim not in ranks:
         want = " or ".join(map(str, ranks))
         raise error(f"{what}: expects a tensor of rank {want}, got shape {list(x.shape)}")
@@ -101,6 +111,7 @@ def addbmm(x: Tensor, b1: Tensor, b2: Tensor, *, beta: float = 1, alpha: float =
 def tensordot(a: Tensor, b: Tensor, dims: int | Sequence[Sequence[int]] = 2) -> Tensor:
     """The sum over `dims` of a's and b's (their last n and first n when an int): a's
     other dims first, then b's; one tg.dot of the two reshaped to matrices."""
+    _tensors("tensordot", a, b)
     if isinstance(dims, int):
         da, db = list(range(a.ndim - dims, a.ndim)), list(range(dims))
     else:
@@ -118,6 +129,7 @@ def tensordot(a: Tensor, b: Tensor, dims: int | Sequence[Sequence[int]] = 2) -> 
 
 def kron(a: Tensor, b: Tensor) -> Tensor:
     """The Kronecker product: `a[i] * b` in block i (ranks evened with leading 1s)."""
+    _tensors("kron", a, b)
     n = max(a.ndim, b.ndim)
     a = a.reshape([1] * (n - a.ndim) + list(a.shape))
     b = b.reshape([1] * (n - b.ndim) + list(b.shape))
@@ -128,6 +140,7 @@ def kron(a: Tensor, b: Tensor) -> Tensor:
 
 def cross(a: Tensor, b: Tensor, dim: int | None = None) -> Tensor:
     """The cross product of 3-vectors along `dim` (None: the first dim of size 3)."""
+    _tensors("cross", a, b)
     if dim is None:
         dim = next((d for d, n in enumerate(a.shape) if n == 3), -1)
     d = B.normalize_dims(dim, a.ndim, "cross")[0]
@@ -143,6 +156,7 @@ def cdist(x1: Tensor, x2: Tensor, p: float = 2.0) -> Tensor:
     """The `p`-norm distance of each row of x1 to each row of x2 (batched over leading
     dims): `(x1[..., :, None, :] - x2[..., None, :, :]).norm(p, -1)`, whose gradient at a
     distance of 0 is 0, as PyTorch's."""
+    _tensors("cdist", x1, x2)
     return (x1.unsqueeze(-2) - x2.unsqueeze(-3)).norm(p, -1)
 
 
@@ -214,6 +228,7 @@ def tril(x: Tensor, diagonal: int = 0) -> Tensor:
 
 def _spread(x: Tensor, index: Tensor, d: int, like: Sequence[int]) -> Tensor:
     """A 1-D `index` along dim `d`, broadcast to the shape `like`."""
+    _tensors("the index", index)
     if index.ndim != 1:
         raise error(f"expects a 1-D index, got shape {list(index.shape)}")
     shape = [1] * len(like)
@@ -232,6 +247,7 @@ def index_select(x: Tensor, dim: int, index: Tensor) -> Tensor:
 def take_along_dim(x: Tensor, indices: Tensor, dim: int | None = None) -> Tensor:
     """`gather` along `dim` with `indices` broadcast against `x` (the flattened x when
     None)."""
+    _tensors("take_along_dim", indices)
     if dim is None:
         return x.reshape(-1).gather(0, indices.reshape(-1).float())
     d = B.normalize_dims(dim, x.ndim, "take_along_dim")[0]
@@ -243,6 +259,7 @@ def take_along_dim(x: Tensor, indices: Tensor, dim: int | None = None) -> Tensor
 def scatter_add(x: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
     """`x` plus `src` added at `index` along `dim` (`tg.scatter_add`; `index` and `src` of
     one shape)."""
+    _tensors("scatter_add", index, src)
     d = B.normalize_dims(dim, x.ndim, "scatter_add")[0]
     if index.shape != src.shape:
         raise error(f"scatter_add: index {list(index.shape)} and src {list(src.shape)} must have one shape")  # fmt: skip
@@ -252,6 +269,7 @@ def scatter_add(x: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
 
 def index_add(x: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: float = 1) -> Tensor:
     """`x` plus `alpha * source`'s slices added at the 1-D `index` along `dim`."""
+    _tensors("index_add", source)
     d = B.normalize_dims(dim, x.ndim, "index_add")[0]
     src = source * alpha if alpha != 1 else source
     return scatter_add(x, d, _spread(x, index, d, src.shape), src)
@@ -283,6 +301,7 @@ def scatter(
     src = value if src is None else src
     if src is None:
         raise error("scatter: give src (a tensor or a number) or value")
+    _tensors("scatter", index)
     d = B.normalize_dims(dim, x.ndim, "scatter")[0]
     ones = index.float() * 0.0 + 1.0
     hit = x._new(emit(tg.ScatterAddOp(index.float().value, ones.value, d, list(x.shape))).result)

@@ -22,6 +22,7 @@ from xdsl.dialects.builtin import Float32Type
 
 from gradfuse.dialects.tg_builder import LN_2, LOG2_E, element_type
 from gradfuse.frontend.recorder import RECORDING as B
+from gradfuse.frontend.recorder import error
 from gradfuse.frontend.tensor_methods import floor, trunc
 
 if TYPE_CHECKING:
@@ -212,6 +213,8 @@ def sign(x: Tensor) -> Tensor:
 def lerp(start: Tensor, end: Tensor | Scalar, weight: Tensor | Scalar) -> Tensor:
     """`start + weight (end - start)`, PyTorch's way: from the end for weights of 0.5 and
     more, so that weight 1 gives `end` exactly."""
+    if not isinstance(weight, int | float) and not hasattr(weight, "abs"):
+        raise error(f"lerp: weight must be a number or a Tensor, got {type(weight).__name__}")
     diff = end - start
     if isinstance(weight, int | float):
         return start + diff * weight if abs(weight) < 0.5 else end - diff * (1.0 - weight)

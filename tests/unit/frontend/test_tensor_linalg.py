@@ -138,6 +138,13 @@ def test_what_they_cannot_take_is_a_clear_error() -> None:
         (lambda: a.diagonal(offset=9), "diagonal: offset 9 leaves no element"),
         (lambda: a.repeat_interleave(gradfuse.tensor(IDX)), "repeats must be a Python int"),
         (lambda: gradfuse.tensordot(a, a, dims=([1], [1, 0])), "tensordot"),
+        (lambda: gradfuse.outer(a[0], 3), "outer: expected a Tensor, got int"),
+        (lambda: gradfuse.kron(a, 2), "kron: expected a Tensor, got int"),
+        (lambda: a.index_select(1, [0, 1]), "the index: expected a Tensor, got list"),
+        (lambda: a.index_add(0, gradfuse.tensor([0.0]), 1.0), "index_add: expected a Tensor, got float"),
+        (lambda: a.lerp(a, "x"), "lerp: weight must be a number or a Tensor, got str"),
+        (lambda: gradfuse.nn.functional.glu(a, 5), "glu: dim 5 is out of range"),
+        (lambda: gradfuse.nn.functional.margin_ranking_loss(a[0], a[0], a), "the same rank"),
     ]:
         with pytest.raises(GradfuseError, match=words):
             call()
