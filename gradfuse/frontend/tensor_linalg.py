@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from xdsl.dialects.builtin import Float32Type, Float64Type
+from xdsl.ir import SSAValue
 
 from gradfuse.dialects import tg
 from gradfuse.frontend.recorder import RECORDING as B
@@ -32,11 +33,10 @@ F32 = Float32Type()
 
 
 def _tensors(what: str, *xs: object) -> None:
-    """An error unless each of `xs` is a Tensor (a number or a list where a tensor goes)."""
-    from gradfuse.frontend.tensor import Tensor
-
+    """An error unless each of `xs` is a Tensor (a number or a list where a tensor goes):
+    a value standing for an SSA value (this module cannot import `Tensor`'s)."""
     for x in xs:
-        if not isinstance(x, Tensor):
+        if not isinstance(getattr(x, "value", None), SSAValue):
             raise error(f"{what}: expected a Tensor, got {type(x).__name__}")
 
 
