@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-from xdsl.dialects.builtin import Float32Type
-
 from gradfuse.frontend.functional_act import logsigmoid
 from gradfuse.frontend.functional_loss import _reduce
-from gradfuse.frontend.recorder import RECORDING as B
 from gradfuse.frontend.recorder import error
 from gradfuse.frontend.tensor import Tensor, where
+from gradfuse.frontend.tensor_reduce import _positions
 
 __all__ = [
     "cosine_similarity", "pairwise_distance", "margin_ranking_loss", "hinge_embedding_loss",
@@ -176,6 +173,6 @@ def multi_margin_loss(
         hinge = hinge * hinge
     if weight is not None:
         hinge = hinge * weight.gather(0, y.reshape(-1)).unsqueeze(1)
-    classes = x._new(B.dense(np.arange(c, dtype=np.float32).reshape(1, c), Float32Type()))
+    classes = _positions(x, 1)  # [1, C]: 0, 1, ... C - 1
     loss = where(classes != y, hinge, 0.0).sum(1) * (1.0 / c)  # (i = y adds nothing)
     return _reduce(loss if input.ndim == 2 else loss.reshape([]), reduction, "multi_margin_loss")

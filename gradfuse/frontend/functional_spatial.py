@@ -91,7 +91,7 @@ def positions(mode: str, n: int, before: int, after: int) -> np.ndarray:
         if before >= n or after >= n:
             raise error(f"pad: reflect padding ({before}, {after}) must be less than the dim's size {n}")  # fmt: skip
         period = 2 * (n - 1)
-        i = np.abs((i + period) % period) if n > 1 else np.zeros_like(i)
+        i = i % period if n > 1 else np.zeros_like(i)  # (NumPy's %: 0 <= i < period)
         return np.where(i >= n, period - i, i)
     if mode == "replicate":
         return np.clip(i, 0, n - 1)
